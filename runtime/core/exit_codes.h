@@ -1,0 +1,35 @@
+// runtime/core/exit_codes.h — the one table of process exit codes.
+//
+// A rank's exit code tells the supervisor (issue 5) what happened and whether a restart can
+// help. Keep this the only place these numbers are written.
+#pragma once
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+enum ExitCode : int {
+  kExitOk = 0,                 // finished
+  kExitRestartable = 1,        // a failure a restart may cure (I/O hiccup, internal error)
+  kExitUsage = 2,              // bad command line: do not restart
+  kExitBadConfig = 3,          // config rejected: do not restart
+  kExitBadInput = 4,           // data / weights file missing or malformed: do not restart
+  kExitCorruptCheckpoint = 5,  // checkpoint failed verification: pick an older one
+  kExitCommTimeout = 6,        // a collective's bounded wait expired: restart
+  kExitStopped = 7,            // stopped on request (preemption) after saving
+};
+
+// Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).
+inline int ExitCodeFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitBadConfig;
+    case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
+    case StatusCode::kOutOfRange: return kExitBadInput;
+    case StatusCode::kTimeout: return kExitCommTimeout;
+    default: return kExitRestartable;
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,104 @@
+// runtime/core/memory.cc — arenas and the memory accounting table.
+#include "runtime/core/memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace tessera {
+
+const char* MemoryKindName(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kParameters: return "parameters";
+    case MemoryKind::kGradients: return "gradients";
+    case MemoryKind::kOptimizerState: return "optimizer state";
+    case MemoryKind::kActivations: return "activations";
+    case MemoryKind::kWorkspace: return "workspace";
+    case MemoryKind::kCount: break;
+  }
+  return "?";
+}
+
+void MemoryTracker::OnUse(MemoryKind k, int64_t delta) {
+  size_t& cur = current_[Idx(k)];
+  cur = static_cast<size_t>(static_cast<int64_t>(cur) + delta);
+  peak_[Idx(k)] = std::max(peak_[Idx(k)], cur);
+}
+
+std::string MemoryTracker::Report() const {
+  std::string out;
+  char line[160];
+  for (int i = 0; i < static_cast<int>(MemoryKind::kCount); ++i) {
+    auto k = static_cast<MemoryKind>(i);
+    std::snprintf(line, sizeof line, "  %-16s peak %10s   reserved %10s\n", MemoryKindName(k),
+                  FormatBytes(peak(k)).c_str(), FormatBytes(reserved(k)).c_str());
+    out += line;
+  }
+  return out;
+}
+
+Arena::Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker)
+    : kind_(kind), capacity_(capacity_bytes), tracker_(tracker) {
+  size_t rounded = (std::max<size_t>(capacity_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  base_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
+  TESSERA_CHECK_MSG(base_ != nullptr, "out of memory reserving %zu bytes for %s", rounded,
+                    MemoryKindName(kind));
+  std::memset(base_, 0, rounded);
+  if (tracker_) tracker_->OnReserve(kind_, capacity_);
+}
+
+Arena Arena::Measuring(MemoryKind kind) { return Arena(kind); }
+
+Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+
+Arena& Arena::operator=(Arena&& o) noexcept {
+  if (this != &o) {
+    std::free(base_);
+    kind_ = o.kind_;
+    base_ = std::exchange(o.base_, nullptr);
+    capacity_ = std::exchange(o.capacity_, 0);
+    used_ = std::exchange(o.used_, 0);
+    peak_ = std::exchange(o.peak_, 0);
+    tracker_ = std::exchange(o.tracker_, nullptr);
+  }
+  return *this;
+}
+
+Arena::~Arena() {
+  if (tracker_ && used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
+  std::free(base_);
+}
+
+Tensor Arena::Allocate(DType dtype, Shape shape) {
+  size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
+  size_t start = (used_ + kAlignment - 1) / kAlignment * kAlignment;
+  size_t end = start + bytes;
+  if (!measuring()) {
+    TESSERA_CHECK_MSG(end <= capacity_, "%s arena overflow: need %zu bytes, capacity %zu",
+                      MemoryKindName(kind_), end, capacity_);
+  }
+  if (tracker_) tracker_->OnUse(kind_, static_cast<int64_t>(end - used_));
+  used_ = end;
+  peak_ = std::max(peak_, used_);
+  return Tensor(measuring() ? nullptr : base_ + start, dtype, shape);
+}
+
+void Arena::Release(size_t mark) {
+  TESSERA_CHECK(mark <= used_);
+  if (tracker_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_ - mark));
+  used_ = mark;
+}
+
+std::string FormatBytes(size_t bytes) {
+  char buf[32];
+  double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
+}
+
+}  // namespace tessera

@@ -1,0 +1,86 @@
+// runtime/core/memory.h — arenas: one contiguous buffer per kind of state, with accounting.
+//
+// Every byte Tessera allocates for model state goes through an Arena of one MemoryKind, so the
+// end-of-run summary can report peak bytes by kind and so that later layers (bucketed
+// reductions, ZeRO partitions, checkpoint shards) can address state as ranges of one buffer.
+// An Arena is a bump allocator with stack discipline (Mark/Release) — activations of a layer
+// recomputed in backward reuse the bytes of the layer before. A measuring arena (no buffer)
+// runs the same allocation sequence to learn the capacity a real one needs.
+// Thread-safety: an Arena and a MemoryTracker belong to one thread (the trainer's).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/core/tensor.h"
+
+namespace tessera {
+
+enum class MemoryKind : int {
+  kParameters = 0,
+  kGradients,
+  kOptimizerState,
+  kActivations,
+  kWorkspace,
+  kCount,
+};
+const char* MemoryKindName(MemoryKind k);
+
+// Current and peak bytes in use, by kind. Reserved bytes are the arenas' capacities.
+class MemoryTracker {
+ public:
+  void OnReserve(MemoryKind k, size_t bytes) { reserved_[Idx(k)] += bytes; }
+  void OnUse(MemoryKind k, int64_t delta_bytes);
+  size_t current(MemoryKind k) const { return current_[Idx(k)]; }
+  size_t peak(MemoryKind k) const { return peak_[Idx(k)]; }
+  size_t reserved(MemoryKind k) const { return reserved_[Idx(k)]; }
+  // Multi-line table: kind, peak in use, reserved.
+  std::string Report() const;
+
+ private:
+  static int Idx(MemoryKind k) { return static_cast<int>(k); }
+  std::array<size_t, static_cast<int>(MemoryKind::kCount)> current_{}, peak_{}, reserved_{};
+};
+
+class Arena {
+ public:
+  // A real arena of `capacity_bytes`, zero-filled (which also pre-faults the pages).
+  Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker);
+  // A measuring arena: Allocate returns tensors with null data and counts what was asked for.
+  static Arena Measuring(MemoryKind kind);
+  Arena(Arena&&) noexcept;
+  Arena& operator=(Arena&&) noexcept;
+  ~Arena();
+
+  static constexpr size_t kAlignment = 64;  // cache line; also enough for AVX-512 loads
+
+  // Next `shape` elements of `dtype`, 64-byte aligned. CHECK-fails past capacity: capacities
+  // come from a measuring pass, so running out is a bug, not an input error.
+  Tensor Allocate(DType dtype, Shape shape);
+  size_t Mark() const { return used_; }
+  void Release(size_t mark);
+
+  MemoryKind kind() const { return kind_; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+  size_t capacity() const { return capacity_; }
+  bool measuring() const { return base_ == nullptr; }
+  std::byte* base() const { return base_; }
+
+ private:
+  Arena(MemoryKind kind) : kind_(kind) {}
+  MemoryKind kind_;
+  std::byte* base_ = nullptr;
+  size_t capacity_ = 0;
+  size_t used_ = 0;
+  size_t peak_ = 0;
+  MemoryTracker* tracker_ = nullptr;
+};
+
+// "1.23 GiB", "456.0 MiB", "12.0 KiB", "17 B".
+std::string FormatBytes(size_t bytes);
+
+}  // namespace tessera

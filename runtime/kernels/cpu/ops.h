@@ -1,0 +1,107 @@
+// runtime/kernels/cpu/ops.h — the CPU backend: forward and backward of every transformer op.
+//
+// Contract for every function here:
+//  - fp32, row-major, contiguous unless a stride argument says otherwise.
+//  - Backward functions ACCUMULATE (+=) into parameter gradients (d_weight, d_bias), so
+//    micro-batches add up, and WRITE (=) input gradients (d_inp), unless noted.
+//    A null gradient pointer means "not needed": skip that work.
+//  - Deterministic: the reduction order is fixed and does not depend on thread timing, so the
+//    same inputs give the same bits on every run with the same thread count.
+//  - Multi-threaded with OpenMP (one pool shared with OpenBLAS, see threads.h).
+// Dimension letters: N rows (= B*T tokens), C channels, OC output channels, V vocabulary,
+// B batch, T sequence, NH query heads, NKV key/value heads, HS head size.
+// Shapes are given beside each pointer. Reference formulas are in the .cc files.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::cpu {
+
+// ---- GEMM -------------------------------------------------------------------------------
+// C(M,N) = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T. Leading dimensions are the
+// row strides of the matrices as stored. Thin wrapper over cblas_sgemm.
+void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// ---- Linear (nn.Linear convention: weight is (OC, C)) -----------------------------------
+// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
+void LinearForward(float* out, const float* inp, const float* weight, const float* bias,
+                   int64_t N, int64_t C, int64_t OC);
+// d_inp(N,C) = d_out @ weight (written; skipped if null);
+// d_weight(OC,C) += d_out^T @ inp; d_bias(OC) += column sums of d_out (skipped if null).
+void LinearBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                    const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC);
+
+// ---- Embeddings -------------------------------------------------------------------------
+// out(B*T,C) = wte[tokens] (+ wpe[t] if wpe is non-null: learned positions, GPT-2).
+void EmbeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                      int64_t B, int64_t T, int64_t C);
+// d_wte(V,C) += scatter of d_out by token; d_wpe(maxT,C) += sum over batch (if non-null).
+// Deterministic: rows of d_wte are accumulated in token order regardless of threads.
+void EmbeddingBackward(float* d_wte, float* d_wpe, const float* d_out, const int32_t* tokens,
+                       int64_t B, int64_t T, int64_t C, int64_t V);
+
+// ---- Normalisation ------------------------------------------------------------------------
+// LayerNorm over the last dim: out = (x - mean) * rstd * weight + bias. Saves mean(N), rstd(N).
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                      const float* weight, const float* bias, int64_t N, int64_t C, float eps);
+void LayerNormBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                       const float* inp, const float* weight, const float* mean,
+                       const float* rstd, int64_t N, int64_t C);
+// RMSNorm (Llama): out = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps). Saves rstd(N).
+void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                    int64_t C, float eps);
+void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
+                     const float* weight, const float* rstd, int64_t N, int64_t C);
+
+// ---- Activations --------------------------------------------------------------------------
+// GELU, tanh approximation (GPT-2's "gelu_new"). n elements.
+void GeluForward(float* out, const float* inp, int64_t n);
+void GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n);
+// SwiGLU (Llama): inp(N, 2H) holds [gate | up] per row; out(N,H) = silu(gate) * up.
+void SwigluForward(float* out, const float* inp, int64_t N, int64_t H);
+// d_inp(N, 2H) = [d_gate | d_up] (written).
+void SwigluBackward(float* d_inp, const float* d_out, const float* inp, int64_t N, int64_t H);
+
+// ---- Residual -----------------------------------------------------------------------------
+// out = a + b (out may alias a or b).
+void Add(float* out, const float* a, const float* b, int64_t n);
+// acc += x.
+void AddInPlace(float* acc, const float* x, int64_t n);
+
+// ---- Rotary position embedding (Llama, Hugging Face "rotate_half" convention) ------------
+// qkv(B*T, (NH + 2*NKV)*HS) holds [q heads | k heads | v heads] per token. Rotates q and k of
+// token t (position t + pos_offset) in place: for i < HS/2, with a = pos * theta^(-2i/HS):
+//   x[i]        = x[i] cos a - x[i+HS/2] sin a
+//   x[i+HS/2]   = x[i+HS/2] cos a + x[i] sin a.   v is untouched.
+void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                 float theta, int64_t pos_offset);
+// The inverse rotation, applied in place to d_qkv (rotation is orthogonal: backward = R^T).
+void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                  float theta, int64_t pos_offset);
+
+// ---- Causal self-attention with grouped-query heads --------------------------------------
+// qkv(B*T, (NH+2*NKV)*HS) as above (after RoPE for Llama). Query head h uses kv head
+// h / (NH/NKV). Scale 1/sqrt(HS), causal mask. Writes out(B*T, NH*HS) (heads concatenated)
+// and saves att(B, NH, T, T) = softmax probabilities (upper triangle zero).
+void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                      int64_t NH, int64_t NKV, int64_t HS);
+// d_qkv(B*T, (NH+2*NKV)*HS) written. `scratch` holds at least B*NH*T*T floats.
+void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
+                       const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                       int64_t HS);
+
+// ---- Classifier: LM head fused with softmax cross-entropy ---------------------------------
+// logits(N,V) = x(N,C) @ weight(V,C)^T, loss_i = logsumexp(logits_i) - logits_i[target_i].
+// Processes rows in chunks of `chunk_rows` through `logits_scratch` (chunk_rows * V floats),
+// so the full (N,V) logits never exist. Writes losses(N). Targets < 0 are ignored (loss 0,
+// no gradient). Returns the sum of losses over non-ignored rows.
+// If d_x is non-null this is forward + backward in one pass with d_loss_i = loss_scale
+// (usually 1 / number of counted tokens): writes d_x(N,C), accumulates d_weight(V,C).
+double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight, const float* x,
+                                 const float* weight, const int32_t* targets, int64_t N,
+                                 int64_t C, int64_t V, float loss_scale, float* logits_scratch,
+                                 int64_t chunk_rows);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,12 @@
+// runtime/kernels/cpu/threads.h — one thread pool for OpenBLAS and our OpenMP loops.
+// OpenBLAS is linked in its OpenMP flavour, so both share libgomp's pool; setting the count
+// here sets it for both. Call before any kernel; not thread-safe against running kernels.
+#pragma once
+
+namespace tessera::cpu {
+
+// n <= 0 means all cores. Returns the number in effect.
+int SetNumThreads(int n);
+int NumThreads();
+
+}  // namespace tessera::cpu

@@ -1,0 +1,69 @@
+// runtime/train/config.h — the whole job configuration, typed and validated once.
+//
+// LoadConfig reads YAML (yaml-cpp is hidden in config.cc), applies `--set key.path=value`
+// overrides, rejects unknown keys with a suggestion, and reports every type, range and
+// cross-field error as "file:line:col: dotted.key: what was expected". Everything downstream
+// takes `const Config&` and trusts it. Plain data; no globals.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+#include "optimizer/optimizer_config.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+enum class DataSource { kSynthetic, kShards };
+
+struct SyntheticDataConfig {
+  int64_t branching = 4;        // data.synthetic.branching: successors per (context) state,
+                                //   1..vocab_size; lower = lower entropy floor
+  int64_t order = 1;            // data.synthetic.order: Markov order (tokens of context), 1..2
+  float concentration = 1.0f;   // data.synthetic.concentration: Dirichlet-like skew of the
+                                //   transition probabilities, > 0 (smaller = peakier)
+  uint64_t seed = 1;            // data.synthetic.seed: seed of the chain itself (not the sampler)
+  int64_t num_tokens = 1 << 20; // data.synthetic.num_tokens: tokens generated per split, >= 2
+};
+
+struct DataConfig {
+  DataSource source = DataSource::kSynthetic;  // data.source: synthetic | shards
+  std::string train_path;   // data.train: shard file or directory of *.bin shards (shards only)
+  std::string val_path;     // data.val: held-out shard file/dir; empty = synthetic val split
+                            //   (synthetic) or no eval (shards)
+  SyntheticDataConfig synthetic;  // data.synthetic.*
+};
+
+struct TrainConfig {
+  int64_t steps = 100;             // train.steps: optimizer steps, >= 1
+  int64_t micro_batch_size = 8;    // train.micro_batch_size: sequences per micro-batch, >= 1
+  int64_t grad_accum_steps = 1;    // train.grad_accum_steps: micro-batches per step, >= 1
+  int64_t seq_len = 64;            // train.seq_len: tokens per sequence, 1..model.max_seq_len
+  uint64_t seed = 1234;            // train.seed: init and sampling seed
+  int64_t log_interval = 10;       // train.log_interval: steps between progress lines, >= 1
+  int64_t eval_interval = 0;       // train.eval_interval: steps between evals; 0 = end only
+  int64_t eval_batches = 8;        // train.eval_batches: micro-batches per eval, >= 1
+  int threads = 0;                 // train.threads: CPU threads; 0 = all cores
+  std::string out_dir = "runs/default";  // train.out_dir: metrics.jsonl and final weights go here
+};
+
+struct Config {
+  std::string path;                // the YAML file it came from
+  ModelConfig model;
+  AdamWConfig optimizer;
+  LrScheduleConfig schedule;
+  DataConfig data;
+  TrainConfig train;
+  std::string init_from;           // init_from: safetensors file or model.safetensors.index.json
+                                   //   to start from (Hugging Face names); empty = random init
+  std::string resolved_yaml;       // the effective config after overrides, for the record
+};
+
+// Loads `path`, then applies each "dotted.key=value" of `overrides` (as YAML scalars) before
+// validating. Errors: kNotFound (file), kInvalidArgument (anything else), message in the
+// "file:line:col: key: problem" form (overrides say "--set key=value: problem").
+Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+}  // namespace tessera

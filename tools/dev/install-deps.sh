@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Tessera needs, only those that are missing.
+# Idempotent and quiet; safe to run before every build. Needs root (or sudo) on a fresh machine.
+set -euo pipefail
+pkgs=(build-essential cmake git pkg-config ca-certificates
+      libopenblas-openmp-dev libyaml-cpp-dev librocksdb-dev libboost-dev
+      libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
