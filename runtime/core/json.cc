@@ -1,0 +1,316 @@
+// runtime/core/json.cc — recursive-descent JSON parser with a depth bound, and the writer.
+#include "runtime/core/json.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tessera {
+
+const JsonValue* JsonValue::Find(std::string_view key) const {
+  if (type_ != Type::kObject) return nullptr;
+  for (const auto& [k, v] : object_) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+JsonValue JsonValue::Bool(bool b) { JsonValue v; v.type_ = Type::kBool; v.bool_ = b; return v; }
+JsonValue JsonValue::Number(double d) { JsonValue v; v.type_ = Type::kNumber; v.number_ = d; v.int_ = static_cast<int64_t>(d); return v; }
+JsonValue JsonValue::Integer(int64_t i) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.is_int_ = true;
+  v.int_ = i;
+  v.number_ = static_cast<double>(i);
+  return v;
+}
+JsonValue JsonValue::String(std::string s) { JsonValue v; v.type_ = Type::kString; v.string_ = std::move(s); return v; }
+JsonValue JsonValue::Array(std::vector<JsonValue> items) { JsonValue v; v.type_ = Type::kArray; v.array_ = std::move(items); return v; }
+JsonValue JsonValue::Object(std::vector<std::pair<std::string, JsonValue>> members) {
+  JsonValue v;
+  v.type_ = Type::kObject;
+  v.object_ = std::move(members);
+  return v;
+}
+
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : s_(text) {}
+
+  Result<JsonValue> ParseDocument() {
+    SkipSpace();
+    JsonValue v;
+    RETURN_IF_ERROR(ParseValue(0, &v));
+    SkipSpace();
+    if (pos_ != s_.size()) return Error("unexpected trailing characters");
+    return v;
+  }
+
+ private:
+  Status Error(const std::string& what) const {
+    return DataLoss("JSON error at byte " + std::to_string(pos_) + ": " + what);
+  }
+  void SkipSpace() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  bool Consume(std::string_view lit) {
+    if (s_.substr(pos_, lit.size()) == lit) { pos_ += lit.size(); return true; }
+    return false;
+  }
+
+  Status ParseValue(int depth, JsonValue* out) {
+    if (depth > kMaxDepth) return Error("nesting deeper than 64");
+    if (pos_ >= s_.size()) return Error("unexpected end of input");
+    char c = s_[pos_];
+    if (c == '{') return ParseObject(depth, out);
+    if (c == '[') return ParseArray(depth, out);
+    if (c == '"') {
+      std::string str;
+      RETURN_IF_ERROR(ParseString(&str));
+      *out = JsonValue::String(std::move(str));
+      return Status::Ok();
+    }
+    if (Consume("true")) { *out = JsonValue::Bool(true); return Status::Ok(); }
+    if (Consume("false")) { *out = JsonValue::Bool(false); return Status::Ok(); }
+    if (Consume("null")) { *out = JsonValue::Null(); return Status::Ok(); }
+    if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber(out);
+    return Error(std::string("unexpected character '") + c + "'");
+  }
+
+  Status ParseObject(int depth, JsonValue* out) {
+    ++pos_;  // '{'
+    std::vector<std::pair<std::string, JsonValue>> members;
+    SkipSpace();
+    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; *out = JsonValue::Object({}); return Status::Ok(); }
+    while (true) {
+      SkipSpace();
+      if (pos_ >= s_.size() || s_[pos_] != '"') return Error("expected a string key");
+      std::string key;
+      RETURN_IF_ERROR(ParseString(&key));
+      for (const auto& m : members) {
+        if (m.first == key) return Error("duplicate key \"" + key + "\"");
+      }
+      SkipSpace();
+      if (pos_ >= s_.size() || s_[pos_] != ':') return Error("expected ':'");
+      ++pos_;
+      SkipSpace();
+      JsonValue v;
+      RETURN_IF_ERROR(ParseValue(depth + 1, &v));
+      members.emplace_back(std::move(key), std::move(v));
+      SkipSpace();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; break; }
+      return Error("expected ',' or '}'");
+    }
+    *out = JsonValue::Object(std::move(members));
+    return Status::Ok();
+  }
+
+  Status ParseArray(int depth, JsonValue* out) {
+    ++pos_;  // '['
+    std::vector<JsonValue> items;
+    SkipSpace();
+    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; *out = JsonValue::Array({}); return Status::Ok(); }
+    while (true) {
+      SkipSpace();
+      JsonValue v;
+      RETURN_IF_ERROR(ParseValue(depth + 1, &v));
+      items.push_back(std::move(v));
+      SkipSpace();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; break; }
+      return Error("expected ',' or ']'");
+    }
+    *out = JsonValue::Array(std::move(items));
+    return Status::Ok();
+  }
+
+  Status ParseHex4(uint32_t* out) {
+    if (pos_ + 4 > s_.size()) return Error("truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      char c = s_[pos_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= c - '0';
+      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+      else return Error("bad hex digit in \\u escape");
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
+  static void AppendUtf8(uint32_t cp, std::string* out) {
+    if (cp < 0x80) { out->push_back(static_cast<char>(cp)); }
+    else if (cp < 0x800) { out->push_back(static_cast<char>(0xc0 | (cp >> 6))); out->push_back(static_cast<char>(0x80 | (cp & 0x3f))); }
+    else if (cp < 0x10000) {
+      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    } else {
+      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    }
+  }
+
+  Status ParseString(std::string* out) {
+    ++pos_;  // opening quote
+    while (true) {
+      if (pos_ >= s_.size()) return Error("unterminated string");
+      char c = s_[pos_++];
+      if (c == '"') return Status::Ok();
+      if (static_cast<unsigned char>(c) < 0x20) return Error("control character in string");
+      if (c != '\\') { out->push_back(c); continue; }
+      if (pos_ >= s_.size()) return Error("unterminated escape");
+      char e = s_[pos_++];
+      switch (e) {
+        case '"': out->push_back('"'); break;
+        case '\\': out->push_back('\\'); break;
+        case '/': out->push_back('/'); break;
+        case 'b': out->push_back('\b'); break;
+        case 'f': out->push_back('\f'); break;
+        case 'n': out->push_back('\n'); break;
+        case 'r': out->push_back('\r'); break;
+        case 't': out->push_back('\t'); break;
+        case 'u': {
+          uint32_t cp;
+          RETURN_IF_ERROR(ParseHex4(&cp));
+          if (cp >= 0xd800 && cp < 0xdc00) {  // high surrogate: a low one must follow
+            uint32_t lo;
+            if (!Consume("\\u")) return Error("lone high surrogate");
+            RETURN_IF_ERROR(ParseHex4(&lo));
+            if (lo < 0xdc00 || lo >= 0xe000) return Error("bad low surrogate");
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+          } else if (cp >= 0xdc00 && cp < 0xe000) {
+            return Error("lone low surrogate");
+          }
+          AppendUtf8(cp, out);
+          break;
+        }
+        default: return Error(std::string("bad escape '\\") + e + "'");
+      }
+    }
+  }
+
+  Status ParseNumber(JsonValue* out) {
+    size_t start = pos_;
+    bool integral = true;
+    if (s_[pos_] == '-') ++pos_;
+    if (pos_ >= s_.size() || !(s_[pos_] >= '0' && s_[pos_] <= '9')) return Error("bad number");
+    if (s_[pos_] == '0') ++pos_;
+    else while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    if (pos_ < s_.size() && s_[pos_] == '.') {
+      integral = false;
+      ++pos_;
+      if (pos_ >= s_.size() || !(s_[pos_] >= '0' && s_[pos_] <= '9')) return Error("bad fraction");
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      integral = false;
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      if (pos_ >= s_.size() || !(s_[pos_] >= '0' && s_[pos_] <= '9')) return Error("bad exponent");
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+    }
+    std::string text(s_.substr(start, pos_ - start));
+    if (integral) {
+      errno = 0;
+      long long v = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno != ERANGE) { *out = JsonValue::Integer(v); return Status::Ok(); }
+    }
+    *out = JsonValue::Number(std::strtod(text.c_str(), nullptr));
+    return Status::Ok();
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<JsonValue> ParseJson(std::string_view text) { return Parser(text).ParseDocument(); }
+
+std::string JsonQuote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void JsonWriter::BeforeValue() {
+  if (after_key_) { after_key_ = false; return; }
+  if (!first_.empty()) {
+    if (!first_.back()) out_ += ',';
+    first_.back() = false;
+  }
+}
+
+JsonWriter& JsonWriter::BeginObject() { BeforeValue(); out_ += '{'; first_.push_back(true); return *this; }
+JsonWriter& JsonWriter::EndObject() { out_ += '}'; first_.pop_back(); return *this; }
+JsonWriter& JsonWriter::BeginArray() { BeforeValue(); out_ += '['; first_.push_back(true); return *this; }
+JsonWriter& JsonWriter::EndArray() { out_ += ']'; first_.pop_back(); return *this; }
+JsonWriter& JsonWriter::Key(std::string_view k) {
+  BeforeValue();
+  out_ += JsonQuote(k);
+  out_ += ':';
+  after_key_ = true;
+  return *this;
+}
+JsonWriter& JsonWriter::String(std::string_view s) { BeforeValue(); out_ += JsonQuote(s); return *this; }
+JsonWriter& JsonWriter::Int(int64_t v) { BeforeValue(); out_ += std::to_string(v); return *this; }
+JsonWriter& JsonWriter::Double(double v) {
+  BeforeValue();
+  if (!std::isfinite(v)) { out_ += "null"; return *this; }
+  char buf[40];
+  for (int prec = 6; prec <= 17; ++prec) {  // shortest that round-trips
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  out_ += buf;
+  return *this;
+}
+JsonWriter& JsonWriter::Bool(bool b) { BeforeValue(); out_ += b ? "true" : "false"; return *this; }
+JsonWriter& JsonWriter::Null() { BeforeValue(); out_ += "null"; return *this; }
+
+JsonWriter& JsonWriter::Value(const JsonValue& v) {
+  switch (v.type()) {
+    case JsonValue::Type::kNull: return Null();
+    case JsonValue::Type::kBool: return Bool(v.as_bool());
+    case JsonValue::Type::kNumber: return v.is_integer() ? Int(v.as_int()) : Double(v.as_double());
+    case JsonValue::Type::kString: return String(v.as_string());
+    case JsonValue::Type::kArray:
+      BeginArray();
+      for (const auto& i : v.items()) Value(i);
+      return EndArray();
+    case JsonValue::Type::kObject:
+      BeginObject();
+      for (const auto& [k, m] : v.members()) { Key(k); Value(m); }
+      return EndObject();
+  }
+  return *this;
+}
+
+}  // namespace tessera

@@ -1,0 +1,47 @@
+// Arena accounting and the dtype conversions of runtime/core.
+// links: tessera_core
+#include <gtest/gtest.h>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/memory.h"
+
+namespace tessera {
+namespace {
+
+TEST(Arena, TracksPeakAndReleases) {
+  MemoryTracker tracker;
+  Arena arena(MemoryKind::kActivations, 1 << 16, &tracker);
+  size_t mark = arena.Mark();
+  Tensor a = arena.Allocate(DType::kF32, {10, 10});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % Arena::kAlignment, 0u);
+  Tensor b = arena.Allocate(DType::kF32, {100});
+  EXPECT_GE(tracker.current(MemoryKind::kActivations), 800u);
+  arena.Release(mark);
+  EXPECT_EQ(tracker.current(MemoryKind::kActivations), 0u);
+  EXPECT_GE(tracker.peak(MemoryKind::kActivations), 800u);
+  EXPECT_EQ(tracker.reserved(MemoryKind::kActivations), size_t{1} << 16);
+}
+
+TEST(Arena, MeasuringPassGivesTheCapacityARealOneNeeds) {
+  Arena m = Arena::Measuring(MemoryKind::kWorkspace);
+  m.Allocate(DType::kF32, {3});
+  m.Allocate(DType::kI32, {17});
+  Arena real(MemoryKind::kWorkspace, m.peak(), nullptr);
+  real.Allocate(DType::kF32, {3});
+  real.Allocate(DType::kI32, {17});  // would CHECK-fail if the measurement were short
+  EXPECT_EQ(real.used(), m.peak());
+}
+
+TEST(DType, HalfConversionsRoundTrip) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.1f}) {
+    EXPECT_EQ(F16ToF32(F32ToF16(f)), F16ToF32(F32ToF16(F16ToF32(F32ToF16(f)))));
+    EXPECT_NEAR(F16ToF32(F32ToF16(f)), f, std::abs(f) * 1e-3f + 6e-8f) << f;
+    EXPECT_NEAR(Bf16ToF32(F32ToBf16(f)), f, std::abs(f) * 8e-3f) << f;
+  }
+  EXPECT_EQ(F32ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(F32ToF16(1.0f), 0x3c00);
+  EXPECT_EQ(F32ToF16(1e6f), 0x7c00);  // overflow to inf
+}
+
+}  // namespace
+}  // namespace tessera

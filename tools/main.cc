@@ -1,0 +1,55 @@
+// tools/main.cc — `tessera`: dispatches to the subcommands in tools/cmd_*.cc.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "runtime/core/exit_codes.h"
+#include "tools/commands.h"
+
+namespace tessera::cli {
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Args&);
+};
+
+const Command kCommands[] = {
+    {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
+               "tessera — a training runtime for transformer models that keeps training through "
+               "failures\n\nusage: tessera <command> [args...]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nRun 'tessera <command> --help' for the command's own options.\n");
+}
+
+}  // namespace
+
+bool WantsHelp(const Args& args) {
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") return true;
+  }
+  return false;
+}
+
+}  // namespace tessera::cli
+
+int main(int argc, char** argv) {
+  using namespace tessera::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? tessera::kExitUsage : tessera::kExitOk;
+  }
+  Args args(argv + 2, argv + argc);
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+  }
+  std::fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);
+  PrintUsage(stderr);
+  return tessera::kExitUsage;
+}
