@@ -1,0 +1,39 @@
+// optimizer/grad_clip.h — global L2 norm of the gradients and clipping by it.
+//
+// Semantics are torch.nn.utils.clip_grad_norm_'s with norm_type=2 over one flat buffer:
+// coef = max_norm / (norm + 1e-6), clamped to at most 1, and the gradients are multiplied by
+// coef when it is below 1 (so clipping starts when norm + 1e-6 > max_norm).
+// Determinism: the sum of squares is taken over fixed blocks of kNormBlock elements, each in
+// double with a fixed (compile-time) vector order, and the per-block partials are added in block
+// order, so the result has the same bits for any OpenMP thread count.
+// Thread-safety: pure functions over caller-owned buffers; each runs one OpenMP loop.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera {
+
+// Elements per block of the norm's reduction. Part of the result's definition: changing it
+// changes the last bits of the norm.
+inline constexpr int64_t kNormBlock = int64_t{1} << 14;
+
+// sum_i x[i]^2, in double. A data-parallel trainer reduces these across ranks before the sqrt.
+double SumOfSquares(const float* x, int64_t n);
+
+// sqrt(SumOfSquares(x, n)).
+double GlobalL2Norm(const float* x, int64_t n);
+
+// The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)).
+// Returns 1 (no clipping) when max_norm <= 0 or norm is not finite.
+double ClipCoefficient(double norm, double max_norm);
+
+// x[i] *= scale for i in [0, n).
+void ScaleInPlace(float* x, int64_t n, float scale);
+
+// Computes the global L2 norm of grads(n), scales grads by ClipCoefficient(norm, max_norm)
+// when that is below 1, and returns the norm as it was before clipping. max_norm <= 0 turns
+// clipping off (the norm is still returned). A non-finite norm (inf/NaN gradients) is returned
+// untouched and the gradients are left as they are: the trainer reports or skips the step.
+double ClipGradNorm(float* grads, int64_t n, double max_norm);
+
+}  // namespace tessera
