@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Checks every #include "..." of the project against the layering table of STYLE.md: a layer
+# includes only layers below it. Prints each violation as file:line and exits 1 if any.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+# folder -> folders it may include (besides itself)
+declare -A allowed=(
+  [runtime/core]=""
+  [runtime/kernels]="runtime/core"
+  [comm]="runtime/core"
+  [models]="runtime/core runtime/kernels comm"
+  [optimizer]="runtime/core runtime/kernels comm"
+  [checkpoint]="runtime/core comm"
+  [runtime/train]="runtime/core runtime/kernels comm models optimizer checkpoint"
+  [runtime/supervisor]="runtime/core checkpoint"
+  [tools]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train runtime/supervisor tools"
+)
+layer_of() {
+  local f=$1
+  for l in runtime/core runtime/kernels runtime/train runtime/supervisor comm models optimizer checkpoint tools; do
+    [[ $f == $l/* ]] && { echo "$l"; return; }
+  done
+}
+bad=0
+while IFS= read -r file; do
+  src=$(layer_of "$file")
+  [[ -z $src ]] && continue
+  while IFS=: read -r line inc; do
+    dst=$(layer_of "$inc")
+    [[ -z $dst || $dst == "$src" ]] && continue
+    if [[ " ${allowed[$src]} " != *" $dst "* ]]; then
+      echo "$file:$line: $src may not include $inc (layer $dst)"
+      bad=1
+    fi
+  done < <(grep -n '^#include "' "$file" | sed -E 's/^([0-9]+):#include "([^"]+)".*/\1:\2/')
+done < <(git ls-files '*.h' '*.cc' '*.cu' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' 2>/dev/null)
+# Public headers must not expose third-party heavyweights.
+if grep -nE '^#include <(yaml-cpp|mpi\.h|nccl\.h|boost/asio|rocksdb)' $(git ls-files '*.h') 2>/dev/null; then
+  echo "a public header includes yaml-cpp/MPI/NCCL/Asio/RocksDB (allowed only in .cc files)"
+  bad=1
+fi
+[[ $bad -eq 0 ]] && echo "layering: ok"
+exit $bad
