@@ -1,0 +1,16 @@
+// runtime/kernels/cpu/bench.h — measures the machine's sgemm throughput, so that `tessera
+// bench` can print achieved figures beside a peak measured on the same machine, same run.
+// Thread-safety: call from one thread, outside OpenMP regions (it runs multithreaded sgemm
+// with the current pool size, see threads.h). Allocates and frees its own buffers.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::cpu {
+
+// Best GFLOP/s (2*M*N*K / seconds / 1e9) over `repeats` timed calls of
+// C(M,N) = A(M,K) @ B(K,N) (row-major, no transposes) after one untimed warm-up call.
+// Requires M, N, K >= 1 and repeats >= 1.
+double MeasureSgemmGflops(int64_t M, int64_t N, int64_t K, int repeats);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,123 @@
+// links: tessera_kernels
+// tests/kernels/activation_test.cc — GELU (tanh form), SwiGLU, residual adds and the
+// vectorised exp they rely on: references in double, finite differences, determinism.
+#include <cmath>
+#include <vector>
+
+#include "runtime/kernels/cpu/ops.h"
+#include "runtime/kernels/cpu/vec.h"
+#include "tests/kernels/gradcheck.h"
+
+namespace tessera::cpu {
+namespace {
+
+using testing::BitEqual;
+using testing::ExpectGradMatches;
+using testing::Project;
+using testing::RandomVector;
+using testing::RelativeError;
+
+TEST(ExpF, WithinFewUlpOfStdExpOverTheRange) {
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.0; x += 0.0137) {
+    const float xf = static_cast<float>(x);
+    const double ref = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(vec::ExpF(xf) - ref) / ref);
+  }
+  EXPECT_LT(worst, 4e-7);  // ~3 ulp of fp32
+  EXPECT_EQ(vec::ExpF(0.0f), 1.0f);
+  EXPECT_GT(vec::ExpF(-1000.0f), 0.0f);  // clamped: tiny, not zero/denormal
+  EXPECT_LT(vec::ExpF(-1000.0f), 1e-37f);
+  EXPECT_TRUE(std::isfinite(vec::ExpF(1000.0f)));
+  EXPECT_TRUE(std::isnan(vec::ExpF(std::nanf(""))));
+}
+
+double GeluRef(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST(Gelu, ForwardMatchesTanhFormula) {
+  std::vector<float> x;
+  for (float v = -12.0f; v <= 12.0f; v += 0.01f) x.push_back(v);
+  std::vector<float> out(x.size());
+  GeluForward(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(out[i], GeluRef(x[i]), 1e-6 * (1.0 + std::fabs(x[i]))) << "x=" << x[i];
+  EXPECT_FALSE(std::isnan(out[0]));
+}
+
+TEST(Gelu, BackwardMatchesFiniteDifferences) {
+  const int64_t n = 300;
+  auto x = RandomVector(n, 1, -4.0f, 4.0f);
+  const auto r = RandomVector(n, 2);
+  std::vector<float> out(n), d_x(n);
+  auto loss = [&] {
+    GeluForward(out.data(), x.data(), n);
+    return Project(out.data(), r);
+  };
+  GeluBackward(d_x.data(), r.data(), x.data(), n);
+  ExpectGradMatches("d_inp", x, loss, d_x.data());
+}
+
+TEST(Swiglu, ForwardMatchesNaive) {
+  const int64_t N = 5, H = 23;
+  auto inp = RandomVector(N * 2 * H, 3, -6.0f, 6.0f);
+  std::vector<float> out(N * H), ref(N * H);
+  SwigluForward(out.data(), inp.data(), N, H);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < H; ++j) {
+      const double g = inp[i * 2 * H + j], u = inp[i * 2 * H + H + j];
+      ref[i * H + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+    }
+  EXPECT_LT(RelativeError(out.data(), ref.data(), out.size()), 1e-6);
+}
+
+TEST(Swiglu, BackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, H = 17;
+  auto inp = RandomVector(N * 2 * H, 4, -3.0f, 3.0f);
+  const auto r = RandomVector(N * H, 5);
+  std::vector<float> out(N * H), d_inp(N * 2 * H, 9.0f);
+  auto loss = [&] {
+    SwigluForward(out.data(), inp.data(), N, H);
+    return Project(out.data(), r);
+  };
+  SwigluBackward(d_inp.data(), r.data(), inp.data(), N, H);
+  ExpectGradMatches("d_inp", inp, loss, d_inp.data());
+}
+
+TEST(Residual, AddAndAddInPlace) {
+  const int64_t n = 70000;  // parallel path
+  auto a = RandomVector(n, 6), b = RandomVector(n, 7);
+  std::vector<float> out(n);
+  Add(out.data(), a.data(), b.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]);
+  auto acc = a;
+  AddInPlace(acc.data(), b.data(), n);
+  EXPECT_TRUE(BitEqual(acc, out));
+  auto alias = a;
+  Add(alias.data(), alias.data(), b.data(), n);  // out aliases a
+  EXPECT_TRUE(BitEqual(alias, out));
+}
+
+TEST(Activations, DeterministicAcrossRuns) {
+  const int64_t N = 64, H = 768;  // parallel path
+  auto x = RandomVector(N * 2 * H, 8, -5.0f, 5.0f), d = RandomVector(N * 2 * H, 9);
+  std::vector<float> g[2], dg[2], s[2], ds[2];
+  for (int run = 0; run < 2; ++run) {
+    g[run].resize(N * 2 * H);
+    dg[run].resize(N * 2 * H);
+    s[run].resize(N * H);
+    ds[run].resize(N * 2 * H);
+    GeluForward(g[run].data(), x.data(), N * 2 * H);
+    GeluBackward(dg[run].data(), d.data(), x.data(), N * 2 * H);
+    SwigluForward(s[run].data(), x.data(), N, H);
+    SwigluBackward(ds[run].data(), d.data(), x.data(), N, H);
+  }
+  EXPECT_TRUE(BitEqual(g[0], g[1]));
+  EXPECT_TRUE(BitEqual(dg[0], dg[1]));
+  EXPECT_TRUE(BitEqual(s[0], s[1]));
+  EXPECT_TRUE(BitEqual(ds[0], ds[1]));
+}
+
+}  // namespace
+}  // namespace tessera::cpu
