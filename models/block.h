@@ -1,0 +1,154 @@
+// models/block.h — one decoder block of a GPT-2 or Llama transformer, with explicit forward and
+// backward and the activation-recomputation policy.
+//
+//   GPT-2:  mid = x + proj(attn(qkv(LayerNorm1(x))))          biases on every linear
+//           out = mid + fc_out(gelu_tanh(fc(LayerNorm2(mid))))
+//   Llama:  mid = x + o_proj(attn(rope(qkv(RMSNorm1(x)))))    no biases, grouped kv heads
+//           out = mid + down(silu(gate(n)) * up(n)),  n = RMSNorm2(mid)
+// The qkv projection is ONE GEMM producing the packed [q | k | v] rows the attention kernel
+// reads (the q/k/v weights are adjacent in the parameter buffer); Llama's gate and up
+// projections are one GEMM producing [gate | up] rows for the SwiGLU kernel.
+//
+// Owns: nothing but its dimensions. Tensors come from the two arenas of a step (StepArenas):
+// what backward needs lives in `activations` for the whole step, temporaries live in
+// `workspace` under stack discipline (every function releases what it took before returning).
+// Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
+// Invariant: every policy runs the same kernels on the same inputs in the same order, so
+// gradients are bit-identical under none / selective / full.
+#pragma once
+
+#include <cstdint>
+
+#include "models/model_config.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/tensor.h"
+
+namespace tessera {
+
+struct BlockDims {
+  ModelFamily family = ModelFamily::kGpt2;
+  int64_t B = 0, T = 0;  // micro-batch shape
+  int64_t C = 0;         // hidden size
+  int64_t NH = 0;        // query heads
+  int64_t NKV = 0;       // key/value heads (== NH for GPT-2)
+  int64_t HS = 0;        // head size
+  int64_t F = 0;         // MLP width (ffn_size)
+  float eps = 1e-5f;     // norm epsilon
+  float rope_theta = 10000.0f;
+
+  int64_t N() const { return B * T; }
+  int64_t qkv_dim() const { return (NH + 2 * NKV) * HS; }
+  int64_t attn_dim() const { return NH * HS; }
+  // Width of the first MLP projection: F (GPT-2 fc) or 2F (Llama [gate | up]).
+  int64_t fc_dim() const { return family == ModelFamily::kLlama ? 2 * F : F; }
+  bool gpt2() const { return family == ModelFamily::kGpt2; }
+};
+
+// Views of one block's parameters (nn.Linear layout, weight (out, in)). Biases and norm biases
+// are null for Llama.
+struct BlockWeights {
+  const float* norm1_w = nullptr;  // (C)
+  const float* norm1_b = nullptr;  // (C)
+  const float* qkv_w = nullptr;    // (QKV, C)  [q | k | v] rows
+  const float* qkv_b = nullptr;    // (QKV)
+  const float* proj_w = nullptr;   // (C, NH*HS) attention output projection
+  const float* proj_b = nullptr;   // (C)
+  const float* norm2_w = nullptr;  // (C)
+  const float* norm2_b = nullptr;  // (C)
+  const float* fc_w = nullptr;     // (fc_dim, C) GPT-2 c_fc, Llama [gate | up] rows
+  const float* fc_b = nullptr;     // (fc_dim)
+  const float* out_w = nullptr;    // (C, F) GPT-2 mlp.c_proj, Llama down_proj
+  const float* out_b = nullptr;    // (C)
+};
+
+// The matching gradients (accumulated, +=), same shapes, same nulls.
+struct BlockGrads {
+  float* norm1_w = nullptr;
+  float* norm1_b = nullptr;
+  float* qkv_w = nullptr;
+  float* qkv_b = nullptr;
+  float* proj_w = nullptr;
+  float* proj_b = nullptr;
+  float* norm2_w = nullptr;
+  float* norm2_b = nullptr;
+  float* fc_w = nullptr;
+  float* fc_b = nullptr;
+  float* out_w = nullptr;
+  float* out_b = nullptr;
+};
+
+// The two arenas of one step. When they are measuring arenas (no buffer) every kernel call is
+// skipped, so running a step measures the capacities a real step needs.
+struct StepArenas {
+  Arena* activations = nullptr;  // kept for backward, whole step
+  Arena* workspace = nullptr;    // temporaries, stack discipline
+  bool live() const { return !activations->measuring(); }
+};
+
+// What the attention sublayer's backward needs.
+struct AttentionSaved {
+  Tensor norm_out;   // (N, C)        input of the qkv projection
+  Tensor norm_mean;  // (N)           LayerNorm mean (GPT-2 only)
+  Tensor norm_rstd;  // (N)           1 / std (LayerNorm) or 1 / rms (RMSNorm)
+  Tensor qkv;        // (N, QKV)      packed [q | k | v], after RoPE for Llama
+  Tensor att;        // (B, NH, T, T) softmax probabilities          [selective: recomputed]
+  Tensor att_out;    // (N, NH*HS)    heads concatenated, input of proj [selective: recomputed]
+};
+
+// What the MLP sublayer's backward needs.
+struct MlpSaved {
+  Tensor norm_out;   // (N, C)        input of fc
+  Tensor norm_mean;  // (N)           GPT-2 only
+  Tensor norm_rstd;  // (N)
+  Tensor fc_out;     // (N, fc_dim)   pre-activation: GELU input or [gate | up]
+  Tensor act_out;    // (N, F)        activation output, input of out  [selective: recomputed]
+};
+
+struct BlockSaved {
+  Tensor mid;  // (N, C) x + attention(x): the MLP's input and residual
+  AttentionSaved attn;
+  MlpSaved mlp;
+};
+
+class DecoderBlock {
+ public:
+  explicit DecoderBlock(const BlockDims& dims) : d_(dims) {}
+
+  // out(N,C) = block(x(N,C)). `keep` decides what of `saved` is kept in the activations arena
+  // (kNone: everything; kSelective: all but att, att_out, act_out; kFull: nothing — the caller
+  // keeps x). Workspace taken here is released before returning. out must not alias x.
+  void Forward(StepArenas& arenas, RecomputePolicy keep, const float* x, float* out,
+               BlockSaved& saved, const BlockWeights& w) const;
+
+  // d_res(N,C): on entry dL/d(out), on return dL/dx. `x` and `saved` are what Forward was given
+  // and filled under the same policy; what the policy dropped is recomputed into workspace.
+  // Parameter gradients are accumulated into `g`.
+  void Backward(StepArenas& arenas, RecomputePolicy keep, float* d_res, const float* x,
+                const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g) const;
+
+  const BlockDims& dims() const { return d_; }
+
+ private:
+  // The forward computation. Tensors backward needs come from `kept`, the others from
+  // `dropped`; nothing is released. With out == nullptr the last projection is skipped (a
+  // full-recompute pass needs everything but the block's output).
+  void Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x, float* out,
+               BlockSaved& s, const BlockWeights& w) const;
+  void AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const;
+  void NormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const float* x,
+                   const float* w, const float* b) const;
+  // d_x(N,C) written from d_out(N,C).
+  void NormBackward(float* d_x, float* d_w, float* d_b, const float* d_out, const float* x,
+                    const float* w, const Tensor& mean, const Tensor& rstd) const;
+  void Activation(const Tensor& act_out, const Tensor& fc_out) const;
+  void AttentionCore(const Tensor& att_out, const Tensor& att, const Tensor& qkv) const;
+  void MlpBackward(StepArenas& arenas, float* d_res, const BlockSaved& s, const Tensor& act_out,
+                   const BlockWeights& w, const BlockGrads& g) const;
+  void AttentionBackward(StepArenas& arenas, float* d_res, const float* x, const BlockSaved& s,
+                         const Tensor& att, const Tensor& att_out, const BlockWeights& w,
+                         const BlockGrads& g) const;
+
+  BlockDims d_;
+};
+
+}  // namespace tessera
