@@ -70,8 +70,10 @@ void ExpectForwardMatchesNaive(const Shape& s) {
 TEST(Attention, ForwardMatchesNaiveMultiHead) { ExpectForwardMatchesNaive({2, 7, 3, 3, 8}); }
 TEST(Attention, ForwardMatchesNaiveGroupedQuery) { ExpectForwardMatchesNaive({2, 6, 4, 2, 8}); }
 TEST(Attention, ForwardMatchesNaiveMultiQuery) { ExpectForwardMatchesNaive({1, 9, 4, 1, 4}); }
+// Large enough that the (b, h) loop runs on the OpenMP pool, sgemm inside each item.
+TEST(Attention, ForwardMatchesNaiveOnThreads) { ExpectForwardMatchesNaive({2, 16, 4, 2, 8}); }
 
-void ExpectBackwardMatchesFiniteDifferences(const Shape& s) {
+void ExpectBackwardMatchesFiniteDifferences(const Shape& s, size_t max_checks = 2000) {
   auto qkv = RandomVector(s.B * s.T * s.R(), 2, -1.5f, 1.5f);
   const auto r = RandomVector(s.B * s.T * s.NH * s.HS, 3);
   std::vector<float> out(r.size()), att(s.B * s.NH * s.T * s.T);
@@ -83,7 +85,7 @@ void ExpectBackwardMatchesFiniteDifferences(const Shape& s) {
   std::vector<float> d_qkv(qkv.size(), 123.0f), scratch(att.size(), -7.0f);
   AttentionBackward(d_qkv.data(), scratch.data(), r.data(), qkv.data(), att.data(), s.B, s.T,
                     s.NH, s.NKV, s.HS);
-  ExpectGradMatches("d_qkv", qkv, loss, d_qkv.data(), 1e-2, 1e-3f, 2000);
+  ExpectGradMatches("d_qkv", qkv, loss, d_qkv.data(), 1e-2, 1e-3f, max_checks);
 }
 
 TEST(Attention, BackwardMatchesFiniteDifferencesMultiHead) {
@@ -94,6 +96,10 @@ TEST(Attention, BackwardMatchesFiniteDifferencesGroupedQuery) {
 }
 TEST(Attention, BackwardMatchesFiniteDifferencesMultiQuery) {
   ExpectBackwardMatchesFiniteDifferences({1, 6, 3, 1, 4});
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesOnThreads) {
+  ExpectBackwardMatchesFiniteDifferences({2, 16, 4, 2, 8}, 24);
 }
 
 TEST(Attention, DeterministicAndWritesGradient) {
