@@ -333,8 +333,9 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
   const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
   const int64_t L = config_.num_layers;
-  // Evaluation keeps nothing for backward.
-  const RecomputePolicy keep = backward ? config_.recompute : RecomputePolicy::kFull;
+  // Evaluation places tensors as training does, so it fits the same arenas; it simply does not
+  // read back what was kept.
+  const RecomputePolicy keep = config_.recompute;
   act_.Release(0);
   ws_.Release(0);
 
