@@ -1,0 +1,149 @@
+// runtime/train/data/byte_tokenizer.cc — streams input files through a fixed buffer into
+// train/val token shards (see byte_tokenizer.h). Memory use is O(buffer), not O(input).
+#include "runtime/train/data/byte_tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "runtime/core/check.h"
+#include "runtime/train/data/token_shard.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Cuts a token stream into shards named <dir>/<prefix>_NNNNNN.bin of at most shard_tokens.
+class ShardSequence {
+ public:
+  ShardSequence(std::string dir, std::string prefix, int64_t shard_tokens,
+                std::vector<std::string>* written)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens),
+        written_(written) {}
+
+  Status Append(const int32_t* tokens, int64_t count) {
+    while (count > 0) {
+      if (writer_ == nullptr) {
+        char name[64];
+        std::snprintf(name, sizeof(name), "%s_%06zu.bin", prefix_.c_str(), written_->size());
+        current_ = (fs::path(dir_) / name).string();
+        ASSIGN_OR_RETURN(writer_, TokenShardWriter::Create(current_, 2, kByteVocabSize));
+      }
+      const int64_t n = std::min(count, shard_tokens_ - writer_->num_tokens());
+      RETURN_IF_ERROR(writer_->Append({tokens, static_cast<size_t>(n)}));
+      tokens += n;
+      count -= n;
+      if (writer_->num_tokens() == shard_tokens_) RETURN_IF_ERROR(Close());
+    }
+    return Status::Ok();
+  }
+
+  Status Close() {
+    if (writer_ == nullptr) return Status::Ok();
+    RETURN_IF_ERROR(writer_->Finish());
+    writer_.reset();
+    written_->push_back(current_);
+    return Status::Ok();
+  }
+
+ private:
+  std::string dir_, prefix_;
+  int64_t shard_tokens_;
+  std::vector<std::string>* written_;
+  std::unique_ptr<TokenShardWriter> writer_;
+  std::string current_;
+};
+
+}  // namespace
+
+Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& out_dir,
+                     double val_fraction, int64_t shard_tokens, TokenizeStats* stats) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+    return InvalidArgument("val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  }
+  if (shard_tokens < 1) {
+    return InvalidArgument("shard_tokens must be >= 1, got " + std::to_string(shard_tokens));
+  }
+  if (inputs.empty()) return InvalidArgument("no input files to tokenize");
+  std::error_code ec;
+  int64_t total_bytes = 0;
+  for (const std::string& input : inputs) {
+    fs::file_status st = fs::status(input, ec);
+    if (!fs::exists(st)) return NotFound(input + ": no such file");
+    if (!fs::is_regular_file(st)) return InvalidArgument(input + ": not a regular file");
+    const uintmax_t size = fs::file_size(input, ec);
+    if (ec) return IoError(input + ": cannot read its size: " + ec.message());
+    total_bytes += static_cast<int64_t>(size);
+  }
+  const int64_t val_tokens =
+      static_cast<int64_t>(std::floor(val_fraction * static_cast<double>(total_bytes)));
+  const int64_t train_tokens = total_bytes - val_tokens;
+  if (train_tokens < 1) {
+    return InvalidArgument("inputs hold " + std::to_string(total_bytes) +
+                           " bytes: nothing left for the train split");
+  }
+
+  fs::create_directories(out_dir, ec);
+  if (ec) return IoError(out_dir + ": cannot create directory: " + ec.message());
+  for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool ours = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+                      name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (ours) {
+      return FailedPrecondition(out_dir + ": already holds token shards (" + name +
+                                "); remove them or choose another directory");
+    }
+  }
+  if (ec) return IoError(out_dir + ": cannot list directory: " + ec.message());
+
+  TokenizeStats local;
+  TokenizeStats& s = stats != nullptr ? *stats : local;
+  s = TokenizeStats();
+  ShardSequence train(out_dir, "train", shard_tokens, &s.train_files);
+  ShardSequence val(out_dir, "val", shard_tokens, &s.val_files);
+  std::vector<unsigned char> bytes(size_t{1} << 20);
+  std::vector<int32_t> tokens(bytes.size());
+  int64_t position = 0;  // in the concatenated stream
+  for (const std::string& input : inputs) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(input.c_str(), "rb"), &std::fclose);
+    if (f == nullptr) return IoError(input + ": cannot open for reading");
+    while (true) {
+      const size_t n = std::fread(bytes.data(), 1, bytes.size(), f.get());
+      if (n == 0) {
+        if (std::ferror(f.get())) return IoError(input + ": read failed");
+        break;
+      }
+      for (size_t i = 0; i < n; ++i) tokens[i] = bytes[i];
+      // Tokens before train_tokens go to train, the rest to val.
+      const int64_t to_train =
+          std::clamp<int64_t>(train_tokens - position, 0, static_cast<int64_t>(n));
+      RETURN_IF_ERROR(train.Append(tokens.data(), to_train));
+      RETURN_IF_ERROR(val.Append(tokens.data() + to_train, static_cast<int64_t>(n) - to_train));
+      position += static_cast<int64_t>(n);
+    }
+  }
+  if (position != total_bytes) {
+    return IoError("inputs changed while being tokenized (expected " +
+                   std::to_string(total_bytes) + " bytes, read " + std::to_string(position) + ")");
+  }
+  RETURN_IF_ERROR(train.Close());
+  RETURN_IF_ERROR(val.Close());
+  s.input_bytes = total_bytes;
+  s.train_tokens = train_tokens;
+  s.val_tokens = val_tokens;
+  return Status::Ok();
+}
+
+std::string DecodeBytes(const int32_t* tokens, int64_t count) {
+  std::string out(static_cast<size_t>(count), '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    TESSERA_CHECK(tokens[i] >= 0 && tokens[i] < kByteVocabSize);
+    out[static_cast<size_t>(i)] = static_cast<char>(tokens[i]);
+  }
+  return out;
+}
+
+}  // namespace tessera
