@@ -48,8 +48,12 @@ inline float ExpF(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float er = p * (r * r) + r + 1.0f;
-  // 2^n built from its exponent bits; the clamp keeps n in [-126, 127], a normal float.
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // 2^n built from its exponent bits; the clamp keeps n in [-126, 127], a normal float. n is
+  // read from t's low mantissa bits (t = 1.5*2^23 + n exactly), in unsigned arithmetic, rather
+  // than by a float->int cast, which would be undefined behaviour for a NaN input.
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof(t_bits));
+  const uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return er * scale;
