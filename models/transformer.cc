@@ -94,7 +94,8 @@ class TransformerImpl final : public Transformer {
   int64_t num_params() const override { return flat_params_.numel(); }
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
-  // (QK^T and att@V, forward 2 each, backward twice that), T = the sequence length of Create.
+  // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
+  // the sequence length T of Create.
   double TrainFlopsPerToken() const override {
     return 6.0 * static_cast<double>(MatmulParams(config_)) +
            12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_);
@@ -106,8 +107,9 @@ class TransformerImpl final : public Transformer {
   void MeasureArenas();
   void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
   double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
-  void FinalNormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                        const float* x) const;
+  void ForwardBody(StepArenas& arenas, const int32_t* inputs);
+  void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
+                    size_t d_h_mark, const Tensor& d_res);
 
   ModelConfig config_;
   int64_t B_, T_;
@@ -132,6 +134,11 @@ class TransformerImpl final : public Transformer {
   // Per-step state, reallocated from the arenas each step.
   std::vector<Tensor> resid_;        // L+1 x (N, C): embeddings, then each block's output
   std::vector<BlockSaved> saved_;    // per block, what the policy keeps
+  struct {
+    Tensor out;   // (N, C) h = final_norm(x_L), the LM head's input
+    Tensor mean;  // (N)    GPT-2 only
+    Tensor rstd;  // (N)
+  } final_;
 };
 
 BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T) {
@@ -315,14 +322,62 @@ void TransformerImpl::CheckTokens(const int32_t* inputs, const int32_t* targets)
   }
 }
 
-void TransformerImpl::FinalNormForward(const Tensor& out, const Tensor& mean,
-                                       const Tensor& rstd, const float* x) const {
-  const int64_t N = B_ * T_, C = config_.hidden_size;
+// Forward through the embeddings, the blocks and the final norm: fills resid_, saved_ and
+// final_ (h = final_norm(x_L), what the LM head reads).
+void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
+  const bool live = arenas.live();
+  const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
+  // x0 = embed[tokens] (+ wpe[t]); x_{l+1} = block_l(x_l)
+  resid_.assign(L + 1, Tensor());
+  saved_.assign(L, BlockSaved());
+  resid_[0] = act_.Allocate(DType::kF32, {N, C});
+  if (live) cpu::EmbeddingForward(resid_[0].f32(), inputs, wte_, wpe_, B_, T_, C);
+  for (int64_t l = 0; l < L; ++l) {
+    resid_[l + 1] = act_.Allocate(DType::kF32, {N, C});
+    // Evaluation places tensors as training does, so it fits the same arenas; it simply does
+    // not read back what was kept.
+    block_.Forward(arenas, config_.recompute, resid_[l].f32(), resid_[l + 1].f32(), saved_[l],
+                   block_w_[l]);
+  }
+  // h = final_norm(x_L)
+  final_.out = act_.Allocate(DType::kF32, {N, C});
+  final_.mean = config_.family == ModelFamily::kGpt2 ? act_.Allocate(DType::kF32, {N}) : Tensor();
+  final_.rstd = act_.Allocate(DType::kF32, {N});
+  if (!live) return;
   if (config_.family == ModelFamily::kGpt2) {
-    cpu::LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, lnf_w_, lnf_b_, N, C,
-                          config_.norm_eps);
+    cpu::LayerNormForward(final_.out.f32(), final_.mean.f32(), final_.rstd.f32(),
+                          resid_[L].f32(), lnf_w_, lnf_b_, N, C, config_.norm_eps);
   } else {
-    cpu::RmsNormForward(out.f32(), rstd.f32(), x, lnf_w_, N, C, config_.norm_eps);
+    cpu::RmsNormForward(final_.out.f32(), final_.rstd.f32(), resid_[L].f32(), lnf_w_, N, C,
+                        config_.norm_eps);
+  }
+}
+
+// Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
+// d_h sits on top of the workspace at `d_h_mark`: it is released once the final norm has read
+// it, so the blocks reuse its bytes.
+void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
+                                   size_t d_h_mark, const Tensor& d_res) {
+  const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
+  // h = final_norm(x_L)
+  if (arenas.live()) {
+    if (config_.family == ModelFamily::kGpt2) {
+      cpu::LayerNormBackward(d_res.f32(), d_lnf_w_, d_lnf_b_, d_h.f32(), resid_[L].f32(),
+                             lnf_w_, final_.mean.f32(), final_.rstd.f32(), N, C);
+    } else {
+      cpu::RmsNormBackward(d_res.f32(), d_lnf_w_, d_h.f32(), resid_[L].f32(), lnf_w_,
+                           final_.rstd.f32(), N, C);
+    }
+  }
+  ws_.Release(d_h_mark);
+  // x_{l+1} = block_l(x_l)
+  for (int64_t l = L - 1; l >= 0; --l) {
+    block_.Backward(arenas, config_.recompute, d_res.f32(), resid_[l].f32(), saved_[l],
+                    block_w_[l], block_g_[l]);
+  }
+  // x0 = embed[tokens] (+ wpe[t])
+  if (arenas.live()) {
+    cpu::EmbeddingBackward(d_wte_, d_wpe_, d_res.f32(), inputs, B_, T_, C, config_.vocab_size);
   }
 }
 
@@ -330,37 +385,19 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
                              bool backward) {
   StepArenas arenas{&act_, &ws_};
   const bool live = arenas.live();
-  const bool gpt2 = config_.family == ModelFamily::kGpt2;
   const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
-  const int64_t L = config_.num_layers;
-  // Evaluation places tensors as training does, so it fits the same arenas; it simply does not
-  // read back what was kept.
-  const RecomputePolicy keep = config_.recompute;
   act_.Release(0);
   ws_.Release(0);
-
   int64_t counted = 0;
   if (live) {
     CheckTokens(inputs, targets);
     for (int64_t i = 0; i < N; ++i) counted += targets[i] >= 0;
   }
 
-  // ---- forward: x0 = embed[tokens] (+ wpe[t]); x_{l+1} = block_l(x_l)
-  resid_.assign(L + 1, Tensor());
-  saved_.assign(L, BlockSaved());
-  resid_[0] = act_.Allocate(DType::kF32, {N, C});
-  if (live) cpu::EmbeddingForward(resid_[0].f32(), inputs, wte_, wpe_, B_, T_, C);
-  for (int64_t l = 0; l < L; ++l) {
-    resid_[l + 1] = act_.Allocate(DType::kF32, {N, C});
-    block_.Forward(arenas, keep, resid_[l].f32(), resid_[l + 1].f32(), saved_[l], block_w_[l]);
-  }
-  // h = final_norm(x_L)
-  Tensor h = act_.Allocate(DType::kF32, {N, C});
-  Tensor mean = gpt2 ? act_.Allocate(DType::kF32, {N}) : Tensor();
-  Tensor rstd = act_.Allocate(DType::kF32, {N});
-  if (live) FinalNormForward(h, mean, rstd, resid_[L].f32());
+  ForwardBody(arenas, inputs);
 
-  // ---- LM head + cross-entropy, fused with its backward: d_h = dL/dh.
+  // LM head + cross-entropy, fused with its backward: d_h = dL/dh, scaled for the mean over
+  // counted tokens and the caller's accumulation factor.
   Tensor d_res = backward ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
   const size_t d_h_mark = ws_.Mark();
   Tensor d_h = backward ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
@@ -372,37 +409,14 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   double loss_sum = 0.0;
   if (live) {
     loss_sum = cpu::ClassifierForwardBackward(
-        losses.f32(), backward ? d_h.f32() : nullptr, backward ? d_head_w_ : nullptr, h.f32(),
-        head_w_, targets, N, C, V, loss_scale, logits.f32(), chunk_rows_);
+        losses.f32(), backward ? d_h.f32() : nullptr, backward ? d_head_w_ : nullptr,
+        final_.out.f32(), head_w_, targets, N, C, V, loss_scale, logits.f32(), chunk_rows_);
   }
   ws_.Release(head_mark);
-  const double mean_loss = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
-  if (!backward) {
-    ws_.Release(0);
-    return mean_loss;
-  }
 
-  // ---- backward
-  // h = final_norm(x_L)
-  if (live) {
-    if (gpt2) {
-      cpu::LayerNormBackward(d_res.f32(), d_lnf_w_, d_lnf_b_, d_h.f32(), resid_[L].f32(), lnf_w_,
-                             mean.f32(), rstd.f32(), N, C);
-    } else {
-      cpu::RmsNormBackward(d_res.f32(), d_lnf_w_, d_h.f32(), resid_[L].f32(), lnf_w_,
-                           rstd.f32(), N, C);
-    }
-  }
-  ws_.Release(d_h_mark);
-  // x_{l+1} = block_l(x_l)
-  for (int64_t l = L - 1; l >= 0; --l) {
-    block_.Backward(arenas, keep, d_res.f32(), resid_[l].f32(), saved_[l], block_w_[l],
-                    block_g_[l]);
-  }
-  // x0 = embed[tokens] (+ wpe[t])
-  if (live) cpu::EmbeddingBackward(d_wte_, d_wpe_, d_res.f32(), inputs, B_, T_, C, V);
+  if (backward) BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
   ws_.Release(0);
-  return mean_loss;
+  return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
 }
 
 }  // namespace

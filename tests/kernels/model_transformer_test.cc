@@ -155,19 +155,31 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- recompute policies ------------------------------------------------------------------
 
-class Recompute : public ::testing::TestWithParam<ModelFamily> {};
+// Medium shapes: big enough that every kernel takes its multithreaded path.
+ModelConfig Medium(ModelFamily family, RecomputePolicy policy) {
+  ModelConfig c = Tiny(family, policy, 0.05f);
+  c.vocab_size = 512;
+  c.max_seq_len = 32;
+  c.hidden_size = 128;
+  c.ffn_hidden_size = 0;
+  return c;
+}
+
+class Recompute : public ::testing::TestWithParam<std::tuple<ModelFamily, bool>> {};
 
 TEST_P(Recompute, GradientsBitIdenticalAndActivationPeaksDecrease) {
-  const ModelFamily family = GetParam();
-  const Batch b = MakeBatch(kB, kT, 32, 5);
+  const auto [family, medium] = GetParam();
+  const int64_t B = medium ? 4 : kB, T = medium ? 32 : kT;
+  const RecomputePolicy policies[3] = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
+                                       RecomputePolicy::kFull};
   std::vector<float> grads[3];
   double losses[3];
   size_t act_peak[3], ws_peak[3];
-  const RecomputePolicy policies[3] = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
-                                       RecomputePolicy::kFull};
   for (int k = 0; k < 3; ++k) {
+    const ModelConfig c = medium ? Medium(family, policies[k]) : Tiny(family, policies[k]);
+    const Batch b = MakeBatch(B, T, c.vocab_size, 5);
     MemoryTracker tracker;
-    auto m = Make(Tiny(family, policies[k]), kB, kT, &tracker);
+    auto m = Make(c, B, T, &tracker);
     m->InitRandom(21);
     // Two steps: gradients accumulate, and the arenas are reused.
     losses[k] = m->ForwardBackward(b.inputs.data(), b.targets.data(), 0.5f);
@@ -177,8 +189,10 @@ TEST_P(Recompute, GradientsBitIdenticalAndActivationPeaksDecrease) {
     ws_peak[k] = tracker.peak(MemoryKind::kWorkspace);
     // The measuring pass sized the arenas exactly for the step.
     EXPECT_EQ(act_peak[k], tracker.reserved(MemoryKind::kActivations));
-    std::printf("%s recompute=%-9s activations peak %7zu B, workspace peak %7zu B\n",
-                Name(family), RecomputePolicyName(policies[k]), act_peak[k], ws_peak[k]);
+    EXPECT_EQ(ws_peak[k], tracker.reserved(MemoryKind::kWorkspace));
+    std::printf("%s C=%ld recompute=%-9s activations peak %8zu B, workspace peak %8zu B\n",
+                Name(family), static_cast<long>(c.hidden_size), RecomputePolicyName(policies[k]),
+                act_peak[k], ws_peak[k]);
   }
   for (int k = 1; k < 3; ++k) {
     EXPECT_EQ(losses[0], losses[k]) << RecomputePolicyName(policies[k]);
@@ -190,9 +204,14 @@ TEST_P(Recompute, GradientsBitIdenticalAndActivationPeaksDecrease) {
   EXPECT_GT(act_peak[1], act_peak[2]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Recompute,
-                         ::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
-                         [](const auto& info) { return std::string(Name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Models, Recompute,
+    ::testing::Combine(::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(Name(std::get<0>(info.param))) +
+             (std::get<1>(info.param) ? "_medium" : "_tiny");
+    });
 
 // ---- determinism, accumulation, known values --------------------------------------------
 
