@@ -1,0 +1,626 @@
+// runtime/train/config.cc — LoadConfig: YAML file + `--set` overrides -> validated Config.
+//
+// Owns: the only use of yaml-cpp for reading config. Flow: read the file, parse it, apply each
+// override to the tree, then walk the tree section by section into the typed structs (every
+// key optional, unknown keys rejected with a suggestion), then the cross-field checks, then
+// Config::resolved_yaml. Every error is "WHERE: dotted.key: problem", WHERE being
+// "file:line:col" (1-based) for file content or "--set key=value" for what an override wrote.
+// yaml-cpp exceptions are caught here and never escape. Thread-safety: no shared state.
+#include "runtime/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "runtime/train/config_emit.h"
+#include "runtime/train/config_suggest.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// Where each part of the tree came from, and where each key that was read sits (so that
+// cross-field errors can point at a key a user can find).
+class Context {
+ public:
+  explicit Context(std::string file) : file_(std::move(file)) {}
+
+  const std::string& file() const { return file_; }
+
+  // Marks `dotted` (and everything below it) as written by the override `origin`.
+  void AddOverride(const std::string& dotted, const std::string& origin) {
+    override_origin_[dotted] = origin;
+  }
+
+  // "--set ..." if an override wrote `dotted` or a section above it, else "file:line:col".
+  std::string Where(const YAML::Mark& mark, const std::string& dotted) const {
+    std::string key = dotted;
+    while (true) {
+      auto it = override_origin_.find(key);
+      if (it != override_origin_.end()) return it->second;
+      const size_t dot = key.rfind('.');
+      if (dot == std::string::npos) break;
+      key.resize(dot);
+    }
+    if (mark.is_null()) return file_;
+    return file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  }
+
+  void RecordPosition(const std::string& dotted, std::string where) {
+    positions_[dotted] = std::move(where);
+  }
+
+  // Error at the first of `keys` the config actually set (they are listed most specific
+  // first); if none was set, at the file itself, naming the first key.
+  Status CrossFieldError(const std::vector<std::string>& keys, const std::string& problem) const {
+    for (const std::string& k : keys) {
+      auto it = positions_.find(k);
+      if (it != positions_.end()) return InvalidArgument(it->second + ": " + k + ": " + problem);
+    }
+    return InvalidArgument(file_ + ": " + keys.front() + ": " + problem);
+  }
+
+ private:
+  std::string file_;
+  std::map<std::string, std::string> override_origin_;
+  std::map<std::string, std::string> positions_;
+};
+
+std::string Join(const std::vector<std::string>& words, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i ? sep : "") + words[i];
+  return out;
+}
+
+// How a node looks in a "got ..." clause.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Null: return "nothing (null)";
+    case YAML::NodeType::Scalar: {
+      std::string s = node.Scalar();
+      if (s.size() > 60) s = s.substr(0, 57) + "...";
+      return "\"" + s + "\"";
+    }
+    default: return "an undefined value";
+  }
+}
+
+// A quoted scalar ("5", '5') is a string in YAML even when it looks like a number; numbers and
+// booleans must be written plain. yaml-cpp tags quoted scalars "!".
+bool IsQuoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
+bool LooksLikeInteger(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  return true;
+}
+
+struct FloatRange {
+  double min;
+  bool min_inclusive;
+  double max;  // +inf when unbounded
+  bool max_inclusive;
+};
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr FloatRange kPositive{0.0, false, kInf, false};
+constexpr FloatRange kNonNegative{0.0, true, kInf, false};
+constexpr FloatRange kUnitOpen{0.0, true, 1.0, false};    // [0, 1)
+constexpr FloatRange kUnitClosed{0.0, true, 1.0, true};   // [0, 1]
+
+std::string RangeText(const FloatRange& r) {
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  if (r.max == kInf) return std::string(r.min_inclusive ? ">= " : "> ") + num(r.min);
+  return std::string("in ") + (r.min_inclusive ? "[" : "(") + num(r.min) + ", " + num(r.max) +
+         (r.max_inclusive ? "]" : ")");
+}
+
+// One map of the tree (a section such as `model` or `data.synthetic`). Readers look keys up,
+// convert and range-check them, and remember which keys they asked for; Finish() then rejects
+// whatever nobody asked for. A missing or null section reads as empty (all defaults).
+class Section {
+ public:
+  static Result<Section> Make(Context* ctx, const YAML::Node& node, std::string prefix) {
+    Section s(ctx, std::move(prefix));
+    if (!node.IsDefined() || node.IsNull()) return s;
+    if (!node.IsMap()) {
+      return InvalidArgument(ctx->Where(node.Mark(), s.prefix_) + ": " + s.prefix_ +
+                             ": expected a map, got " + Describe(node));
+    }
+    std::set<std::string> seen;
+    for (const auto& kv : node) {  // a temporary pair; copy the handles, never refer into it
+      const YAML::Node key = kv.first;
+      if (!key.IsScalar()) {
+        return InvalidArgument(ctx->Where(key.Mark(), s.prefix_) + ": " + s.prefix_ +
+                               ": keys must be plain words, got " + Describe(key));
+      }
+      const std::string dotted = s.Dotted(key.Scalar());
+      if (!seen.insert(key.Scalar()).second) {
+        return InvalidArgument(ctx->Where(key.Mark(), dotted) + ": " + dotted +
+                               ": duplicate key (each key may appear once)");
+      }
+      s.entries_.push_back({key.Scalar(), key.Mark(), kv.second});
+    }
+    return s;
+  }
+
+  // The sub-map `key` (e.g. data.synthetic).
+  Result<Section> Child(const std::string& key) {
+    const Entry* e = Lookup(key);
+    return Make(ctx_, e == nullptr ? YAML::Node() : e->value, Dotted(key));
+  }
+
+  Status Int(const std::string& key, int64_t min, int64_t max, int64_t* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    const std::string& text = e->value.IsScalar() ? e->value.Scalar() : std::string();
+    if (!e->value.IsScalar() || IsQuoted(e->value) || !LooksLikeInteger(text)) {
+      return TypeError(*e, "an integer");
+    }
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) return Error(*e, "integer out of range, got " + Describe(e->value));
+    RETURN_IF_ERROR(CheckIntRange(*e, v, min, max));
+    *out = v;
+    return Status::Ok();
+  }
+
+  Status Int(const std::string& key, int64_t min, int64_t max, int* out) {
+    int64_t v = *out;
+    RETURN_IF_ERROR(Int(key, min, std::min<int64_t>(max, std::numeric_limits<int>::max()), &v));
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+
+  Status Uint(const std::string& key, uint64_t* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    const std::string& text = e->value.IsScalar() ? e->value.Scalar() : std::string();
+    if (!e->value.IsScalar() || IsQuoted(e->value) || !LooksLikeInteger(text) || text[0] == '-') {
+      return TypeError(*e, "a non-negative integer");
+    }
+    errno = 0;
+    const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) return Error(*e, "integer out of range, got " + Describe(e->value));
+    *out = v;
+    return Status::Ok();
+  }
+
+  Status Float(const std::string& key, const FloatRange& range, float* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    if (!e->value.IsScalar() || IsQuoted(e->value)) return TypeError(*e, "a number");
+    const std::string& text = e->value.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text.c_str(), &end);
+    // strtod also takes "inf", "nan" and hex floats; a config value must be an ordinary number.
+    const bool ordinary = text.find_first_of("iInNxX") == std::string::npos;
+    if (text.empty() || *end != '\0' || !ordinary) return TypeError(*e, "a number");
+    if (errno == ERANGE || std::fabs(v) > std::numeric_limits<float>::max()) {
+      return Error(*e, "number out of range for a float, got " + Describe(e->value));
+    }
+    const bool low = range.min_inclusive ? v < range.min : v <= range.min;
+    const bool high = range.max_inclusive ? v > range.max : v >= range.max;
+    if (low || high) return Error(*e, "must be " + RangeText(range) + ", got " + text);
+    *out = static_cast<float>(v);
+    return Status::Ok();
+  }
+
+  // `present` (optional) says whether the key was given, for family-dependent defaults.
+  Status Bool(const std::string& key, bool* out, bool* present = nullptr) {
+    if (present != nullptr) *present = false;
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    const std::string text = e->value.IsScalar() ? e->value.Scalar() : std::string();
+    const bool plain = e->value.IsScalar() && !IsQuoted(e->value);
+    if (plain && (text == "true" || text == "True" || text == "TRUE")) {
+      *out = true;
+    } else if (plain && (text == "false" || text == "False" || text == "FALSE")) {
+      *out = false;
+    } else {
+      return TypeError(*e, "a boolean (true or false)");
+    }
+    if (present != nullptr) *present = true;
+    return Status::Ok();
+  }
+
+  // Any scalar is taken as written; null (`key:` with no value) is the empty string.
+  Status String(const std::string& key, std::string* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    if (e->value.IsNull()) {
+      out->clear();
+    } else if (e->value.IsScalar()) {
+      *out = e->value.Scalar();
+    } else {
+      return TypeError(*e, "a string");
+    }
+    return Status::Ok();
+  }
+
+  // For strings that must be set when given (after String() read them).
+  Status NonEmpty(const std::string& key, const std::string& value) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr || !value.empty()) return Status::Ok();
+    return Error(*e, "must not be empty");
+  }
+
+  template <typename E>
+  Status Enum(const std::string& key, const std::vector<std::pair<std::string, E>>& names, E* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr) return Status::Ok();
+    std::vector<std::string> allowed;
+    for (const auto& [name, value] : names) {
+      allowed.push_back(name);
+      if (e->value.IsScalar() && e->value.Scalar() == name) {
+        *out = value;
+        return Status::Ok();
+      }
+    }
+    std::string problem = "expected one of " + Join(allowed, " | ") + ", got " + Describe(e->value);
+    if (e->value.IsScalar()) {
+      const std::string guess = ClosestConfigWord(e->value.Scalar(), allowed);
+      if (!guess.empty()) problem += " (did you mean \"" + guess + "\"?)";
+    }
+    return Error(*e, problem);
+  }
+
+  // Rejects every key no reader asked for, suggesting the closest known one.
+  Status Finish() const {
+    for (const Entry& e : entries_) {
+      if (known_.count(e.key)) continue;
+      const std::string dotted = Dotted(e.key);
+      std::string problem = "unknown key";
+      const std::string guess = ClosestConfigWord(e.key, known_order_);
+      if (!guess.empty()) {
+        problem += " (did you mean \"" + guess + "\"?)";
+      } else {
+        problem += " (valid keys" + std::string(prefix_.empty() ? "" : " of " + prefix_) + ": " +
+                   Join(known_order_, ", ") + ")";
+      }
+      return InvalidArgument(ctx_->Where(e.key_mark, dotted) + ": " + dotted + ": " + problem);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    YAML::Mark key_mark;
+    YAML::Node value;
+  };
+
+  Section(Context* ctx, std::string prefix) : ctx_(ctx), prefix_(std::move(prefix)) {}
+
+  std::string Dotted(const std::string& key) const {
+    return prefix_.empty() ? key : prefix_ + "." + key;
+  }
+
+  // Registers `key` as known and returns its entry, or nullptr when the config omits it.
+  const Entry* Lookup(const std::string& key) {
+    if (known_.insert(key).second) known_order_.push_back(key);
+    for (const Entry& e : entries_) {
+      if (e.key != key) continue;
+      ctx_->RecordPosition(Dotted(key), WhereValue(e));
+      return &e;
+    }
+    return nullptr;
+  }
+
+  // The value's position; for a null value (`key:` alone) yaml-cpp marks the next token, so
+  // the key's position is the useful one.
+  std::string WhereValue(const Entry& e) const {
+    const YAML::Mark mark = e.value.IsNull() ? e.key_mark : e.value.Mark();
+    return ctx_->Where(mark, Dotted(e.key));
+  }
+
+  Status Error(const Entry& e, const std::string& problem) const {
+    return InvalidArgument(WhereValue(e) + ": " + Dotted(e.key) + ": " + problem);
+  }
+
+  Status TypeError(const Entry& e, const std::string& expected) const {
+    std::string got = Describe(e.value);
+    if (e.value.IsScalar() && IsQuoted(e.value)) got = "the quoted string " + got;
+    return Error(e, "expected " + expected + ", got " + got);
+  }
+
+  Status CheckIntRange(const Entry& e, int64_t v, int64_t min, int64_t max) const {
+    if (v < min) return Error(e, "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    if (v > max) return Error(e, "must be <= " + std::to_string(max) + ", got " + std::to_string(v));
+    return Status::Ok();
+  }
+
+  Context* ctx_;
+  std::string prefix_;
+  std::vector<Entry> entries_;
+  std::set<std::string> known_;
+  std::vector<std::string> known_order_;  // documented order, for suggestions and listings
+};
+
+Status ReadModel(Section& s, ModelConfig* m) {
+  RETURN_IF_ERROR(s.Enum<ModelFamily>(
+      "family", {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}}, &m->family));
+  RETURN_IF_ERROR(s.Int("vocab_size", 2, kInt64Max, &m->vocab_size));
+  RETURN_IF_ERROR(s.Int("max_seq_len", 1, kInt64Max, &m->max_seq_len));
+  RETURN_IF_ERROR(s.Int("num_layers", 1, kInt64Max, &m->num_layers));
+  RETURN_IF_ERROR(s.Int("hidden_size", 1, kInt64Max, &m->hidden_size));
+  RETURN_IF_ERROR(s.Int("num_heads", 1, kInt64Max, &m->num_heads));
+  RETURN_IF_ERROR(s.Int("num_kv_heads", 0, kInt64Max, &m->num_kv_heads));
+  RETURN_IF_ERROR(s.Int("ffn_hidden_size", 0, kInt64Max, &m->ffn_hidden_size));
+  RETURN_IF_ERROR(s.Float("norm_eps", kPositive, &m->norm_eps));
+  RETURN_IF_ERROR(s.Float("rope_theta", kPositive, &m->rope_theta));
+  bool tie_given = false;
+  RETURN_IF_ERROR(s.Bool("tie_embeddings", &m->tie_embeddings, &tie_given));
+  if (!tie_given) m->tie_embeddings = m->family == ModelFamily::kGpt2;  // GPT-2 ties, Llama not
+  RETURN_IF_ERROR(s.Float("init_std", kPositive, &m->init_std));
+  RETURN_IF_ERROR(s.Enum<RecomputePolicy>("recompute",
+                                          {{"none", RecomputePolicy::kNone},
+                                           {"selective", RecomputePolicy::kSelective},
+                                           {"full", RecomputePolicy::kFull}},
+                                          &m->recompute));
+  return s.Finish();
+}
+
+Status ReadOptimizer(Section& s, AdamWConfig* o) {
+  RETURN_IF_ERROR(s.Float("lr", kPositive, &o->lr));
+  RETURN_IF_ERROR(s.Float("beta1", kUnitOpen, &o->beta1));
+  RETURN_IF_ERROR(s.Float("beta2", kUnitOpen, &o->beta2));
+  RETURN_IF_ERROR(s.Float("eps", kPositive, &o->eps));
+  RETURN_IF_ERROR(s.Float("weight_decay", kNonNegative, &o->weight_decay));
+  RETURN_IF_ERROR(s.Bool("decay_norms", &o->decay_norms));
+  RETURN_IF_ERROR(s.Bool("decay_biases", &o->decay_biases));
+  RETURN_IF_ERROR(s.Bool("decay_embeddings", &o->decay_embeddings));
+  RETURN_IF_ERROR(s.Float("grad_clip", kNonNegative, &o->grad_clip));
+  return s.Finish();
+}
+
+Status ReadSchedule(Section& s, LrScheduleConfig* c) {
+  RETURN_IF_ERROR(s.Int("warmup_steps", 0, kInt64Max, &c->warmup_steps));
+  RETURN_IF_ERROR(s.Enum<LrDecay>(
+      "decay",
+      {{"cosine", LrDecay::kCosine}, {"linear", LrDecay::kLinear}, {"constant", LrDecay::kConstant}},
+      &c->decay));
+  RETURN_IF_ERROR(s.Float("min_lr_ratio", kUnitClosed, &c->min_lr_ratio));
+  RETURN_IF_ERROR(s.Int("decay_steps", 0, kInt64Max, &c->decay_steps));
+  return s.Finish();
+}
+
+Status ReadData(Section& s, DataConfig* d) {
+  RETURN_IF_ERROR(s.Enum<DataSource>(
+      "source", {{"synthetic", DataSource::kSynthetic}, {"shards", DataSource::kShards}},
+      &d->source));
+  RETURN_IF_ERROR(s.String("train", &d->train_path));
+  RETURN_IF_ERROR(s.String("val", &d->val_path));
+  ASSIGN_OR_RETURN(Section syn, s.Child("synthetic"));
+  SyntheticDataConfig& c = d->synthetic;
+  RETURN_IF_ERROR(syn.Int("branching", 1, kInt64Max, &c.branching));
+  RETURN_IF_ERROR(syn.Int("order", 1, 2, &c.order));
+  RETURN_IF_ERROR(syn.Float("concentration", kPositive, &c.concentration));
+  RETURN_IF_ERROR(syn.Uint("seed", &c.seed));
+  RETURN_IF_ERROR(syn.Int("num_tokens", 2, kInt64Max, &c.num_tokens));
+  RETURN_IF_ERROR(syn.Finish());
+  return s.Finish();
+}
+
+Status ReadTrain(Section& s, TrainConfig* t) {
+  RETURN_IF_ERROR(s.Int("steps", 1, kInt64Max, &t->steps));
+  RETURN_IF_ERROR(s.Int("micro_batch_size", 1, kInt64Max, &t->micro_batch_size));
+  RETURN_IF_ERROR(s.Int("grad_accum_steps", 1, kInt64Max, &t->grad_accum_steps));
+  RETURN_IF_ERROR(s.Int("seq_len", 1, kInt64Max, &t->seq_len));
+  RETURN_IF_ERROR(s.Uint("seed", &t->seed));
+  RETURN_IF_ERROR(s.Int("log_interval", 1, kInt64Max, &t->log_interval));
+  RETURN_IF_ERROR(s.Int("eval_interval", 0, kInt64Max, &t->eval_interval));
+  RETURN_IF_ERROR(s.Int("eval_batches", 1, kInt64Max, &t->eval_batches));
+  RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
+  RETURN_IF_ERROR(s.String("out_dir", &t->out_dir));
+  RETURN_IF_ERROR(s.NonEmpty("out_dir", t->out_dir));  // "" would scatter outputs into the cwd
+  return s.Finish();
+}
+
+// The whole tree: sections in documented order, then unknown top-level keys.
+Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
+  ASSIGN_OR_RETURN(Section top, Section::Make(ctx, root, ""));
+  ASSIGN_OR_RETURN(Section model, top.Child("model"));
+  RETURN_IF_ERROR(ReadModel(model, &cfg->model));
+  ASSIGN_OR_RETURN(Section optimizer, top.Child("optimizer"));
+  RETURN_IF_ERROR(ReadOptimizer(optimizer, &cfg->optimizer));
+  ASSIGN_OR_RETURN(Section schedule, top.Child("schedule"));
+  RETURN_IF_ERROR(ReadSchedule(schedule, &cfg->schedule));
+  ASSIGN_OR_RETURN(Section data, top.Child("data"));
+  RETURN_IF_ERROR(ReadData(data, &cfg->data));
+  ASSIGN_OR_RETURN(Section train, top.Child("train"));
+  RETURN_IF_ERROR(ReadTrain(train, &cfg->train));
+  RETURN_IF_ERROR(top.String("init_from", &cfg->init_from));
+  return top.Finish();
+}
+
+std::string N(int64_t v) { return std::to_string(v); }
+
+// Constraints between keys, each reported at the most specific key the config set.
+Status CheckCrossField(const Context& ctx, const Config& c) {
+  const ModelConfig& m = c.model;
+  if (m.hidden_size % m.num_heads != 0) {
+    return ctx.CrossFieldError({"model.num_heads", "model.hidden_size"},
+                               "num_heads=" + N(m.num_heads) + " does not divide hidden_size=" +
+                                   N(m.hidden_size));
+  }
+  if (m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads != 0) {
+    return ctx.CrossFieldError({"model.num_kv_heads", "model.num_heads"},
+                               "num_kv_heads=" + N(m.num_kv_heads) + " does not divide num_heads=" +
+                                   N(m.num_heads));
+  }
+  if (m.family == ModelFamily::kGpt2 && m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads) {
+    return ctx.CrossFieldError({"model.num_kv_heads", "model.family"},
+                               "gpt2 has no grouped-query attention: num_kv_heads=" +
+                                   N(m.num_kv_heads) + " must equal num_heads=" + N(m.num_heads) +
+                                   " (or be 0)");
+  }
+  if (m.family == ModelFamily::kLlama && m.head_size() % 2 != 0) {
+    return ctx.CrossFieldError({"model.hidden_size", "model.num_heads", "model.family"},
+                               "llama needs an even head size for RoPE, got hidden_size=" +
+                                   N(m.hidden_size) + " / num_heads=" + N(m.num_heads) + " = " +
+                                   N(m.head_size()));
+  }
+  if (c.train.seq_len > m.max_seq_len) {
+    return ctx.CrossFieldError({"train.seq_len", "model.max_seq_len"},
+                               "seq_len=" + N(c.train.seq_len) + " exceeds model.max_seq_len=" +
+                                   N(m.max_seq_len));
+  }
+  if (c.data.source == DataSource::kShards && c.data.train_path.empty()) {
+    return ctx.CrossFieldError({"data.train", "data.source"},
+                               "source=shards needs data.train (a shard file or directory)");
+  }
+  if (c.data.source == DataSource::kSynthetic) {
+    const SyntheticDataConfig& syn = c.data.synthetic;
+    if (syn.branching > m.vocab_size) {
+      return ctx.CrossFieldError({"data.synthetic.branching", "model.vocab_size"},
+                                 "branching=" + N(syn.branching) + " exceeds model.vocab_size=" +
+                                     N(m.vocab_size));
+    }
+    // A training sequence needs seq_len inputs plus one more token for the last target.
+    if (syn.num_tokens < c.train.seq_len + 1) {
+      return ctx.CrossFieldError({"data.synthetic.num_tokens", "train.seq_len"},
+                                 "num_tokens=" + N(syn.num_tokens) +
+                                     " is too few for one sequence of train.seq_len=" +
+                                     N(c.train.seq_len) + " (needs seq_len + 1)");
+    }
+  }
+  const LrScheduleConfig& s = c.schedule;
+  if (s.warmup_steps > c.train.steps) {
+    return ctx.CrossFieldError({"schedule.warmup_steps", "train.steps"},
+                               "warmup_steps=" + N(s.warmup_steps) + " exceeds train.steps=" +
+                                   N(c.train.steps));
+  }
+  if (s.decay_steps > 0 && s.decay_steps < s.warmup_steps) {
+    return ctx.CrossFieldError({"schedule.decay_steps", "schedule.warmup_steps"},
+                               "decay_steps=" + N(s.decay_steps) +
+                                   " ends the decay before warmup_steps=" + N(s.warmup_steps) +
+                                   " ends the warmup");
+  }
+  return Status::Ok();
+}
+
+// Applies one "a.b.c=value" to the tree, creating missing maps on the way, and records the
+// override as the origin of what it wrote.
+Status ApplyOverride(const std::string& spec, YAML::Node& root, Context* ctx) {
+  const std::string origin = "--set " + spec;
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos) {
+    return InvalidArgument(origin + ": expected key.path=value (missing '=')");
+  }
+  const std::string key = spec.substr(0, eq);
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
+  if (key.empty() || key.back() == '.') parts.push_back("");
+  for (const std::string& p : parts) {
+    if (p.empty() || p.find_first_of(" \t") != std::string::npos) {
+      return InvalidArgument(origin + ": malformed key path \"" + key +
+                             "\" (expected words joined by '.', e.g. train.steps=5)");
+    }
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(spec.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(origin + ": " + key + ": malformed value: " + e.msg);
+  }
+  YAML::Node cur = root;  // handles share the tree; reset() moves the handle, = would write
+  std::string dotted;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    dotted += (i ? "." : "") + parts[i];
+    YAML::Node next = cur[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      next = YAML::Node(YAML::NodeType::Map);
+      ctx->AddOverride(dotted, origin);
+    } else if (!next.IsMap()) {
+      return InvalidArgument(origin + ": " + dotted + ": is " + Describe(next) +
+                             ", not a map, so it has no key \"" + parts[i + 1] + "\"");
+    }
+    cur.reset(next);
+  }
+  cur[parts.back()] = value;
+  ctx->AddOverride(key, origin);
+  return Status::Ok();
+}
+
+Result<std::string> ReadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // ifstream would "open" it and read nothing
+    return NotFound(path + ": cannot open config: " + std::strerror(EISDIR));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open config: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return NotFound(path + ": cannot read config: " + std::strerror(errno));
+  return text.str();
+}
+
+Result<Config> LoadConfigImpl(const std::string& path, const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    const std::string where = e.mark.is_null() ? path
+                                               : path + ":" + std::to_string(e.mark.line + 1) +
+                                                     ":" + std::to_string(e.mark.column + 1);
+    return InvalidArgument(where + ": malformed YAML: " + e.msg);
+  }
+  Context ctx(path);
+  if (root.IsNull()) {
+    return InvalidArgument(path + ": config is empty (expected a map with sections model, "
+                                  "optimizer, schedule, data, train)");
+  }
+  if (!root.IsMap()) {
+    return InvalidArgument(ctx.Where(root.Mark(), "") +
+                           ": expected a map of sections (model, optimizer, schedule, data, "
+                           "train, init_from) at the top level, got " + Describe(root));
+  }
+  for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, root, &ctx));
+
+  Config cfg;
+  cfg.path = path;
+  RETURN_IF_ERROR(ReadConfig(&ctx, root, &cfg));
+  RETURN_IF_ERROR(CheckCrossField(ctx, cfg));
+  cfg.resolved_yaml = EmitResolvedYaml(cfg, overrides);
+  return cfg;
+}
+
+}  // namespace
+
+Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  // yaml-cpp reports misuse by exception; none may escape (STYLE.md, Errors).
+  try {
+    return LoadConfigImpl(path, overrides);
+  } catch (const YAML::Exception& e) {
+    return Internal(path + ": yaml-cpp error while reading config: " + e.what());
+  } catch (const std::exception& e) {
+    return Internal(path + ": error while reading config: " + e.what());
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,149 @@
+// runtime/train/config_emit.cc — writes a Config back as YAML with YAML::Emitter.
+//
+// Keys and order mirror the loader's (config.cc) and the field comments in the headers; a key
+// added there must be added here too, which the round-trip test in config_test.cc enforces.
+// Pure functions; thread-safe.
+#include "runtime/train/config_emit.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tessera {
+namespace {
+
+const char* DataSourceName(DataSource s) { return s == DataSource::kShards ? "shards" : "synthetic"; }
+
+// Plain-scalar helpers keep call sites one line per key.
+void Put(YAML::Emitter& out, const char* key, int64_t v) {
+  out << YAML::Key << key << YAML::Value << static_cast<long long>(v);
+}
+void PutU64(YAML::Emitter& out, const char* key, uint64_t v) {
+  out << YAML::Key << key << YAML::Value << static_cast<unsigned long long>(v);
+}
+void Put(YAML::Emitter& out, const char* key, float v) {
+  out << YAML::Key << key << YAML::Value << FormatConfigFloat(v);
+}
+void Put(YAML::Emitter& out, const char* key, bool v) {
+  out << YAML::Key << key << YAML::Value << (v ? "true" : "false");
+}
+void PutName(YAML::Emitter& out, const char* key, const char* name) {
+  out << YAML::Key << key << YAML::Value << name;
+}
+// Paths are always quoted: a path such as "null", "~" or "123" must stay a string.
+void PutPath(YAML::Emitter& out, const char* key, const std::string& v) {
+  out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << v;
+}
+
+void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  PutName(out, "family", ModelFamilyName(m.family));
+  Put(out, "vocab_size", m.vocab_size);
+  Put(out, "max_seq_len", m.max_seq_len);
+  Put(out, "num_layers", m.num_layers);
+  Put(out, "hidden_size", m.hidden_size);
+  Put(out, "num_heads", m.num_heads);
+  Put(out, "num_kv_heads", m.num_kv_heads);
+  Put(out, "ffn_hidden_size", m.ffn_hidden_size);
+  Put(out, "norm_eps", m.norm_eps);
+  Put(out, "rope_theta", m.rope_theta);
+  Put(out, "tie_embeddings", m.tie_embeddings);
+  Put(out, "init_std", m.init_std);
+  PutName(out, "recompute", RecomputePolicyName(m.recompute));
+  out << YAML::EndMap;
+}
+
+void EmitOptimizer(YAML::Emitter& out, const AdamWConfig& o, const LrScheduleConfig& s) {
+  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  Put(out, "lr", o.lr);
+  Put(out, "beta1", o.beta1);
+  Put(out, "beta2", o.beta2);
+  Put(out, "eps", o.eps);
+  Put(out, "weight_decay", o.weight_decay);
+  Put(out, "decay_norms", o.decay_norms);
+  Put(out, "decay_biases", o.decay_biases);
+  Put(out, "decay_embeddings", o.decay_embeddings);
+  Put(out, "grad_clip", o.grad_clip);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
+  Put(out, "warmup_steps", s.warmup_steps);
+  PutName(out, "decay", LrDecayName(s.decay));
+  Put(out, "min_lr_ratio", s.min_lr_ratio);
+  Put(out, "decay_steps", s.decay_steps);
+  out << YAML::EndMap;
+}
+
+void EmitData(YAML::Emitter& out, const DataConfig& d) {
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  PutName(out, "source", DataSourceName(d.source));
+  PutPath(out, "train", d.train_path);
+  PutPath(out, "val", d.val_path);
+  out << YAML::Key << "synthetic" << YAML::Value << YAML::BeginMap;
+  Put(out, "branching", d.synthetic.branching);
+  Put(out, "order", d.synthetic.order);
+  Put(out, "concentration", d.synthetic.concentration);
+  PutU64(out, "seed", d.synthetic.seed);
+  Put(out, "num_tokens", d.synthetic.num_tokens);
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+}
+
+void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
+  out << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  Put(out, "steps", t.steps);
+  Put(out, "micro_batch_size", t.micro_batch_size);
+  Put(out, "grad_accum_steps", t.grad_accum_steps);
+  Put(out, "seq_len", t.seq_len);
+  PutU64(out, "seed", t.seed);
+  Put(out, "log_interval", t.log_interval);
+  Put(out, "eval_interval", t.eval_interval);
+  Put(out, "eval_batches", t.eval_batches);
+  Put(out, "threads", static_cast<int64_t>(t.threads));
+  PutPath(out, "out_dir", t.out_dir);
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string FormatConfigFloat(float v) {
+  char buf[64];
+  // Whole numbers as "10000.0", others in the shortest %g form that reads back exactly; an
+  // exponent always gets a mantissa dot ("1.0e-05") so YAML 1.1 readers (PyYAML) also see a
+  // float rather than a string.
+  if (std::fabs(v) < 1e9f && v == std::nearbyint(v)) {
+    std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(v));
+    return buf;
+  }
+  for (int precision = 1; precision <= 9; ++precision) {  // 9 digits always round-trip a float
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  std::string text = buf;
+  const size_t e = text.find('e');
+  if (e != std::string::npos && text.find('.') == std::string::npos) text.insert(e, ".0");
+  return text;
+}
+
+std::string EmitResolvedYaml(const Config& config, const std::vector<std::string>& overrides) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  EmitModel(out, config.model);
+  EmitOptimizer(out, config.optimizer, config.schedule);
+  EmitData(out, config.data);
+  EmitTrain(out, config.train);
+  PutPath(out, "init_from", config.init_from);
+  out << YAML::EndMap;
+
+  std::string header = "# Resolved Tessera config: every key, defaults included.\n";
+  header += "# source: " + config.path + "\n";
+  for (std::string o : overrides) {
+    for (size_t i = 0; (i = o.find('\n', i)) != std::string::npos;) o.replace(i, 1, "\\n");
+    header += "# --set " + o + "\n";
+  }
+  return header + out.c_str() + "\n";
+}
+
+}  // namespace tessera

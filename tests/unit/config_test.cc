@@ -1,0 +1,519 @@
+// LoadConfig (runtime/train/config.cc): shipped configs, defaults, every error class with its
+// exact "file:line:col: key: problem" text, --set overrides, and the resolved_yaml round trip.
+// links: tessera_train
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/train/config.h"
+#include "runtime/train/config_emit.h"
+#include "runtime/train/config_suggest.h"
+
+namespace tessera {
+namespace {
+
+// gmock is not linked; these two stand in for HasSubstr / StartsWith.
+#define EXPECT_CONTAINS(haystack, needle)                                               \
+  do {                                                                                  \
+    const std::string h_ = (haystack);                                                  \
+    EXPECT_NE(h_.find(needle), std::string::npos) << "missing: " << (needle) << "\nin: " << h_; \
+  } while (0)
+#define EXPECT_STARTS_WITH(haystack, prefix)                                            \
+  do {                                                                                  \
+    const std::string h_ = (haystack);                                                  \
+    EXPECT_EQ(h_.rfind(prefix, 0), 0u) << "expected prefix: " << (prefix) << "\nin: " << h_; \
+  } while (0)
+
+// Writes `text` to a file named after the running test and returns its path.
+std::string WriteTemp(const std::string& text, const std::string& suffix = "") {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string path = ::testing::TempDir() + "tessera_config_" + info->test_suite_name() +
+                           "_" + info->name() + suffix + ".yaml";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return path;
+}
+
+// Loads `text` and returns the error message (failing the test if it loaded).
+std::string LoadError(const std::string& text, const std::vector<std::string>& overrides = {},
+                      std::string* path_out = nullptr) {
+  const std::string path = WriteTemp(text);
+  if (path_out != nullptr) *path_out = path;
+  Result<Config> c = LoadConfig(path, overrides);
+  EXPECT_FALSE(c.ok()) << "expected an error for:\n" << text;
+  if (c.ok()) return "";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().message();
+  return c.status().message();
+}
+
+// The error message with the temp path replaced by "F", so expectations read like the output.
+std::string ErrorAt(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  std::string path;
+  std::string msg = LoadError(text, overrides, &path);
+  if (msg.rfind(path, 0) == 0) msg = "F" + msg.substr(path.size());
+  return msg;
+}
+
+Config LoadOk(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  Result<Config> c = LoadConfig(WriteTemp(text), overrides);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : Config{};
+}
+
+std::string Shipped(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/configs/" + name;
+}
+
+// Every field of everything LoadConfig fills, except path and resolved_yaml.
+void ExpectSameConfig(const Config& a, const Config& b) {
+  EXPECT_EQ(a.model.family, b.model.family);
+  EXPECT_EQ(a.model.vocab_size, b.model.vocab_size);
+  EXPECT_EQ(a.model.max_seq_len, b.model.max_seq_len);
+  EXPECT_EQ(a.model.num_layers, b.model.num_layers);
+  EXPECT_EQ(a.model.hidden_size, b.model.hidden_size);
+  EXPECT_EQ(a.model.num_heads, b.model.num_heads);
+  EXPECT_EQ(a.model.num_kv_heads, b.model.num_kv_heads);
+  EXPECT_EQ(a.model.ffn_hidden_size, b.model.ffn_hidden_size);
+  EXPECT_EQ(a.model.norm_eps, b.model.norm_eps);
+  EXPECT_EQ(a.model.rope_theta, b.model.rope_theta);
+  EXPECT_EQ(a.model.tie_embeddings, b.model.tie_embeddings);
+  EXPECT_EQ(a.model.init_std, b.model.init_std);
+  EXPECT_EQ(a.model.recompute, b.model.recompute);
+  EXPECT_EQ(a.optimizer.lr, b.optimizer.lr);
+  EXPECT_EQ(a.optimizer.beta1, b.optimizer.beta1);
+  EXPECT_EQ(a.optimizer.beta2, b.optimizer.beta2);
+  EXPECT_EQ(a.optimizer.eps, b.optimizer.eps);
+  EXPECT_EQ(a.optimizer.weight_decay, b.optimizer.weight_decay);
+  EXPECT_EQ(a.optimizer.decay_norms, b.optimizer.decay_norms);
+  EXPECT_EQ(a.optimizer.decay_biases, b.optimizer.decay_biases);
+  EXPECT_EQ(a.optimizer.decay_embeddings, b.optimizer.decay_embeddings);
+  EXPECT_EQ(a.optimizer.grad_clip, b.optimizer.grad_clip);
+  EXPECT_EQ(a.schedule.warmup_steps, b.schedule.warmup_steps);
+  EXPECT_EQ(a.schedule.decay, b.schedule.decay);
+  EXPECT_EQ(a.schedule.min_lr_ratio, b.schedule.min_lr_ratio);
+  EXPECT_EQ(a.schedule.decay_steps, b.schedule.decay_steps);
+  EXPECT_EQ(a.data.source, b.data.source);
+  EXPECT_EQ(a.data.train_path, b.data.train_path);
+  EXPECT_EQ(a.data.val_path, b.data.val_path);
+  EXPECT_EQ(a.data.synthetic.branching, b.data.synthetic.branching);
+  EXPECT_EQ(a.data.synthetic.order, b.data.synthetic.order);
+  EXPECT_EQ(a.data.synthetic.concentration, b.data.synthetic.concentration);
+  EXPECT_EQ(a.data.synthetic.seed, b.data.synthetic.seed);
+  EXPECT_EQ(a.data.synthetic.num_tokens, b.data.synthetic.num_tokens);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.train.micro_batch_size, b.train.micro_batch_size);
+  EXPECT_EQ(a.train.grad_accum_steps, b.train.grad_accum_steps);
+  EXPECT_EQ(a.train.seq_len, b.train.seq_len);
+  EXPECT_EQ(a.train.seed, b.train.seed);
+  EXPECT_EQ(a.train.log_interval, b.train.log_interval);
+  EXPECT_EQ(a.train.eval_interval, b.train.eval_interval);
+  EXPECT_EQ(a.train.eval_batches, b.train.eval_batches);
+  EXPECT_EQ(a.train.threads, b.train.threads);
+  EXPECT_EQ(a.train.out_dir, b.train.out_dir);
+  EXPECT_EQ(a.init_from, b.init_from);
+}
+
+// ---- shipped configs and defaults -------------------------------------------------------------
+
+TEST(ConfigShipped, TinyIsTheDefaultGpt2Job) {
+  Result<Config> c = LoadConfig(Shipped("tiny.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.family, ModelFamily::kGpt2);
+  EXPECT_EQ(c->model.vocab_size, 64);
+  EXPECT_EQ(c->model.num_layers, 2);
+  EXPECT_TRUE(c->model.tie_embeddings);
+  EXPECT_EQ(c->data.source, DataSource::kSynthetic);
+  EXPECT_EQ(c->data.synthetic.branching, 4);
+  EXPECT_EQ(c->data.synthetic.seed, 7u);
+  EXPECT_EQ(c->train.steps, 600);
+  EXPECT_EQ(c->train.out_dir, "runs/tiny");
+  EXPECT_FLOAT_EQ(c->optimizer.lr, 3e-3f);
+  EXPECT_EQ(c->path, Shipped("tiny.yaml"));
+}
+
+TEST(ConfigShipped, Gpt2SmallHasGpt2Shapes) {
+  Result<Config> c = LoadConfig(Shipped("gpt2-124m.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.vocab_size, 50257);
+  EXPECT_EQ(c->model.max_seq_len, 1024);
+  EXPECT_EQ(c->model.num_layers, 12);
+  EXPECT_EQ(c->model.hidden_size, 768);
+  EXPECT_EQ(c->model.num_heads, 12);
+  EXPECT_EQ(c->model.ffn_size(), 3072);
+  EXPECT_EQ(c->train.seq_len, 256);
+  EXPECT_EQ(c->train.micro_batch_size, 4);
+  EXPECT_EQ(c->data.synthetic.branching, 16);
+  EXPECT_FLOAT_EQ(c->optimizer.lr, 6e-4f);
+  EXPECT_FLOAT_EQ(c->optimizer.beta2, 0.95f);
+  EXPECT_FLOAT_EQ(c->optimizer.weight_decay, 0.1f);
+}
+
+TEST(ConfigShipped, LlamaTinyIsUntiedGqa) {
+  Result<Config> c = LoadConfig(Shipped("llama-tiny.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.family, ModelFamily::kLlama);
+  EXPECT_EQ(c->model.kv_heads(), 2);
+  EXPECT_FALSE(c->model.tie_embeddings);
+  EXPECT_FLOAT_EQ(c->model.rope_theta, 10000.0f);
+  EXPECT_EQ(c->model.ffn_size(), 192);
+}
+
+TEST(ConfigDefaults, EverySectionIsOptional) {
+  // Only an unrelated key: everything else must equal the struct defaults.
+  Config c = LoadOk("init_from: weights/model.safetensors\n");
+  Config d;
+  d.init_from = "weights/model.safetensors";
+  ExpectSameConfig(c, d);
+  // Null sections ("model:" with nothing under it) read as empty too.
+  ExpectSameConfig(LoadOk("model:\ntrain:\ndata:\n  synthetic:\ninit_from: weights/model.safetensors\n"),
+                   d);
+}
+
+TEST(ConfigDefaults, TieEmbeddingsFollowsFamilyUnlessGiven) {
+  EXPECT_TRUE(LoadOk("model: {family: gpt2}\n").model.tie_embeddings);
+  EXPECT_FALSE(LoadOk("model: {family: llama}\n").model.tie_embeddings);
+  EXPECT_TRUE(LoadOk("model: {family: llama, tie_embeddings: true}\n").model.tie_embeddings);
+  EXPECT_FALSE(LoadOk("model: {family: gpt2, tie_embeddings: false}\n").model.tie_embeddings);
+}
+
+TEST(ConfigDefaults, RelativePathsStayAsWritten) {
+  Config c = LoadOk("data:\n  source: shards\n  train: data/../shards/train\n  val: ./val.bin\n"
+                    "init_from: ckpt/model.safetensors.index.json\n");
+  EXPECT_EQ(c.data.source, DataSource::kShards);
+  EXPECT_EQ(c.data.train_path, "data/../shards/train");
+  EXPECT_EQ(c.data.val_path, "./val.bin");
+  EXPECT_EQ(c.init_from, "ckpt/model.safetensors.index.json");
+}
+
+// ---- file-level errors ------------------------------------------------------------------------
+
+TEST(ConfigFile, MissingFileIsNotFound) {
+  const std::string path = ::testing::TempDir() + "tessera_config_no_such_file.yaml";
+  std::remove(path.c_str());
+  Result<Config> c = LoadConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(), path + ": cannot open config: No such file or directory");
+}
+
+TEST(ConfigFile, DirectoryIsNotAConfig) {
+  Result<Config> c = LoadConfig(::testing::TempDir());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(), ::testing::TempDir() + ": cannot open config: Is a directory");
+}
+
+TEST(ConfigFile, MalformedYamlNamesThePosition) {
+  EXPECT_STARTS_WITH(ErrorAt("model:\n  num_layers: [1, 2\n"), "F:3:1: malformed YAML: ");
+  EXPECT_EQ(ErrorAt("model: a: b\n"), "F:1:9: malformed YAML: illegal map value");
+}
+
+TEST(ConfigFile, EmptyOrCommentOnlyIsAnError) {
+  EXPECT_CONTAINS(ErrorAt(""), "F: config is empty");
+  EXPECT_CONTAINS(ErrorAt("# nothing but a comment\n"), "F: config is empty");
+}
+
+TEST(ConfigFile, TopLevelMustBeAMap) {
+  EXPECT_EQ(ErrorAt("- model\n- train\n"),
+            "F:1:1: expected a map of sections (model, optimizer, schedule, data, train, "
+            "init_from) at the top level, got a sequence");
+  EXPECT_CONTAINS(ErrorAt("just words\n"), "at the top level, got \"just words\"");
+}
+
+// ---- unknown keys -----------------------------------------------------------------------------
+
+TEST(ConfigUnknownKey, TypoGetsASuggestion) {
+  EXPECT_EQ(ErrorAt("model:\n  hidden_size: 64\n  num_layer: 2\n"),
+            "F:3:3: model.num_layer: unknown key (did you mean \"num_layers\"?)");
+  EXPECT_EQ(ErrorAt("trian:\n  steps: 5\n"), "F:1:1: trian: unknown key (did you mean \"train\"?)");
+  EXPECT_EQ(ErrorAt("data:\n  synthetic:\n    brnaching: 4\n"),
+            "F:3:5: data.synthetic.brnaching: unknown key (did you mean \"branching\"?)");
+  // Transposition counts as one edit, like keep_lats -> keep_last.
+  EXPECT_EQ(ErrorAt("optimizer: {wieght_decay: 0.1}\n"),
+            "F:1:13: optimizer.wieght_decay: unknown key (did you mean \"weight_decay\"?)");
+}
+
+TEST(ConfigUnknownKey, FarOffKeyListsTheValidOnes) {
+  EXPECT_EQ(ErrorAt("schedule:\n  banana: 3\n"),
+            "F:2:3: schedule.banana: unknown key (valid keys of schedule: warmup_steps, decay, "
+            "min_lr_ratio, decay_steps)");
+}
+
+TEST(ConfigUnknownKey, DuplicateKeyIsAnError) {
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5\n  steps: 6\n"),
+            "F:3:3: train.steps: duplicate key (each key may appear once)");
+}
+
+// ---- types and ranges -------------------------------------------------------------------------
+
+TEST(ConfigType, WrongTypesNameKeyAndValue) {
+  EXPECT_EQ(ErrorAt("train:\n  steps: abc\n"),
+            "F:2:10: train.steps: expected an integer, got \"abc\"");
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5.0\n"),
+            "F:2:10: train.steps: expected an integer, got \"5.0\"");
+  EXPECT_EQ(ErrorAt("train:\n  seed: -1\n"),
+            "F:2:9: train.seed: expected a non-negative integer, got \"-1\"");
+  EXPECT_EQ(ErrorAt("model:\n  num_layers: {a: 1}\n"),
+            "F:2:15: model.num_layers: expected an integer, got a map");
+  EXPECT_EQ(ErrorAt("model:\n  num_layers: [1]\n"),
+            "F:2:15: model.num_layers: expected an integer, got a sequence");
+  EXPECT_EQ(ErrorAt("train:\n  steps: \"5\"\n"),
+            "F:2:10: train.steps: expected an integer, got the quoted string \"5\"");
+  EXPECT_EQ(ErrorAt("model:\n  tie_embeddings: yes\n"),
+            "F:2:19: model.tie_embeddings: expected a boolean (true or false), got \"yes\"");
+  EXPECT_EQ(ErrorAt("optimizer:\n  lr: fast\n"), "F:2:7: optimizer.lr: expected a number, got \"fast\"");
+  EXPECT_EQ(ErrorAt("optimizer:\n  lr: .nan\n"), "F:2:7: optimizer.lr: expected a number, got \".nan\"");
+  EXPECT_EQ(ErrorAt("optimizer:\n  lr:\n"),
+            "F:2:3: optimizer.lr: expected a number, got nothing (null)");
+  EXPECT_EQ(ErrorAt("train:\n  out_dir: [a, b]\n"),
+            "F:2:12: train.out_dir: expected a string, got a sequence");
+  EXPECT_EQ(ErrorAt("model: 3\n"), "F:1:8: model: expected a map, got \"3\"");
+  EXPECT_EQ(ErrorAt("train:\n  out_dir:\n"), "F:2:3: train.out_dir: must not be empty");
+  EXPECT_EQ(ErrorAt("train:\n  steps: 99999999999999999999\n"),
+            "F:2:10: train.steps: integer out of range, got \"99999999999999999999\"");
+  EXPECT_EQ(ErrorAt("model:\n  norm_eps: 1e60\n"),
+            "F:2:13: model.norm_eps: number out of range for a float, got \"1e60\"");
+}
+
+TEST(ConfigType, EnumErrorsListTheAllowedValues) {
+  EXPECT_EQ(ErrorAt("model:\n  family: gtp2\n"),
+            "F:2:11: model.family: expected one of gpt2 | llama, got \"gtp2\" (did you mean "
+            "\"gpt2\"?)");
+  EXPECT_EQ(ErrorAt("schedule: {decay: exponential}\n"),
+            "F:1:19: schedule.decay: expected one of cosine | linear | constant, got "
+            "\"exponential\"");
+  EXPECT_EQ(ErrorAt("data: {source: [a]}\n"),
+            "F:1:16: data.source: expected one of synthetic | shards, got a sequence");
+}
+
+TEST(ConfigRange, OutOfRangeNamesBoundAndValue) {
+  EXPECT_EQ(ErrorAt("model:\n  num_heads: 0\n"), "F:2:14: model.num_heads: must be >= 1, got 0");
+  EXPECT_EQ(ErrorAt("model:\n  vocab_size: 1\n"), "F:2:15: model.vocab_size: must be >= 2, got 1");
+  EXPECT_EQ(ErrorAt("train:\n  steps: -3\n"), "F:2:10: train.steps: must be >= 1, got -3");
+  EXPECT_EQ(ErrorAt("data:\n  synthetic:\n    order: 3\n"),
+            "F:3:12: data.synthetic.order: must be <= 2, got 3");
+  EXPECT_EQ(ErrorAt("optimizer:\n  beta2: 1.0\n"),
+            "F:2:10: optimizer.beta2: must be in [0, 1), got 1.0");
+  EXPECT_EQ(ErrorAt("optimizer:\n  lr: 0\n"), "F:2:7: optimizer.lr: must be > 0, got 0");
+  EXPECT_EQ(ErrorAt("optimizer:\n  weight_decay: -0.1\n"),
+            "F:2:17: optimizer.weight_decay: must be >= 0, got -0.1");
+  EXPECT_EQ(ErrorAt("schedule:\n  min_lr_ratio: 1.5\n"),
+            "F:2:17: schedule.min_lr_ratio: must be in [0, 1], got 1.5");
+  EXPECT_EQ(ErrorAt("train:\n  threads: -1\n"), "F:2:12: train.threads: must be >= 0, got -1");
+  // Boundaries that are allowed.
+  Config c = LoadOk("optimizer: {beta1: 0, grad_clip: 0}\nschedule: {min_lr_ratio: 1}\n"
+                    "train: {eval_interval: 0, threads: 0}\n");
+  EXPECT_EQ(c.optimizer.beta1, 0.0f);
+  EXPECT_EQ(c.schedule.min_lr_ratio, 1.0f);
+}
+
+// ---- cross-field checks -----------------------------------------------------------------------
+
+TEST(ConfigCrossField, HeadsMustDivideWidth) {
+  EXPECT_EQ(ErrorAt("model:\n  hidden_size: 64\n  num_heads: 3\n"),
+            "F:3:14: model.num_heads: num_heads=3 does not divide hidden_size=64");
+  // num_heads not written: the error points at the key that was.
+  EXPECT_EQ(ErrorAt("model:\n  hidden_size: 66\n"),
+            "F:2:16: model.hidden_size: num_heads=4 does not divide hidden_size=66");
+}
+
+TEST(ConfigCrossField, KvHeadsMustDivideHeads) {
+  EXPECT_EQ(ErrorAt("model:\n  family: llama\n  num_heads: 4\n  num_kv_heads: 3\n"),
+            "F:4:17: model.num_kv_heads: num_kv_heads=3 does not divide num_heads=4");
+}
+
+TEST(ConfigCrossField, Gpt2HasNoGqa) {
+  EXPECT_EQ(ErrorAt("model:\n  family: gpt2\n  num_kv_heads: 2\n"),
+            "F:3:17: model.num_kv_heads: gpt2 has no grouped-query attention: num_kv_heads=2 "
+            "must equal num_heads=4 (or be 0)");
+  EXPECT_EQ(LoadOk("model: {family: gpt2, num_kv_heads: 4}\n").model.kv_heads(), 4);
+}
+
+TEST(ConfigCrossField, LlamaNeedsEvenHeadSize) {
+  EXPECT_EQ(ErrorAt("model:\n  family: llama\n  hidden_size: 36\n  num_heads: 4\n"),
+            "F:3:16: model.hidden_size: llama needs an even head size for RoPE, got "
+            "hidden_size=36 / num_heads=4 = 9");
+  // The same shape is fine for gpt2 (learned positions).
+  EXPECT_EQ(LoadOk("model:\n  hidden_size: 36\n  num_heads: 4\n").model.head_size(), 9);
+}
+
+TEST(ConfigCrossField, SeqLenWithinMaxSeqLen) {
+  EXPECT_EQ(ErrorAt("model:\n  max_seq_len: 32\ntrain:\n  seq_len: 48\n"),
+            "F:4:12: train.seq_len: seq_len=48 exceeds model.max_seq_len=32");
+  // Default seq_len (64) against a written max_seq_len: points at max_seq_len.
+  EXPECT_EQ(ErrorAt("model:\n  max_seq_len: 32\n"),
+            "F:2:16: model.max_seq_len: seq_len=64 exceeds model.max_seq_len=32");
+}
+
+TEST(ConfigCrossField, ShardsNeedATrainPath) {
+  EXPECT_EQ(ErrorAt("data:\n  source: shards\n"),
+            "F:2:11: data.source: source=shards needs data.train (a shard file or directory)");
+  EXPECT_EQ(ErrorAt("data:\n  source: shards\n  train:\n"),
+            "F:3:3: data.train: source=shards needs data.train (a shard file or directory)");
+}
+
+TEST(ConfigCrossField, BranchingWithinVocab) {
+  EXPECT_EQ(ErrorAt("model:\n  vocab_size: 8\ndata:\n  synthetic:\n    branching: 9\n"),
+            "F:5:16: data.synthetic.branching: branching=9 exceeds model.vocab_size=8");
+  // Irrelevant when the data are shards.
+  EXPECT_EQ(LoadOk("model: {vocab_size: 8}\ndata: {source: shards, train: t.bin, "
+                   "synthetic: {branching: 9}}\n").data.synthetic.branching, 9);
+}
+
+TEST(ConfigCrossField, SyntheticCorpusHoldsOneSequence) {
+  EXPECT_EQ(ErrorAt("data:\n  synthetic:\n    num_tokens: 64\n"),
+            "F:3:17: data.synthetic.num_tokens: num_tokens=64 is too few for one sequence of "
+            "train.seq_len=64 (needs seq_len + 1)");
+}
+
+TEST(ConfigCrossField, WarmupWithinSteps) {
+  EXPECT_EQ(ErrorAt("schedule:\n  warmup_steps: 101\ntrain:\n  steps: 100\n"),
+            "F:2:17: schedule.warmup_steps: warmup_steps=101 exceeds train.steps=100");
+  EXPECT_EQ(LoadOk("schedule: {warmup_steps: 100}\ntrain: {steps: 100}\n").schedule.warmup_steps,
+            100);
+  EXPECT_EQ(ErrorAt("schedule:\n  warmup_steps: 20\n  decay_steps: 10\n"),
+            "F:3:16: schedule.decay_steps: decay_steps=10 ends the decay before "
+            "warmup_steps=20 ends the warmup");
+}
+
+// ---- overrides --------------------------------------------------------------------------------
+
+TEST(ConfigOverride, SetsExistingAndNewKeys) {
+  Config c = LoadOk("model:\n  family: gpt2\ntrain:\n  steps: 100\n",
+                    {"train.steps=5", "model.family=llama", "data.synthetic.seed=9",
+                     "optimizer.lr=2.5e-4", "train.out_dir=runs/x", "init_from=w.safetensors"});
+  EXPECT_EQ(c.train.steps, 5);
+  EXPECT_EQ(c.model.family, ModelFamily::kLlama);
+  EXPECT_FALSE(c.model.tie_embeddings);  // family default follows the override
+  EXPECT_EQ(c.data.synthetic.seed, 9u);
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 2.5e-4f);
+  EXPECT_EQ(c.train.out_dir, "runs/x");
+  EXPECT_EQ(c.init_from, "w.safetensors");
+}
+
+TEST(ConfigOverride, LaterOverrideWinsAndFlowMapsWork) {
+  Config c = LoadOk("train: {steps: 100}\n",
+                    {"train.steps=7", "train.steps=8", "model={num_layers: 3, hidden_size: 32}"});
+  EXPECT_EQ(c.train.steps, 8);
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_EQ(c.model.hidden_size, 32);
+}
+
+TEST(ConfigOverride, ShortRunNeedsAShorterWarmup) {
+  // warmup_steps > steps is an error, so shortening a run with `--set train.steps=5` alone
+  // fails when the file has a longer warmup; the message names the key to change.
+  const std::string text = "schedule:\n  warmup_steps: 30\ntrain:\n  steps: 600\n";
+  EXPECT_EQ(ErrorAt(text, {"train.steps=5"}),
+            "F:2:17: schedule.warmup_steps: warmup_steps=30 exceeds train.steps=5");
+  EXPECT_EQ(LoadOk(text, {"train.steps=5", "schedule.warmup_steps=0"}).train.steps, 5);
+}
+
+TEST(ConfigOverride, UnknownKeyIsReportedAtTheOverride) {
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5\n", {"train.stepz=5"}),
+            "--set train.stepz=5: train.stepz: unknown key (did you mean \"steps\"?)");
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5\n", {"trian.steps=5"}),
+            "--set trian.steps=5: trian: unknown key (did you mean \"train\"?)");
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5\n", {"model={num_layerz: 3}"}),
+            "--set model={num_layerz: 3}: model.num_layerz: unknown key (did you mean "
+            "\"num_layers\"?)");
+}
+
+TEST(ConfigOverride, BadValueIsReportedAtTheOverride) {
+  EXPECT_EQ(ErrorAt("train:\n  steps: 5\n", {"train.steps=abc"}),
+            "--set train.steps=abc: train.steps: expected an integer, got \"abc\"");
+  EXPECT_EQ(ErrorAt("", {"train.steps=5"}).substr(0, 19), "F: config is empty ");
+  EXPECT_EQ(ErrorAt("model: {}\n", {"model.num_heads=0"}),
+            "--set model.num_heads=0: model.num_heads: must be >= 1, got 0");
+  EXPECT_EQ(ErrorAt("model: {}\n", {"model.family=gtp2"}),
+            "--set model.family=gtp2: model.family: expected one of gpt2 | llama, got \"gtp2\" "
+            "(did you mean \"gpt2\"?)");
+  // Cross-field errors point at the override when it set the key.
+  EXPECT_EQ(ErrorAt("model: {hidden_size: 64}\n", {"model.num_heads=3"}),
+            "--set model.num_heads=3: model.num_heads: num_heads=3 does not divide "
+            "hidden_size=64");
+}
+
+TEST(ConfigOverride, MalformedOverrides) {
+  EXPECT_EQ(ErrorAt("train: {}\n", {"train.steps"}),
+            "--set train.steps: expected key.path=value (missing '=')");
+  EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"train..steps=5"}),
+      "--set train..steps=5: malformed key path \"train..steps\"");
+  EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"=5"}), "--set =5: malformed key path");
+  EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"train.steps=[1,"}),
+      "--set train.steps=[1,: train.steps: malformed value: ");
+  EXPECT_EQ(ErrorAt("model: {family: gpt2}\n", {"model.family.x=1"}),
+            "--set model.family.x=1: model.family: is \"gpt2\", not a map, so it has no key \"x\"");
+}
+
+// ---- resolved_yaml ----------------------------------------------------------------------------
+
+TEST(ConfigResolved, RoundTripsEveryNonDefaultValue) {
+  // Every key differs from its default, so a key the emitter forgot would show up.
+  const std::string text =
+      "model: {family: llama, vocab_size: 300, max_seq_len: 96, num_layers: 3, hidden_size: 48,\n"
+      "        num_heads: 6, num_kv_heads: 3, ffn_hidden_size: 130, norm_eps: 1.0e-6,\n"
+      "        rope_theta: 500000, tie_embeddings: true, init_std: 0.0125, recompute: selective}\n"
+      "optimizer: {lr: 3.0e-4, beta1: 0.85, beta2: 0.999, eps: 1.0e-7, weight_decay: 0.05,\n"
+      "            decay_norms: true, decay_biases: true, decay_embeddings: true, grad_clip: 0.7}\n"
+      "schedule: {warmup_steps: 11, decay: linear, min_lr_ratio: 0.033, decay_steps: 150}\n"
+      "data: {source: shards, train: \"null\", val: '123',\n"
+      "       synthetic: {branching: 5, order: 2, concentration: 0.3, seed: 18446744073709551615,\n"
+      "                   num_tokens: 5000}}\n"
+      "train: {steps: 200, micro_batch_size: 3, grad_accum_steps: 4, seq_len: 80, seed: 77,\n"
+      "        log_interval: 7, eval_interval: 50, eval_batches: 2, threads: 3, out_dir: 'a b/c'}\n"
+      "init_from: \"~\"\n";
+  const Config first = LoadOk(text);
+  EXPECT_EQ(first.data.train_path, "null");
+  EXPECT_EQ(first.init_from, "~");
+  const std::string resolved_path = WriteTemp(first.resolved_yaml, "_resolved");
+  Result<Config> second = LoadConfig(resolved_path);
+  ASSERT_TRUE(second.ok()) << second.status().message() << "\n" << first.resolved_yaml;
+  ExpectSameConfig(first, *second);
+}
+
+TEST(ConfigResolved, RecordsOverridesAndDefaults) {
+  // A 5-step smoke run of tiny.yaml must shorten the warmup too (warmup_steps <= steps).
+  Result<Config> c =
+      LoadConfig(Shipped("tiny.yaml"), {"train.steps=5", "schedule.warmup_steps=0"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_CONTAINS(c->resolved_yaml, "# --set train.steps=5\n# --set schedule.warmup_steps=0\n");
+  EXPECT_CONTAINS(c->resolved_yaml, "steps: 5\n");
+  EXPECT_CONTAINS(c->resolved_yaml, "lr: 0.003\n");           // shortest exact float
+  EXPECT_CONTAINS(c->resolved_yaml, "rope_theta: 10000.0\n");  // a default, written out
+  EXPECT_CONTAINS(c->resolved_yaml, "init_from: \"\"");
+  Result<Config> again = LoadConfig(WriteTemp(c->resolved_yaml));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ExpectSameConfig(*c, *again);
+}
+
+// ---- suggestion helper ------------------------------------------------------------------------
+
+TEST(ConfigResolved, FloatsAreShortExactAndYaml11Friendly) {
+  EXPECT_EQ(FormatConfigFloat(3e-3f), "0.003");
+  EXPECT_EQ(FormatConfigFloat(0.1f), "0.1");
+  EXPECT_EQ(FormatConfigFloat(1e-5f), "1.0e-05");
+  EXPECT_EQ(FormatConfigFloat(2.5e-7f), "2.5e-07");
+  EXPECT_EQ(FormatConfigFloat(10000.0f), "10000.0");
+  EXPECT_EQ(FormatConfigFloat(0.0f), "0.0");
+  EXPECT_EQ(FormatConfigFloat(1e10f), "1.0e+10");
+  for (float v : {0.1f, 1.0f / 3.0f, 6e-4f, 0.95f, 1e-8f, 123456.7f, 3.4e38f}) {
+    EXPECT_EQ(std::strtof(FormatConfigFloat(v).c_str(), nullptr), v) << v;
+  }
+}
+
+TEST(ConfigSuggest, EditDistanceAndThreshold) {
+  EXPECT_EQ(ConfigEditDistance("keep_lats", "keep_last"), 1);
+  EXPECT_EQ(ConfigEditDistance("num_layer", "num_layers"), 1);
+  EXPECT_EQ(ConfigEditDistance("LR", "lr"), 0);
+  EXPECT_EQ(ConfigEditDistance("", "abc"), 3);
+  EXPECT_EQ(ClosestConfigWord("keep_lats", {"keep_every", "keep_last"}), "keep_last");
+  EXPECT_EQ(ClosestConfigWord("banana", {"steps", "seed"}), "");
+  EXPECT_EQ(ClosestConfigWord("x", {"lr"}), "");  // a total rewrite is not a suggestion
+}
+
+}  // namespace
+}  // namespace tessera
