@@ -1,0 +1,46 @@
+// models/hf_weights.h — Hugging Face weight import/export for Tessera models.
+//
+// Parameter names already are the family's HF names (models/parameter.h), so import is a
+// lookup plus two translations: GPT-2 files may prefix names with "transformer." (as
+// GPT2LMHeadModel.save_pretrained does), and GPT-2's Conv1D weights (Parameter::hf_transposed)
+// are (in, out) in HF files but (out, in) in Tessera.
+//
+// Import is all-or-nothing with respect to the file's contents: every name, shape and dtype is
+// validated before the first byte is written into a parameter, so a wrong file never leaves a
+// half-loaded model. Only an I/O failure during the copy itself (the file changed or the disk
+// failed after validation) can leave parameters partly written; that Status says so.
+// Thread-safety: none; the caller owns `params` for the duration of the call.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "models/model_config.h"
+#include "models/parameter.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+// Loads HF weights into `params` (whole, f32, CPU tensors). `path` is a .safetensors file, a
+// model.safetensors.index.json, or a directory holding model.safetensors or
+// model.safetensors.index.json (the single file wins if both exist).
+// Tensors in F32, F16 or BF16 are converted to f32. Ignored without complaint: GPT-2's causal
+// mask buffers "h.{i}.attn.bias" / "h.{i}.attn.masked_bias", Llama's
+// "model.layers.{i}.self_attn.rotary_emb.inv_freq", and "lm_head.weight" when
+// config.tie_embeddings. Errors: kNotFound (no file), kDataLoss (malformed file), and
+// kInvalidArgument naming file and tensor for missing tensors, unexpected tensors, shape or
+// dtype mismatches.
+Status LoadHfWeights(const std::string& path, const ModelConfig& config,
+                     std::span<Parameter> params);
+
+// Writes `params` as one safetensors file at `path` with HF names (no "transformer." prefix,
+// like the hub's gpt2 model.safetensors) and HF layouts (hf_transposed weights back to
+// (in, out)), stored as `dtype` (kF32, kBF16 or kF16), with metadata {"format": "pt"}.
+// When config.tie_embeddings no "lm_head.weight" is written (HF drops the shared tensor);
+// a parameter of that name under a tied config is kInvalidArgument. Atomic (temp + rename).
+// Loading an f32 export gives bit-identical parameters.
+Status ExportHfWeights(const std::string& path, const ModelConfig& config,
+                       std::span<const Parameter> params, DType dtype = DType::kF32);
+
+}  // namespace tessera

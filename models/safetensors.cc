@@ -1,0 +1,542 @@
+// models/safetensors.cc — safetensors reader (validate-then-pread), writer (temp + fsync +
+// rename) and the sharded-index loader. See safetensors.h for the contracts.
+#include "models/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <set>
+
+#include "runtime/core/json.h"
+
+namespace tessera {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; a big-endian host needs byte swaps");
+
+// Conversions and I/O go through bounded chunks so a multi-GB tensor needs no second copy.
+constexpr size_t kChunkElems = size_t{1} << 20;
+
+std::string Quoted(std::string_view s) {
+  std::string out;  // built by append: gcc 12 warns falsely (-Wrestrict) on "'" + string
+  out.reserve(s.size() + 2);
+  out.push_back('\'');
+  out.append(s);
+  out.push_back('\'');
+  return out;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// Strict safetensors dtype names. Returns false with *known = true for names the format defines
+// but Tessera does not read, so the error can say "unsupported" rather than "unknown".
+bool ParseSafetensorsDType(std::string_view s, DType* out, bool* known) {
+  *known = true;
+  if (s == "F32") { *out = DType::kF32; return true; }
+  if (s == "F16") { *out = DType::kF16; return true; }
+  if (s == "BF16") { *out = DType::kBF16; return true; }
+  if (s == "I32") { *out = DType::kI32; return true; }
+  static const char* const kOthers[] = {"F64", "I64", "U64", "U32", "I16", "U16", "I8", "U8",
+                                        "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
+                                        "F6_E3M2", "C64"};
+  *known = std::find(std::begin(kOthers), std::end(kOthers), s) != std::end(kOthers);
+  return false;
+}
+
+const char* SafetensorsDTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+  }
+  return "?";
+}
+
+Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return IoError(path + ": write failed: " + ErrnoText(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+// Parses one header entry (everything but the data-section bounds and overlap checks).
+Status ParseTensorEntry(const std::string& path, const std::string& name, const JsonValue& v,
+                        uint64_t data_bytes, SafetensorsTensorInfo* info) {
+  const std::string where = path + ": tensor " + Quoted(name);
+  if (!v.is_object()) return DataLoss(where + ": header entry is not a JSON object");
+  info->name = name;
+
+  const JsonValue* dtype = v.Find("dtype");
+  if (dtype == nullptr || !dtype->is_string()) {
+    return DataLoss(where + ": missing or non-string \"dtype\"");
+  }
+  bool known = false;
+  if (!ParseSafetensorsDType(dtype->as_string(), &info->dtype, &known)) {
+    if (known) {
+      return InvalidArgument(where + ": unsupported dtype " + dtype->as_string() +
+                             " (supported: F32, F16, BF16, I32)");
+    }
+    return DataLoss(where + ": unknown dtype " + JsonQuote(dtype->as_string()));
+  }
+
+  const JsonValue* shape = v.Find("shape");
+  if (shape == nullptr || !shape->is_array()) {
+    return DataLoss(where + ": missing or non-array \"shape\"");
+  }
+  if (shape->items().size() > static_cast<size_t>(Shape::kMaxDims)) {
+    return InvalidArgument(where + ": shape has rank " + std::to_string(shape->items().size()) +
+                           ", more than the supported " + std::to_string(Shape::kMaxDims));
+  }
+  // The product of the non-zero dimensions must fit in int64 even when another dimension is 0,
+  // so that Shape::numel() (which multiplies left to right) can never overflow.
+  int64_t numel = 1;
+  bool overflow = false, has_zero = false;
+  for (const JsonValue& d : shape->items()) {
+    if (!d.is_integer() || d.as_int() < 0) {
+      return DataLoss(where + ": shape must be an array of non-negative integers");
+    }
+    info->shape.push_back(d.as_int());
+    has_zero = has_zero || d.as_int() == 0;
+    if (d.as_int() != 0 && !overflow) overflow = __builtin_mul_overflow(numel, d.as_int(), &numel);
+  }
+  if (has_zero) numel = 0;
+
+  const JsonValue* offs = v.Find("data_offsets");
+  if (offs == nullptr || !offs->is_array() || offs->items().size() != 2 ||
+      !offs->items()[0].is_integer() || !offs->items()[1].is_integer() ||
+      offs->items()[0].as_int() < 0 || offs->items()[1].as_int() < 0) {
+    return DataLoss(where + ": \"data_offsets\" must be [begin, end] of non-negative integers");
+  }
+  info->data_begin = static_cast<uint64_t>(offs->items()[0].as_int());
+  info->data_end = static_cast<uint64_t>(offs->items()[1].as_int());
+  if (info->data_begin > info->data_end) {
+    return DataLoss(where + ": data_offsets begin " + std::to_string(info->data_begin) +
+                    " > end " + std::to_string(info->data_end));
+  }
+  if (info->data_end > data_bytes) {
+    return DataLoss(where + ": data_offsets end " + std::to_string(info->data_end) +
+                    " is beyond the data section (" + std::to_string(data_bytes) +
+                    " bytes): file truncated");
+  }
+  uint64_t need = 0;
+  if (overflow || __builtin_mul_overflow(static_cast<uint64_t>(numel),
+                                         static_cast<uint64_t>(DTypeSize(info->dtype)), &need)) {
+    return DataLoss(where + ": shape " + info->shape.ToString() + " is too large");
+  }
+  if (info->nbytes() != need) {
+    return DataLoss(where + ": byte size mismatch: data_offsets span " +
+                    std::to_string(info->nbytes()) + " bytes but shape " +
+                    info->shape.ToString() + " of " + SafetensorsDTypeName(info->dtype) +
+                    " needs " + std::to_string(need));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd_ < 0) {
+    int err = errno;
+    if (err == ENOENT) return NotFound(path + ": safetensors file not found");
+    return IoError(path + ": cannot open: " + ErrnoText(err));
+  }
+  struct stat st;
+  if (::fstat(f->fd_, &st) != 0) return IoError(path + ": fstat failed: " + ErrnoText(errno));
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  f->file_bytes_ = static_cast<uint64_t>(st.st_size);
+  if (f->file_bytes_ < 8) {
+    return DataLoss(path + ": file is " + std::to_string(f->file_bytes_) +
+                    " bytes, shorter than the 8-byte header length prefix");
+  }
+  uint8_t prefix[8];
+  RETURN_IF_ERROR(f->ReadBytes(0, 8, prefix));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return DataLoss(path + ": header length " + std::to_string(n) +
+                    " is absurd (limit 100 MiB): corrupt file");
+  }
+  if (n > f->file_bytes_ - 8) {
+    return DataLoss(path + ": header length " + std::to_string(n) + " exceeds the " +
+                    std::to_string(f->file_bytes_ - 8) + " bytes after the prefix: file truncated "
+                    "or corrupt");
+  }
+  f->header_bytes_ = n;
+  std::string header(n, '\0');
+  RETURN_IF_ERROR(f->ReadBytes(8, n, header.data()));
+  Result<JsonValue> parsed = ParseJson(header);
+  if (!parsed.ok()) {
+    return DataLoss(path + ": header is not valid JSON: " + parsed.status().message());
+  }
+  if (!parsed->is_object()) return DataLoss(path + ": header is not a JSON object");
+
+  const uint64_t data_bytes = f->file_bytes_ - 8 - n;
+  for (const auto& [key, value] : parsed->members()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) return DataLoss(path + ": __metadata__ is not a JSON object");
+      for (const auto& [mk, mv] : value.members()) {
+        if (!mv.is_string()) {
+          return DataLoss(path + ": __metadata__ value for " + Quoted(mk) +
+                          " is not a string (must be a map of strings)");
+        }
+        f->metadata_[mk] = mv.as_string();
+      }
+      continue;
+    }
+    SafetensorsTensorInfo info;
+    RETURN_IF_ERROR(ParseTensorEntry(path, key, value, data_bytes, &info));
+    f->index_[key] = f->tensors_.size();
+    f->tensors_.push_back(std::move(info));
+  }
+
+  // Overlap: sort non-empty ranges by begin; each must start at or after the furthest end so far.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    if (f->tensors_[i].nbytes() > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return f->tensors_[a].data_begin < f->tensors_[b].data_begin;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const SafetensorsTensorInfo& prev = f->tensors_[order[k - 1]];
+    const SafetensorsTensorInfo& cur = f->tensors_[order[k]];
+    if (cur.data_begin < prev.data_end) {
+      return DataLoss(path + ": tensors " + Quoted(prev.name) + " [" +
+                      std::to_string(prev.data_begin) + ", " + std::to_string(prev.data_end) +
+                      ") and " + Quoted(cur.name) + " [" + std::to_string(cur.data_begin) + ", " +
+                      std::to_string(cur.data_end) + ") overlap");
+    }
+  }
+  return f;
+}
+
+const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+Status SafetensorsFile::ReadBytes(uint64_t file_offset, size_t n, void* out) const {
+  char* p = static_cast<char*>(out);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, std::min<size_t>(n, size_t{1} << 30),
+                        static_cast<off_t>(file_offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return IoError(path_ + ": read failed: " + ErrnoText(errno));
+    }
+    if (r == 0) {
+      return DataLoss(path_ + ": unexpected end of file at byte " + std::to_string(file_offset) +
+                      ": truncated (changed after open?)");
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    file_offset += static_cast<uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
+Status SafetensorsFile::ReadRaw(const SafetensorsTensorInfo& info, void* out) const {
+  TESSERA_CHECK(Find(info.name) == &info);
+  return ReadBytes(8 + header_bytes_ + info.data_begin, info.nbytes(), out);
+}
+
+Status SafetensorsFile::ReadAsF32(const SafetensorsTensorInfo& info, float* out) const {
+  TESSERA_CHECK(Find(info.name) == &info);
+  const uint64_t base = 8 + header_bytes_ + info.data_begin;
+  switch (info.dtype) {
+    case DType::kF32:
+      return ReadBytes(base, info.nbytes(), out);
+    case DType::kF16:
+    case DType::kBF16: {
+      const bool bf16 = info.dtype == DType::kBF16;
+      const size_t total = static_cast<size_t>(info.numel());
+      std::vector<uint16_t> buf(std::min(total, kChunkElems));
+      for (size_t done = 0; done < total;) {
+        size_t n = std::min(total - done, kChunkElems);
+        RETURN_IF_ERROR(ReadBytes(base + done * 2, n * 2, buf.data()));
+        for (size_t i = 0; i < n; ++i) out[done + i] = bf16 ? Bf16ToF32(buf[i]) : F16ToF32(buf[i]);
+        done += n;
+      }
+      return Status::Ok();
+    }
+    case DType::kI32:
+      break;
+  }
+  return InvalidArgument(path_ + ": tensor " + Quoted(info.name) + " has dtype " +
+                         SafetensorsDTypeName(info.dtype) + ", not a float type");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+namespace {
+
+Status ValidateOut(const SafetensorsTensorOut& t, const std::string& path) {
+  const std::string where = path + ": tensor " + Quoted(t.name);
+  if (t.name.empty()) return InvalidArgument(path + ": empty tensor name");
+  if (t.name == "__metadata__") return InvalidArgument(where + ": reserved name");
+  for (int i = 0; i < t.shape.rank(); ++i) {
+    if (t.shape[i] < 0) return InvalidArgument(where + ": negative dimension in shape");
+  }
+  if (t.data == nullptr && t.shape.numel() > 0) return InvalidArgument(where + ": null data");
+  const bool same = t.source_dtype == t.dtype;
+  const bool narrow = t.source_dtype == DType::kF32 &&
+                      (t.dtype == DType::kF16 || t.dtype == DType::kBF16);
+  if (!same && !narrow) {
+    return InvalidArgument(where + ": cannot store " + std::string(DTypeName(t.source_dtype)) +
+                           " data as " + SafetensorsDTypeName(t.dtype));
+  }
+  return Status::Ok();
+}
+
+Status WriteTensorData(int fd, const SafetensorsTensorOut& t, const std::string& tmp) {
+  const size_t total = static_cast<size_t>(t.shape.numel());
+  if (t.source_dtype == t.dtype) return WriteAll(fd, t.data, total * DTypeSize(t.dtype), tmp);
+  const float* src = static_cast<const float*>(t.data);
+  const bool bf16 = t.dtype == DType::kBF16;
+  std::vector<uint16_t> buf(std::min(total, kChunkElems));
+  for (size_t done = 0; done < total;) {
+    size_t n = std::min(total - done, kChunkElems);
+    for (size_t i = 0; i < n; ++i) {
+      buf[i] = bf16 ? F32ToBf16(src[done + i]) : F32ToF16(src[done + i]);
+    }
+    RETURN_IF_ERROR(WriteAll(fd, buf.data(), n * 2, tmp));
+    done += n;
+  }
+  return Status::Ok();
+}
+
+Status SyncParentDir(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    return IoError(dir.string() + ": cannot open directory to fsync: " + ErrnoText(errno));
+  }
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  if (rc != 0) return IoError(dir.string() + ": fsync failed: " + ErrnoText(err));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
+  for (size_t k = 0; k < order.size(); ++k) {
+    RETURN_IF_ERROR(ValidateOut(tensors[order[k]], path));
+    if (k > 0 && tensors[order[k]].name == tensors[order[k - 1]].name) {
+      return InvalidArgument(path + ": duplicate tensor name " + Quoted(tensors[order[k]].name));
+    }
+  }
+
+  JsonWriter w;
+  w.BeginObject();
+  if (!metadata.empty()) {
+    w.Key("__metadata__").BeginObject();
+    for (const auto& [k, v] : metadata) w.Key(k).String(v);
+    w.EndObject();
+  }
+  uint64_t offset = 0;
+  for (size_t i : order) {
+    const SafetensorsTensorOut& t = tensors[i];
+    const uint64_t nbytes = static_cast<uint64_t>(t.shape.numel()) * DTypeSize(t.dtype);
+    w.Key(t.name).BeginObject();
+    w.Key("dtype").String(SafetensorsDTypeName(t.dtype));
+    w.Key("shape").BeginArray();
+    for (int d = 0; d < t.shape.rank(); ++d) w.Int(t.shape[d]);
+    w.EndArray();
+    w.Key("data_offsets").BeginArray().Int(static_cast<int64_t>(offset))
+        .Int(static_cast<int64_t>(offset + nbytes)).EndArray();
+    w.EndObject();
+    offset += nbytes;
+  }
+  w.EndObject();
+  std::string header = w.str();
+  header.append((8 - header.size() % 8) % 8, ' ');  // data section starts 8-aligned
+  uint8_t prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError(tmp + ": cannot create: " + ErrnoText(errno));
+  Status st = WriteAll(fd, prefix, 8, tmp);
+  if (st.ok()) st = WriteAll(fd, header.data(), header.size(), tmp);
+  for (size_t k = 0; st.ok() && k < order.size(); ++k) {
+    st = WriteTensorData(fd, tensors[order[k]], tmp);
+  }
+  if (st.ok() && ::fsync(fd) != 0) st = IoError(tmp + ": fsync failed: " + ErrnoText(errno));
+  if (::close(fd) != 0 && st.ok()) st = IoError(tmp + ": close failed: " + ErrnoText(errno));
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = IoError(tmp + ": rename to " + path + " failed: " + ErrnoText(errno));
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return SyncParentDir(path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints (one file or a sharded index)
+
+Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenFile(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+  auto ckpt = std::make_unique<SafetensorsCheckpoint>();
+  ckpt->path_ = path;
+  for (const SafetensorsTensorInfo& info : file->tensors()) {
+    ckpt->entries_.emplace(info.name, Entry{file.get(), &info});
+  }
+  ckpt->files_.push_back(std::move(file));
+  return ckpt;
+}
+
+namespace {
+
+Result<std::string> ReadSmallFile(const std::string& path, uint64_t limit_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return NotFound(path + ": file not found");
+    return IoError(path + ": cannot open: " + ErrnoText(err));
+  }
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int err = errno;
+      ::close(fd);
+      return IoError(path + ": read failed: " + ErrnoText(err));
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+    if (out.size() > limit_bytes) {
+      ::close(fd);
+      return DataLoss(path + ": larger than " + std::to_string(limit_bytes) + " bytes");
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// Shard names come from a file we do not control: keep them inside the index's directory.
+bool IsSafeRelativePath(const std::string& s) {
+  if (s.empty() || s[0] == '/') return false;
+  for (const auto& part : std::filesystem::path(s)) {
+    if (part == "..") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
+    const std::string& index_path) {
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index_path, kSafetensorsMaxHeaderBytes));
+  Result<JsonValue> parsed = ParseJson(text);
+  if (!parsed.ok()) {
+    return DataLoss(index_path + ": index is not valid JSON: " + parsed.status().message());
+  }
+  if (!parsed->is_object()) return DataLoss(index_path + ": index is not a JSON object");
+  const JsonValue* meta = parsed->Find("metadata");
+  if (meta != nullptr && !meta->is_object() && !meta->is_null()) {
+    return DataLoss(index_path + ": \"metadata\" is not a JSON object");
+  }
+  const JsonValue* map = parsed->Find("weight_map");
+  if (map == nullptr || !map->is_object()) {
+    return DataLoss(index_path + ": missing or non-object \"weight_map\"");
+  }
+  std::map<std::string, std::string, std::less<>> weight_map;  // tensor -> shard file name
+  std::set<std::string> shard_names;
+  for (const auto& [tensor, shard] : map->members()) {
+    if (!shard.is_string() || !IsSafeRelativePath(shard.as_string())) {
+      return DataLoss(index_path + ": weight_map entry " + Quoted(tensor) +
+                      " must be a relative file name inside the index's directory");
+    }
+    weight_map[tensor] = shard.as_string();
+    shard_names.insert(shard.as_string());
+  }
+
+  auto ckpt = std::make_unique<SafetensorsCheckpoint>();
+  ckpt->path_ = index_path;
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::vector<std::string> file_shard_names;  // parallel to ckpt->files_
+  for (const std::string& shard : shard_names) {
+    Result<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open((dir / shard).string());
+    if (!file.ok()) return file.status().WithPrefix(index_path + ": shard " + Quoted(shard));
+    ckpt->files_.push_back(std::move(file).value());
+    file_shard_names.push_back(shard);
+  }
+  // Duplicates first: a tensor in two shards is the most specific thing to report.
+  for (const auto& file : ckpt->files_) {
+    for (const SafetensorsTensorInfo& info : file->tensors()) {
+      auto [it, inserted] = ckpt->entries_.emplace(info.name, Entry{file.get(), &info});
+      if (!inserted) {
+        return DataLoss(index_path + ": tensor " + Quoted(info.name) + " appears in both " +
+                        it->second.file->path() + " and " + file->path());
+      }
+    }
+  }
+  for (size_t f = 0; f < ckpt->files_.size(); ++f) {
+    const std::string& shard = file_shard_names[f];
+    for (const SafetensorsTensorInfo& info : ckpt->files_[f]->tensors()) {
+      auto listed = weight_map.find(info.name);
+      if (listed == weight_map.end()) {
+        return DataLoss(index_path + ": shard " + Quoted(shard) + " contains tensor " +
+                        Quoted(info.name) + " that the weight_map does not list");
+      }
+      if (listed->second != shard) {
+        return DataLoss(index_path + ": tensor " + Quoted(info.name) + " is listed in shard " +
+                        Quoted(listed->second) + " but found in " + Quoted(shard));
+      }
+    }
+  }
+  for (const auto& [tensor, shard] : weight_map) {
+    if (ckpt->entries_.find(tensor) == ckpt->entries_.end()) {
+      return DataLoss(index_path + ": index lists tensor " + Quoted(tensor) + " in shard " +
+                      Quoted(shard) + ", but that file does not contain it");
+    }
+  }
+  return ckpt;
+}
+
+const SafetensorsCheckpoint::Entry* SafetensorsCheckpoint::Find(std::string_view name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+}  // namespace tessera
