@@ -10,6 +10,11 @@ namespace tessera::cli {
 
 using Args = std::vector<std::string>;
 
+int RunTrain(const Args& args);
+int RunEval(const Args& args);
+int RunExport(const Args& args);
+int RunData(const Args& args);
+int RunBench(const Args& args);
 int RunEnv(const Args& args);
 
 // True if args contain -h or --help.

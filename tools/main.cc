@@ -16,6 +16,11 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"train", "train a model from a YAML config (tessera train configs/tiny.yaml)", RunTrain},
+    {"eval", "print the mean loss of weights on held-out data", RunEval},
+    {"export", "write weights as safetensors with Hugging Face names", RunExport},
+    {"data", "prepare data: 'tessera data tokenize --input FILE... --out DIR'", RunData},
+    {"bench", "measure step time, tokens/s and MFU against this machine's sgemm peak", RunBench},
     {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
 };
 

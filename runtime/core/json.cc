@@ -181,10 +181,10 @@ class Parser {
         case 'r': out->push_back('\r'); break;
         case 't': out->push_back('\t'); break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           RETURN_IF_ERROR(ParseHex4(&cp));
           if (cp >= 0xd800 && cp < 0xdc00) {  // high surrogate: a low one must follow
-            uint32_t lo;
+            uint32_t lo = 0;
             if (!Consume("\\u")) return Error("lone high surrogate");
             RETURN_IF_ERROR(ParseHex4(&lo));
             if (lo < 0xdc00 || lo >= 0xe000) return Error("bad low surrogate");

@@ -508,11 +508,9 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
     }
   }
   const LrScheduleConfig& s = c.schedule;
-  if (s.warmup_steps > c.train.steps) {
-    return ctx.CrossFieldError({"schedule.warmup_steps", "train.steps"},
-                               "warmup_steps=" + N(s.warmup_steps) + " exceeds train.steps=" +
-                                   N(c.train.steps));
-  }
+  // warmup_steps > train.steps is allowed: a short smoke run (--set train.steps=5) of a
+  // config tuned for a long one should just run, still warming up, as Megatron and
+  // TorchTitan do.
   if (s.decay_steps > 0 && s.decay_steps < s.warmup_steps) {
     return ctx.CrossFieldError({"schedule.decay_steps", "schedule.warmup_steps"},
                                "decay_steps=" + N(s.decay_steps) +

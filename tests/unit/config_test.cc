@@ -370,9 +370,7 @@ TEST(ConfigCrossField, SyntheticCorpusHoldsOneSequence) {
             "train.seq_len=64 (needs seq_len + 1)");
 }
 
-TEST(ConfigCrossField, WarmupWithinSteps) {
-  EXPECT_EQ(ErrorAt("schedule:\n  warmup_steps: 101\ntrain:\n  steps: 100\n"),
-            "F:2:17: schedule.warmup_steps: warmup_steps=101 exceeds train.steps=100");
+TEST(ConfigCrossField, WarmupAndDecayOrder) {
   EXPECT_EQ(LoadOk("schedule: {warmup_steps: 100}\ntrain: {steps: 100}\n").schedule.warmup_steps,
             100);
   EXPECT_EQ(ErrorAt("schedule:\n  warmup_steps: 20\n  decay_steps: 10\n"),
@@ -403,13 +401,12 @@ TEST(ConfigOverride, LaterOverrideWinsAndFlowMapsWork) {
   EXPECT_EQ(c.model.hidden_size, 32);
 }
 
-TEST(ConfigOverride, ShortRunNeedsAShorterWarmup) {
-  // warmup_steps > steps is an error, so shortening a run with `--set train.steps=5` alone
-  // fails when the file has a longer warmup; the message names the key to change.
+TEST(ConfigOverride, ShortRunKeepsTheLongerWarmup) {
+  // A smoke run of a config tuned for a long run just works: the run ends while warming up.
   const std::string text = "schedule:\n  warmup_steps: 30\ntrain:\n  steps: 600\n";
-  EXPECT_EQ(ErrorAt(text, {"train.steps=5"}),
-            "F:2:17: schedule.warmup_steps: warmup_steps=30 exceeds train.steps=5");
-  EXPECT_EQ(LoadOk(text, {"train.steps=5", "schedule.warmup_steps=0"}).train.steps, 5);
+  Config c = LoadOk(text, {"train.steps=5"});
+  EXPECT_EQ(c.train.steps, 5);
+  EXPECT_EQ(c.schedule.warmup_steps, 30);
 }
 
 TEST(ConfigOverride, UnknownKeyIsReportedAtTheOverride) {

@@ -14,7 +14,7 @@ TEST(Arena, TracksPeakAndReleases) {
   size_t mark = arena.Mark();
   Tensor a = arena.Allocate(DType::kF32, {10, 10});
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % Arena::kAlignment, 0u);
-  Tensor b = arena.Allocate(DType::kF32, {100});
+  arena.Allocate(DType::kF32, {100});
   EXPECT_GE(tracker.current(MemoryKind::kActivations), 800u);
   arena.Release(mark);
   EXPECT_EQ(tracker.current(MemoryKind::kActivations), 0u);

@@ -1,0 +1,94 @@
+// runtime/train/metrics.cc
+#include "runtime/train/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "runtime/core/json.h"
+
+namespace tessera {
+
+std::string FormatDuration(double s) {
+  char buf[32];
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600,
+                  (static_cast<int>(s) % 3600) / 60);
+  }
+  return buf;
+}
+
+namespace {
+std::string FormatRate(double tok_s) {
+  char buf[32];
+  if (tok_s >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", tok_s / 1e6);
+  else if (tok_s >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", tok_s / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", tok_s);
+  return buf;
+}
+}  // namespace
+
+std::string FormatProgressLine(const StepMetrics& m) {
+  char buf[320];
+  int width = static_cast<int>(std::to_string(m.total_steps).size());
+  std::string floor;
+  if (m.floor) {
+    char f[48];
+    std::snprintf(f, sizeof f, " (floor %+.4f)", m.loss - *m.floor);
+    floor = f;
+  }
+  std::string val;
+  if (m.val_loss) {
+    char v[48];
+    std::snprintf(v, sizeof v, " | val %.4f", *m.val_loss);
+    val = v;
+  }
+  std::snprintf(buf, sizeof buf,
+                "step %*lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.3f%s | %s tok/s | MFU %.1f%% | ETA %s",
+                width, static_cast<long long>(m.step), static_cast<long long>(m.total_steps),
+                m.loss, floor.c_str(), val.c_str(), m.lr, m.grad_norm,
+                m.skipped ? " (skipped)" : "", FormatRate(m.tokens_per_second).c_str(),
+                100.0 * m.mfu, FormatDuration(m.eta_seconds).c_str());
+  return buf;
+}
+
+Result<std::unique_ptr<MetricsFile>> MetricsFile::Create(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return IoError(path + ": cannot create metrics file: " + std::strerror(errno));
+  return std::unique_ptr<MetricsFile>(new MetricsFile(path, f));
+}
+
+MetricsFile::~MetricsFile() {
+  if (file_) std::fclose(file_);
+}
+
+Status MetricsFile::Append(const StepMetrics& m) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("step").Int(m.step);
+  w.Key("loss").Double(m.loss);
+  if (m.floor) w.Key("floor_gap").Double(m.loss - *m.floor);
+  if (m.val_loss) w.Key("val_loss").Double(*m.val_loss);
+  w.Key("lr").Double(m.lr);
+  w.Key("grad_norm").Double(m.grad_norm);
+  w.Key("skipped").Bool(m.skipped);
+  w.Key("tokens").Int(m.total_tokens);
+  w.Key("step_s").Double(m.step_seconds);
+  w.Key("elapsed_s").Double(m.elapsed_seconds);
+  w.Key("tok_per_s").Double(m.tokens_per_second);
+  w.Key("mfu").Double(m.mfu);
+  w.EndObject();
+  std::string line = w.str() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    return IoError(path_ + ": cannot write metrics: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera

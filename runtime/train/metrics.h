@@ -1,0 +1,57 @@
+// runtime/train/metrics.h — what a user sees of a run: the JSONL metrics file (one object per
+// step), progress lines and the end-of-run summary.
+//
+// StepMetrics is plain data filled by the trainer; the formatting here is the only place that
+// decides what a progress line looks like. MetricsFile appends and flushes one line per step
+// so a crash loses at most the line being written. Single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+struct StepMetrics {
+  int64_t step = 0;            // 1-based: steps completed
+  int64_t total_steps = 0;
+  double loss = 0;             // mean training loss of the step (nats/token)
+  std::optional<double> floor; // best achievable loss of the data, when known
+  double lr = 0;
+  double grad_norm = 0;        // before clipping
+  bool skipped = false;        // update skipped (non-finite gradient norm)
+  int64_t tokens = 0;          // tokens processed in this step
+  int64_t total_tokens = 0;    // tokens processed so far
+  double step_seconds = 0;     // wall time of this step
+  double elapsed_seconds = 0;  // wall time since training started
+  double tokens_per_second = 0;
+  double mfu = 0;              // model FLOP/s over the measured sgemm peak, in [0, 1]
+  double eta_seconds = 0;
+  std::optional<double> val_loss;  // set on steps that ran an evaluation
+};
+
+// "1h02m", "3m07s", "12.3s".
+std::string FormatDuration(double seconds);
+// "step   40/600 | loss 2.3412 (floor +0.0812) | lr 2.94e-03 | gnorm 0.412 | 41.2k tok/s |
+//  MFU 12.3% | ETA 52.1s"
+std::string FormatProgressLine(const StepMetrics& m);
+
+class MetricsFile {
+ public:
+  // Creates (truncates) `path`; its directory must exist.
+  static Result<std::unique_ptr<MetricsFile>> Create(const std::string& path);
+  ~MetricsFile();
+  Status Append(const StepMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsFile(std::string path, FILE* f) : path_(std::move(path)), file_(f) {}
+  std::string path_;
+  FILE* file_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""An independent NumPy implementation of GPT-2 and Llama forward passes, written from the
+Hugging Face model definitions (not from Tessera's code), used to check Tessera's numerics.
+
+    hf_reference.py --family gpt2|llama --weights model.safetensors --tokens shard.bin \
+        --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] [--seq T]
+
+Reads the safetensors file and the token shard with its own parsers, splits the shard into
+consecutive windows of T+1 tokens, and prints the mean next-token cross-entropy (nats) over
+every window, computed in float64.
+"""
+import argparse
+import json
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = data[base + begin : base + end]
+        if info["dtype"] == "BF16":
+            u16 = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            arr = u16.view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=np.dtype(DTYPES[info["dtype"]]).newbyteorder("<"))
+        out[name] = arr.astype(np.float64).reshape(info["shape"])
+    return out
+
+
+def load_tokens(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, width, count, vocab, _ = struct.unpack("<8sIIQII", data[:32])
+    assert magic == b"TSRTOKEN" and version == 1, "not a token shard"
+    dt = "<u2" if width == 2 else "<u4"
+    return np.frombuffer(data[32 : 32 + count * width], dtype=dt).astype(np.int64)
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention(q, k, v):
+    # q (B, NH, T, HS); k, v (B, NH, T, HS) after kv heads are repeated for GQA.
+    T, hs = q.shape[2], q.shape[3]
+    att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)
+    att = np.where(np.tril(np.ones((T, T), dtype=bool)), att, -np.inf)
+    return softmax(att) @ v
+
+
+def split_heads(x, n):
+    B, T, C = x.shape
+    return x.reshape(B, T, n, C // n).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x):
+    B, n, T, hs = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, T, n * hs)
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def gpt2_logits(w, ids, nh, eps):
+    B, T = ids.shape
+    h = w["wte.weight"][ids] + w["wpe.weight"][np.arange(T)][None]
+    layers = sorted({int(k.split(".")[1]) for k in w if k.startswith("h.")})
+    for i in layers:
+        p = f"h.{i}."
+        a = layer_norm(h, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
+        qkv = a @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # Conv1D: (in, out)
+        q, k, v = np.split(qkv, 3, axis=-1)
+        y = merge_heads(attention(split_heads(q, nh), split_heads(k, nh), split_heads(v, nh)))
+        h = h + y @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        m = layer_norm(h, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
+        m = gelu_new(m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        h = h + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    h = layer_norm(h, w["ln_f.weight"], w["ln_f.bias"], eps)
+    head = w.get("lm_head.weight", w["wte.weight"])
+    return h @ head.T
+
+
+def rope(x, theta):
+    # x (B, n, T, HS); Hugging Face rotate_half convention.
+    T, hs = x.shape[2], x.shape[3]
+    inv_freq = 1.0 / (theta ** (np.arange(0, hs, 2, dtype=np.float64) / hs))
+    freqs = np.outer(np.arange(T, dtype=np.float64), inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2 :]
+    rotated = np.concatenate([-x2, x1], axis=-1)
+    return x * cos + rotated * sin
+
+
+def llama_logits(w, ids, nh, nkv, eps, theta):
+    h = w["model.embed_tokens.weight"][ids]
+    layers = sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")})
+    for i in layers:
+        p = f"model.layers.{i}."
+        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
+        q = split_heads(x @ w[p + "self_attn.q_proj.weight"].T, nh)  # nn.Linear: (out, in)
+        k = split_heads(x @ w[p + "self_attn.k_proj.weight"].T, nkv)
+        v = split_heads(x @ w[p + "self_attn.v_proj.weight"].T, nkv)
+        q, k = rope(q, theta), rope(k, theta)
+        rep = nh // nkv
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        h = h + merge_heads(attention(q, k, v)) @ w[p + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        gate = x @ w[p + "mlp.gate_proj.weight"].T
+        up = x @ w[p + "mlp.up_proj.weight"].T
+        h = h + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    h = rms_norm(h, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return h @ head.T
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", required=True, choices=["gpt2", "llama"])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--kv-heads", type=int, default=0)
+    ap.add_argument("--eps", type=float, default=1e-5)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--seq", type=int, required=True)
+    a = ap.parse_args()
+    w = load_safetensors(a.weights)
+    tokens = load_tokens(a.tokens)
+    T = a.seq
+    n = (len(tokens) - 1) // T
+    windows = np.stack([tokens[i * T : i * T + T + 1] for i in range(n)])
+    ids, targets = windows[:, :-1], windows[:, 1:]
+    if a.family == "gpt2":
+        logits = gpt2_logits(w, ids, a.heads, a.eps)
+    else:
+        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta)
+    z = logits - logits.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    loss = -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
+    print(f"loss {loss:.8f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
