@@ -45,7 +45,7 @@ struct TrainConfig {
   int64_t log_interval = 10;       // train.log_interval: steps between progress lines, >= 1
   int64_t eval_interval = 0;       // train.eval_interval: steps between evals; 0 = end only
   int64_t eval_batches = 8;        // train.eval_batches: micro-batches per eval, >= 1
-  int threads = 0;                 // train.threads: CPU threads; 0 = all cores
+  int threads = 0;                 // train.threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   std::string out_dir = "runs/default";  // train.out_dir: metrics.jsonl and final weights go here
 };
 

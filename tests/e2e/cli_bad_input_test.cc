@@ -128,7 +128,7 @@ TEST_F(BadInput, WeightsWithWrongNamesOrShapes) {
   ExpectFailure(Tessera(Train("--set model.family=llama --set model.num_kv_heads=0 --set init_from=" + w)),
                 "model.embed_tokens.weight");
   // A wider model: every shape is wrong; the message names a tensor and both shapes.
-  ExpectFailure(Tessera(Train("--set model.hidden_size=128 --set init_from=" + w)), "wte.weight");
+  ExpectFailure(Tessera(Train("--set model.hidden_size=256 --set init_from=" + w)), "wte.weight");
   // Fewer layers: h.1.* are unexpected extra tensors.
   ExpectFailure(Tessera(Train("--set model.num_layers=1 --set init_from=" + w)), "h.1.");
 }

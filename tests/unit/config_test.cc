@@ -123,13 +123,13 @@ TEST(ConfigShipped, TinyIsTheDefaultGpt2Job) {
   Result<Config> c = LoadConfig(Shipped("tiny.yaml"));
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->model.family, ModelFamily::kGpt2);
-  EXPECT_EQ(c->model.vocab_size, 64);
+  EXPECT_EQ(c->model.vocab_size, 256);
   EXPECT_EQ(c->model.num_layers, 2);
   EXPECT_TRUE(c->model.tie_embeddings);
   EXPECT_EQ(c->data.source, DataSource::kSynthetic);
-  EXPECT_EQ(c->data.synthetic.branching, 4);
+  EXPECT_EQ(c->data.synthetic.branching, 8);
   EXPECT_EQ(c->data.synthetic.seed, 7u);
-  EXPECT_EQ(c->train.steps, 600);
+  EXPECT_EQ(c->train.steps, 1000);
   EXPECT_EQ(c->train.out_dir, "runs/tiny");
   EXPECT_FLOAT_EQ(c->optimizer.lr, 3e-3f);
   EXPECT_EQ(c->path, Shipped("tiny.yaml"));

@@ -6,7 +6,10 @@
 namespace tessera::cpu {
 
 int SetNumThreads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
+  // 0 keeps OpenMP's own default: OMP_NUM_THREADS when set (the standard way to share a
+  // machine between processes), else every core.
+  static const int kDefault = omp_get_max_threads();
+  if (n <= 0) n = kDefault;
   omp_set_num_threads(n);  // OpenBLAS (OpenMP flavour) follows the libgomp setting
   return n;
 }

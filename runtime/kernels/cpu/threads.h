@@ -5,7 +5,8 @@
 
 namespace tessera::cpu {
 
-// n <= 0 means all cores. Returns the number in effect.
+// n <= 0 means OpenMP's default (OMP_NUM_THREADS if set, else all cores). Returns the
+// number in effect.
 int SetNumThreads(int n);
 int NumThreads();
 
