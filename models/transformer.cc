@@ -88,6 +88,8 @@ class TransformerImpl final : public Transformer {
   void ZeroGrads() override { std::memset(grads_.data(), 0, grads_.nbytes()); }
 
   const ModelConfig& config() const override { return config_; }
+  int64_t batch_size() const override { return B_; }
+  int64_t seq_len() const override { return T_; }
   std::span<Parameter> parameters() override { return params_; }
   Tensor flat_params() override { return flat_params_; }
   Tensor flat_grads() override { return grads_; }

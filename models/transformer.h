@@ -41,6 +41,8 @@ class Transformer {
   virtual void ZeroGrads() = 0;
 
   virtual const ModelConfig& config() const = 0;
+  virtual int64_t batch_size() const = 0;  // B of every micro-batch this model was built for
+  virtual int64_t seq_len() const = 0;     // T of every micro-batch
   virtual std::span<Parameter> parameters() = 0;
   virtual Tensor flat_params() = 0;   // (num_params) all parameters, contiguous
   virtual Tensor flat_grads() = 0;    // (num_params) gradients at the same offsets

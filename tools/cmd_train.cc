@@ -90,14 +90,19 @@ int RunEval(const Args& args) {
     if (!b.ok() || *b == 0) return FailUsage("eval", InvalidArgument("tessera eval: --batches must be >= 1"));
     c.train.eval_batches = *b;
   }
-  auto trainer = Trainer::Create(c);
-  if (!trainer.ok()) return Fail("eval", trainer.status());
-  auto loss = (*trainer)->Evaluate(c.train.eval_batches);
-  if (!loss.ok()) return Fail("eval", loss.status());
+  MemoryTracker memory;
+  auto model = BuildModel(c, &memory);
+  if (!model.ok()) return Fail("eval", model.status());
+  if (!DataLoader::HasSplit(c.data, Split::kVal)) {
+    return Fail("eval", NotFound("no held-out data: pass --data PATH or set data.val"));
+  }
+  auto data = DataLoader::Open(c.data, Split::kVal, c.model.vocab_size, c.train.seq_len, c.train.seed);
+  if (!data.ok()) return Fail("eval", data.status());
+  const double loss = EvaluateLoss(**model, **data, c.train.eval_batches);
   std::printf("eval: weights %s\n", c.init_from.c_str());
   std::printf("eval: %lld batches x %lld x %lld tokens\n", static_cast<long long>(c.train.eval_batches),
               static_cast<long long>(c.train.micro_batch_size), static_cast<long long>(c.train.seq_len));
-  std::printf("loss %.6f\n", *loss);
+  std::printf("loss %.6f\n", loss);
   return kExitOk;
 }
 

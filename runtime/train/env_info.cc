@@ -10,10 +10,7 @@
 #include <thread>
 
 #include "runtime/core/json.h"
-
-#ifndef TESSERA_GIT_COMMIT
-#define TESSERA_GIT_COMMIT "unknown"
-#endif
+#include "tessera_git_commit.h"  // generated at build time: TESSERA_GIT_COMMIT
 #ifndef TESSERA_BUILD_TYPE
 #define TESSERA_BUILD_TYPE "unknown"
 #endif

@@ -87,16 +87,21 @@ std::vector<ParamRange> Trainer::DecayRanges() const {
 
 std::string Trainer::DescribeData() const { return train_data_->Describe(); }
 
-Result<double> Trainer::Evaluate(int64_t batches) {
-  if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
-  val_data_->Reset();  // every evaluation sees the same batches
-  const int64_t B = config_.train.micro_batch_size;
+double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches) {
+  const int64_t B = model.batch_size(), T = model.seq_len();
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  data.Reset();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    val_data_->NextBatch(B, inputs_.data(), targets_.data());
-    sum += model_->Forward(inputs_.data(), targets_.data());
+    data.NextBatch(B, inputs.data(), targets.data());
+    sum += model.Forward(inputs.data(), targets.data());
   }
   return sum / static_cast<double>(batches);
+}
+
+Result<double> Trainer::Evaluate(int64_t batches) {
+  if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
+  return EvaluateLoss(*model_, *val_data_, batches);
 }
 
 Result<TrainSummary> Trainer::Run(FILE* out) {

@@ -68,6 +68,10 @@ class Trainer {
   double peak_flops_ = 0;                  // measured sgemm FLOP/s, the MFU denominator
 };
 
+// Mean loss (nats/token) of `model` over `batches` micro-batches read from the start of
+// `data` (it is Reset first, so every evaluation sees the same tokens). Forward only.
+double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches);
+
 // Builds the model for `config` at micro-batch shape (micro_batch_size, seq_len) and loads
 // init_from (or `weights_override` when non-empty) if given, else random init from the seed.
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
