@@ -7,8 +7,11 @@
 // Thread-safety: one thread drives a model (transformer.h).
 #include "models/transformer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -31,6 +34,33 @@ constexpr int64_t kInitChunk = 4096;
 constexpr int64_t kLogitsScratchFloats = int64_t{16} << 20;
 
 std::string Num(int64_t v) { return std::to_string(v); }
+
+// Refuses shapes whose buffers cannot exist on this machine, before any size is computed in
+// int64 (where products like B*NH*T*T of absurd configs would overflow) or allocated (where
+// running out of memory would abort). The estimate, in double, is an upper bound of what the
+// measuring pass will ask for: parameters and gradients, activations kept under the `none`
+// policy (about 16 floats per token per C plus the MLP width and attention probabilities),
+// and the logits scratch.
+Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T) {
+  const double C = c.hidden_size, L = c.num_layers, V = c.vocab_size, F = c.ffn_size();
+  const double NH = c.num_heads, HS = C / NH, NKV = c.kv_heads(), tokens = double(B) * T;
+  const double per_layer = C * (NH + 2 * NKV) * HS + NH * HS * C + 3 * C * F + 4 * C;
+  const double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
+  const double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;
+  const double bytes = 4.0 * (2 * params + acts) + 4.0 * kLogitsScratchFloats;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (bytes > ram) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "model: needs about %.1f GiB for parameters, gradients and activations at "
+                  "micro-batch %lld x sequence %lld, but this machine has %.1f GiB",
+                  bytes / 1073741824.0, static_cast<long long>(B), static_cast<long long>(T),
+                  ram / 1073741824.0);
+    return InvalidArgument(std::string(buf) +
+                           " (reduce the model size, train.micro_batch_size or train.seq_len)");
+  }
+  return Status::Ok();
+}
 
 Status Validate(const ModelConfig& c, int64_t B, int64_t T) {
   auto bad = [](const std::string& m) { return InvalidArgument("model: " + m); };
@@ -70,7 +100,7 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T) {
   if (T > c.max_seq_len) {
     return bad("sequence length T=" + Num(T) + " exceeds max_seq_len=" + Num(c.max_seq_len));
   }
-  return Status::Ok();
+  return CheckFitsInMemory(c, B, T);
 }
 
 class TransformerImpl final : public Transformer {

@@ -1,6 +1,7 @@
-// tools/args.cc
+// tools/args.cc — see args.h.
 #include "tools/args.h"
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace tessera::cli {
@@ -53,8 +54,9 @@ Result<ParsedArgs> ParseArgs(const std::vector<std::string>& args, const std::st
 
 Result<int64_t> ParseIntFlag(const std::string& flag, const std::string& value) {
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < 0) {
+  if (value.empty() || *end != '\0' || v < 0 || errno == ERANGE) {
     return InvalidArgument(flag + ": expected a non-negative integer, got \"" + value + "\"");
   }
   return static_cast<int64_t>(v);

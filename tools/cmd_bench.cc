@@ -142,10 +142,11 @@ int RunBench(const Args& args) {
         "MFU against the sgemm peak measured in the same run.\n\n"
         "  --seq L1,L2,...   sequence lengths (default 64,256)\n"
         "  --batch B         sequences per step (default 4)\n"
-        "  --steps N         timed steps per shape after one warm-up step (default 3)\n"
+        "  --steps N         timed steps per shape after one warm-up step (default 3, at most 1000)\n"
         "  --threads N       threads for OpenBLAS and kernels (default 2; 0 = all cores)\n"
         "  --config FILE     benchmark the model of FILE instead of GPT-2 124M\n"
-        "                    (model.recompute is honoured, so policies can be compared)\n");
+        "                    (model.recompute is honoured, so policies can be compared)\n"
+        "  --set key=value   override keys of --config, e.g. --set model.recompute=full\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
@@ -183,15 +184,16 @@ int RunBench(const Args& args) {
   }
   cpu::SetNumThreads(static_cast<int>(*threads));
   std::printf("machine limits (measured now, %d threads):\n", cpu::NumThreads());
-  const double peak = cpu::MeasureSgemmGflops(4096, 4096, 4096, 2);
-  std::printf("  sgemm 4096^3                 %.1f GFLOP/s  (the MFU denominator)\n", peak);
+  const double peak = cpu::MeasurePeakSgemmGflops();
+  std::printf("  sgemm 2048^3                 %.1f GFLOP/s  (the MFU denominator, as in train)\n", peak);
   for (auto [m, n, k] : {std::tuple{256, 768, 3072}, {256, 3072, 768}, {256, 50257, 768}}) {
     std::printf("  sgemm %4d x %5d x %4d     %.1f GFLOP/s\n", m, n, k,
                 cpu::MeasureSgemmGflops(m, n, k, 3));
   }
   std::printf("  memory, a += s*b             %.1f GB/s\n", MeasureUpdateBandwidth());
   for (int64_t T : seqs) {
-    int rc = BenchShape(parsed->Get("--config", "GPT-2 124M"), mc, *batch, T, static_cast<int>(std::max<int64_t>(1, *steps)), peak);
+    const int timed = static_cast<int>(std::clamp<int64_t>(*steps, 1, 1000));
+    int rc = BenchShape(parsed->Get("--config", "GPT-2 124M"), mc, *batch, T, timed, peak);
     if (rc != kExitOk) return rc;
   }
   return kExitOk;

@@ -21,10 +21,11 @@ void PrintDataHelp() {
       "  --out DIR           writes DIR/train_000000.bin ... and DIR/val_000000.bin\n"
       "  --val-fraction F    fraction held out for evaluation, 0 <= F < 1 (default 0.05)\n"
       "  --shard-tokens N    tokens per shard file at most (default 100000000)\n\n"
-      "Then train on it with:\n"
-      "  tessera train configs/tiny.yaml --set data.source=shards --set data.train=DIR/train_000000.bin \\\n"
-      "      --set data.val=DIR/val_000000.bin --set model.vocab_size=256\n"
-      "(data.train and data.val also take a directory: every *.bin file in it, sorted.)\n");
+      "Then train on it (configs/tiny.yaml has vocab_size 256 already):\n"
+      "  tessera train configs/tiny.yaml --set data.source=shards \\\n"
+      "      --set 'data.train=DIR/train_*.bin' --set 'data.val=DIR/val_*.bin'\n"
+      "(data.train and data.val take a file, a pattern, or a directory: every *.bin in it,\n"
+      "sorted — which in DIR would mix the val shards into training.)\n");
 }
 
 }  // namespace

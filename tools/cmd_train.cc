@@ -4,6 +4,7 @@
 
 #include "models/hf_weights.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/config.h"
 #include "runtime/train/trainer.h"
 #include "tools/args.h"
@@ -12,8 +13,14 @@
 namespace tessera::cli {
 namespace {
 
-int Fail(const std::string& command, const Status& s) {
+// The phase decides the exit code (exit_codes.h): a rejected config or input is final (do not
+// restart), an I/O failure while running may not be.
+enum class Phase { kConfig, kInput, kRun };
+
+int Fail(const std::string& command, const Status& s, Phase phase) {
   std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), s.ToString().c_str());
+  if (phase == Phase::kConfig) return kExitBadConfig;
+  if (phase == Phase::kInput && s.code() != StatusCode::kIoError) return kExitBadInput;
   return ExitCodeFor(s);
 }
 
@@ -51,11 +58,11 @@ int RunTrain(const Args& args) {
   auto parsed = ParseArgs(args, "train", {"--set"}, {});
   if (!parsed.ok()) return FailUsage("train", parsed.status());
   auto config = LoadFromArgs(*parsed, "train");
-  if (!config.ok()) return Fail("train", config.status());
+  if (!config.ok()) return Fail("train", config.status(), Phase::kConfig);
   auto trainer = Trainer::Create(*config);
-  if (!trainer.ok()) return Fail("train", trainer.status());
+  if (!trainer.ok()) return Fail("train", trainer.status(), Phase::kInput);
   auto summary = (*trainer)->Run(stdout);
-  if (!summary.ok()) return Fail("train", summary.status());
+  if (!summary.ok()) return Fail("train", summary.status(), Phase::kRun);
   return kExitOk;
 }
 
@@ -67,8 +74,9 @@ int RunEval(const Args& args) {
         "  --init-from PATH   weights to evaluate: a .safetensors file, a\n"
         "                     model.safetensors.index.json, or a directory holding either\n"
         "                     (default: the config's init_from, else <train.out_dir>/model.safetensors)\n"
-        "  --data PATH        token shard file or directory to evaluate on (default: data.val,\n"
-        "                     or the built-in corpus's held-out split)\n"
+        "  --data PATH        token shards to evaluate on: a file, a directory of *.bin files, or\n"
+        "                     a pattern such as data/book/val_*.bin (default: data.val, or the\n"
+        "                     built-in corpus's held-out split)\n"
         "  --batches N        micro-batches to average over (default: train.eval_batches)\n"
         "  --set key=value    override config keys, as for train\n");
     return kExitOk;
@@ -76,7 +84,7 @@ int RunEval(const Args& args) {
   auto parsed = ParseArgs(args, "eval", {"--set", "--init-from", "--data", "--batches"}, {});
   if (!parsed.ok()) return FailUsage("eval", parsed.status());
   auto config = LoadFromArgs(*parsed, "eval");
-  if (!config.ok()) return Fail("eval", config.status());
+  if (!config.ok()) return Fail("eval", config.status(), Phase::kConfig);
   Config c = *config;
   c.init_from = parsed->Get("--init-from", c.init_from.empty() ? c.train.out_dir + "/model.safetensors"
                                                               : c.init_from);
@@ -90,14 +98,15 @@ int RunEval(const Args& args) {
     if (!b.ok() || *b == 0) return FailUsage("eval", InvalidArgument("tessera eval: --batches must be >= 1"));
     c.train.eval_batches = *b;
   }
+  cpu::SetNumThreads(c.train.threads);  // same threads, same bits as the eval inside training
   MemoryTracker memory;
   auto model = BuildModel(c, &memory);
-  if (!model.ok()) return Fail("eval", model.status());
+  if (!model.ok()) return Fail("eval", model.status(), Phase::kInput);
   if (!DataLoader::HasSplit(c.data, Split::kVal)) {
-    return Fail("eval", NotFound("no held-out data: pass --data PATH or set data.val"));
+    return Fail("eval", NotFound("no held-out data: pass --data PATH or set data.val"), Phase::kInput);
   }
   auto data = DataLoader::Open(c.data, Split::kVal, c.model.vocab_size, c.train.seq_len, c.train.seed);
-  if (!data.ok()) return Fail("eval", data.status());
+  if (!data.ok()) return Fail("eval", data.status(), Phase::kInput);
   const double loss = EvaluateLoss(**model, **data, c.train.eval_batches);
   std::printf("eval: weights %s\n", c.init_from.c_str());
   std::printf("eval: %lld batches x %lld x %lld tokens\n", static_cast<long long>(c.train.eval_batches),
@@ -129,13 +138,14 @@ int RunExport(const Args& args) {
     return FailUsage("export", InvalidArgument("tessera export: --dtype must be f32, bf16 or f16"));
   }
   auto config = LoadFromArgs(*parsed, "export");
-  if (!config.ok()) return Fail("export", config.status());
+  if (!config.ok()) return Fail("export", config.status(), Phase::kConfig);
+  cpu::SetNumThreads(config->train.threads);
   MemoryTracker memory;
   auto model = BuildModel(*config, &memory, parsed->Get("--init-from"));
-  if (!model.ok()) return Fail("export", model.status());
+  if (!model.ok()) return Fail("export", model.status(), Phase::kInput);
   const std::string out = parsed->Get("--out");
   Status s = ExportHfWeights(out, config->model, (*model)->parameters(), dtype);
-  if (!s.ok()) return Fail("export", s);
+  if (!s.ok()) return Fail("export", s, Phase::kRun);
   std::printf("exported %lld tensors (%.2fM parameters, %s) to %s\n",
               static_cast<long long>((*model)->parameters().size()), (*model)->num_params() / 1e6,
               std::string(DTypeName(dtype)).c_str(), out.c_str());

@@ -1,6 +1,7 @@
 // tools/main.cc — `tessera`: dispatches to the subcommands in tools/cmd_*.cc.
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "runtime/core/exit_codes.h"
@@ -52,7 +53,15 @@ int main(int argc, char** argv) {
   }
   Args args(argv + 2, argv + argc);
   for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // Expected failures are Status values; this catches what slips through from the standard
+    // library (bad_alloc on a huge input, filesystem errors) so no input ends in a core dump.
+    try {
+      return c.run(args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera %s: %s\n", c.name, e.what());
+      return tessera::kExitRestartable;
+    }
   }
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);
   PrintUsage(stderr);

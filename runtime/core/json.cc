@@ -17,7 +17,12 @@ const JsonValue* JsonValue::Find(std::string_view key) const {
 }
 
 JsonValue JsonValue::Bool(bool b) { JsonValue v; v.type_ = Type::kBool; v.bool_ = b; return v; }
-JsonValue JsonValue::Number(double d) { JsonValue v; v.type_ = Type::kNumber; v.number_ = d; v.int_ = static_cast<int64_t>(d); return v; }
+JsonValue JsonValue::Number(double d) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.number_ = d;  // int_ stays 0: as_int() is meaningful only when is_integer()
+  return v;
+}
 JsonValue JsonValue::Integer(int64_t i) {
   JsonValue v;
   v.type_ = Type::kNumber;
@@ -41,7 +46,7 @@ constexpr int kMaxDepth = 64;
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, size_t max_values) : s_(text), max_values_(max_values) {}
 
   Result<JsonValue> ParseDocument() {
     SkipSpace();
@@ -66,6 +71,9 @@ class Parser {
 
   Status ParseValue(int depth, JsonValue* out) {
     if (depth > kMaxDepth) return Error("nesting deeper than 64");
+    if (++values_ > max_values_) {
+      return Error("more than " + std::to_string(max_values_) + " values");
+    }
     if (pos_ >= s_.size()) return Error("unexpected end of input");
     char c = s_[pos_];
     if (c == '{') return ParseObject(depth, out);
@@ -231,12 +239,16 @@ class Parser {
   }
 
   std::string_view s_;
+  size_t max_values_;
+  size_t values_ = 0;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-Result<JsonValue> ParseJson(std::string_view text) { return Parser(text).ParseDocument(); }
+Result<JsonValue> ParseJson(std::string_view text, size_t max_values) {
+  return Parser(text, max_values).ParseDocument();
+}
 
 std::string JsonQuote(std::string_view s) {
   std::string out = "\"";

@@ -63,7 +63,10 @@ class JsonValue {
 
 // Parses exactly one JSON value (surrounding whitespace allowed). Errors are kDataLoss with
 // "JSON error at byte N: ...". Duplicate object keys are an error (ambiguous headers).
-Result<JsonValue> ParseJson(std::string_view text);
+// At most `max_values` values (each ~200 bytes in memory): a hostile 100 MiB header of
+// "[0,0,0,..." must fail with a message, not exhaust memory.
+inline constexpr size_t kJsonDefaultMaxValues = size_t{1} << 20;
+Result<JsonValue> ParseJson(std::string_view text, size_t max_values = kJsonDefaultMaxValues);
 
 // Streaming writer producing compact JSON. Commas are inserted automatically.
 class JsonWriter {

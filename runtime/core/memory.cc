@@ -27,6 +27,12 @@ void MemoryTracker::OnUse(MemoryKind k, int64_t delta) {
   peak_[Idx(k)] = std::max(peak_[Idx(k)], cur);
 }
 
+void MemoryTracker::OnReserve(MemoryKind k, int64_t delta) {
+  size_t& r = reserved_[Idx(k)];
+  r = static_cast<size_t>(static_cast<int64_t>(r) + delta);
+  reserved_peak_[Idx(k)] = std::max(reserved_peak_[Idx(k)], r);
+}
+
 std::string MemoryTracker::Report() const {
   std::string out;
   char line[160];
@@ -46,7 +52,7 @@ Arena::Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker)
   TESSERA_CHECK_MSG(base_ != nullptr, "out of memory reserving %zu bytes for %s", rounded,
                     MemoryKindName(kind));
   std::memset(base_, 0, rounded);
-  if (tracker_) tracker_->OnReserve(kind_, capacity_);
+  if (tracker_) tracker_->OnReserve(kind_, static_cast<int64_t>(capacity_));
 }
 
 Arena Arena::Measuring(MemoryKind kind) { return Arena(kind); }
@@ -55,6 +61,11 @@ Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
+    // The bytes this arena held leave the books before it takes over the other's.
+    if (tracker_) {
+      if (used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
+      if (base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
+    }
     std::free(base_);
     kind_ = o.kind_;
     base_ = std::exchange(o.base_, nullptr);
@@ -68,6 +79,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
 
 Arena::~Arena() {
   if (tracker_ && used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
+  if (tracker_ && base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
   std::free(base_);
 }
 

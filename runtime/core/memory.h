@@ -32,17 +32,20 @@ const char* MemoryKindName(MemoryKind k);
 // Current and peak bytes in use, by kind. Reserved bytes are the arenas' capacities.
 class MemoryTracker {
  public:
-  void OnReserve(MemoryKind k, size_t bytes) { reserved_[Idx(k)] += bytes; }
+  // Reserved bytes now held (an arena's capacity: + when created, - when freed), and the
+  // peak of that sum, which is what the summary reports.
+  void OnReserve(MemoryKind k, int64_t delta_bytes);
   void OnUse(MemoryKind k, int64_t delta_bytes);
   size_t current(MemoryKind k) const { return current_[Idx(k)]; }
   size_t peak(MemoryKind k) const { return peak_[Idx(k)]; }
-  size_t reserved(MemoryKind k) const { return reserved_[Idx(k)]; }
+  size_t reserved(MemoryKind k) const { return reserved_peak_[Idx(k)]; }  // peak reserved
   // Multi-line table: kind, peak in use, reserved.
   std::string Report() const;
 
  private:
   static int Idx(MemoryKind k) { return static_cast<int>(k); }
-  std::array<size_t, static_cast<int>(MemoryKind::kCount)> current_{}, peak_{}, reserved_{};
+  std::array<size_t, static_cast<int>(MemoryKind::kCount)> current_{}, peak_{}, reserved_{},
+      reserved_peak_{};
 };
 
 class Arena {

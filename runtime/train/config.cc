@@ -224,7 +224,13 @@ class Section {
     const bool low = range.min_inclusive ? v < range.min : v <= range.min;
     const bool high = range.max_inclusive ? v > range.max : v >= range.max;
     if (low || high) return Error(*e, "must be " + RangeText(range) + ", got " + text);
-    *out = static_cast<float>(v);
+    // The range holds for the double; it must still hold for the float we keep (1e-46 > 0,
+    // but as a float it is 0, and an Adam eps of 0 divides 0 by 0).
+    const float f = static_cast<float>(v);
+    if (v != 0 && (f == 0 || !std::isnormal(f))) {
+      return Error(*e, "number too small for a float, got " + text);
+    }
+    *out = f;
     return Status::Ok();
   }
 
@@ -359,16 +365,27 @@ class Section {
   std::vector<std::string> known_order_;  // documented order, for suggestions and listings
 };
 
+// Upper bounds of the sizes: far beyond any real model, low enough that products of them
+// (V*C, B*T*C, ...) never overflow int64 before the model's memory check refuses them.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;      // 16.7M tokens
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;     // 1M tokens
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = int64_t{1} << 17;      // hidden size 131072
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxBatch = int64_t{1} << 20;
+constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;  // 4 GiB of int32 per split
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
 Status ReadModel(Section& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Enum<ModelFamily>(
       "family", {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}}, &m->family));
-  RETURN_IF_ERROR(s.Int("vocab_size", 2, kInt64Max, &m->vocab_size));
-  RETURN_IF_ERROR(s.Int("max_seq_len", 1, kInt64Max, &m->max_seq_len));
-  RETURN_IF_ERROR(s.Int("num_layers", 1, kInt64Max, &m->num_layers));
-  RETURN_IF_ERROR(s.Int("hidden_size", 1, kInt64Max, &m->hidden_size));
-  RETURN_IF_ERROR(s.Int("num_heads", 1, kInt64Max, &m->num_heads));
-  RETURN_IF_ERROR(s.Int("num_kv_heads", 0, kInt64Max, &m->num_kv_heads));
-  RETURN_IF_ERROR(s.Int("ffn_hidden_size", 0, kInt64Max, &m->ffn_hidden_size));
+  RETURN_IF_ERROR(s.Int("vocab_size", 2, kMaxVocab, &m->vocab_size));
+  RETURN_IF_ERROR(s.Int("max_seq_len", 1, kMaxSeqLen, &m->max_seq_len));
+  RETURN_IF_ERROR(s.Int("num_layers", 1, kMaxLayers, &m->num_layers));
+  RETURN_IF_ERROR(s.Int("hidden_size", 1, kMaxWidth, &m->hidden_size));
+  RETURN_IF_ERROR(s.Int("num_heads", 1, kMaxHeads, &m->num_heads));
+  RETURN_IF_ERROR(s.Int("num_kv_heads", 0, kMaxHeads, &m->num_kv_heads));
+  RETURN_IF_ERROR(s.Int("ffn_hidden_size", 0, kMaxWidth * 8, &m->ffn_hidden_size));
   RETURN_IF_ERROR(s.Float("norm_eps", kPositive, &m->norm_eps));
   RETURN_IF_ERROR(s.Float("rope_theta", kPositive, &m->rope_theta));
   bool tie_given = false;
@@ -397,13 +414,13 @@ Status ReadOptimizer(Section& s, AdamWConfig* o) {
 }
 
 Status ReadSchedule(Section& s, LrScheduleConfig* c) {
-  RETURN_IF_ERROR(s.Int("warmup_steps", 0, kInt64Max, &c->warmup_steps));
+  RETURN_IF_ERROR(s.Int("warmup_steps", 0, kMaxSteps, &c->warmup_steps));
   RETURN_IF_ERROR(s.Enum<LrDecay>(
       "decay",
       {{"cosine", LrDecay::kCosine}, {"linear", LrDecay::kLinear}, {"constant", LrDecay::kConstant}},
       &c->decay));
   RETURN_IF_ERROR(s.Float("min_lr_ratio", kUnitClosed, &c->min_lr_ratio));
-  RETURN_IF_ERROR(s.Int("decay_steps", 0, kInt64Max, &c->decay_steps));
+  RETURN_IF_ERROR(s.Int("decay_steps", 0, kMaxSteps, &c->decay_steps));
   return s.Finish();
 }
 
@@ -415,24 +432,24 @@ Status ReadData(Section& s, DataConfig* d) {
   RETURN_IF_ERROR(s.String("val", &d->val_path));
   ASSIGN_OR_RETURN(Section syn, s.Child("synthetic"));
   SyntheticDataConfig& c = d->synthetic;
-  RETURN_IF_ERROR(syn.Int("branching", 1, kInt64Max, &c.branching));
+  RETURN_IF_ERROR(syn.Int("branching", 1, kMaxVocab, &c.branching));
   RETURN_IF_ERROR(syn.Int("order", 1, 2, &c.order));
   RETURN_IF_ERROR(syn.Float("concentration", kPositive, &c.concentration));
   RETURN_IF_ERROR(syn.Uint("seed", &c.seed));
-  RETURN_IF_ERROR(syn.Int("num_tokens", 2, kInt64Max, &c.num_tokens));
+  RETURN_IF_ERROR(syn.Int("num_tokens", 2, kMaxSyntheticTokens, &c.num_tokens));
   RETURN_IF_ERROR(syn.Finish());
   return s.Finish();
 }
 
 Status ReadTrain(Section& s, TrainConfig* t) {
-  RETURN_IF_ERROR(s.Int("steps", 1, kInt64Max, &t->steps));
-  RETURN_IF_ERROR(s.Int("micro_batch_size", 1, kInt64Max, &t->micro_batch_size));
-  RETURN_IF_ERROR(s.Int("grad_accum_steps", 1, kInt64Max, &t->grad_accum_steps));
-  RETURN_IF_ERROR(s.Int("seq_len", 1, kInt64Max, &t->seq_len));
+  RETURN_IF_ERROR(s.Int("steps", 1, kMaxSteps, &t->steps));
+  RETURN_IF_ERROR(s.Int("micro_batch_size", 1, kMaxBatch, &t->micro_batch_size));
+  RETURN_IF_ERROR(s.Int("grad_accum_steps", 1, kMaxBatch, &t->grad_accum_steps));
+  RETURN_IF_ERROR(s.Int("seq_len", 1, kMaxSeqLen, &t->seq_len));
   RETURN_IF_ERROR(s.Uint("seed", &t->seed));
-  RETURN_IF_ERROR(s.Int("log_interval", 1, kInt64Max, &t->log_interval));
-  RETURN_IF_ERROR(s.Int("eval_interval", 0, kInt64Max, &t->eval_interval));
-  RETURN_IF_ERROR(s.Int("eval_batches", 1, kInt64Max, &t->eval_batches));
+  RETURN_IF_ERROR(s.Int("log_interval", 1, kMaxSteps, &t->log_interval));
+  RETURN_IF_ERROR(s.Int("eval_interval", 0, kMaxSteps, &t->eval_interval));
+  RETURN_IF_ERROR(s.Int("eval_batches", 1, kMaxBatch, &t->eval_batches));
   RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
   RETURN_IF_ERROR(s.String("out_dir", &t->out_dir));
   RETURN_IF_ERROR(s.NonEmpty("out_dir", t->out_dir));  // "" would scatter outputs into the cwd

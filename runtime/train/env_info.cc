@@ -1,8 +1,6 @@
 // runtime/train/env_info.cc — gathers the environment fingerprint.
 #include "runtime/train/env_info.h"
 
-#include <cblas.h>
-#include <omp.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "runtime/core/json.h"
+#include "runtime/kernels/cpu/threads.h"
 #include "tessera_git_commit.h"  // generated at build time: TESSERA_GIT_COMMIT
 #ifndef TESSERA_BUILD_TYPE
 #define TESSERA_BUILD_TYPE "unknown"
@@ -62,14 +61,14 @@ std::vector<std::pair<std::string, std::string>> EnvironmentFingerprint() {
       {"build_type", TESSERA_BUILD_TYPE},
       {"compiler", std::string("g++ ") + __VERSION__},
       {"cxx_standard", std::to_string(__cplusplus)},
-      {"openblas", openblas_get_config()},
-      {"openblas_core", openblas_get_corename()},
+      {"openblas", cpu::BlasConfig()},
+      {"openblas_core", cpu::BlasCoreName()},
       {"yaml_cpp", TESSERA_YAML_CPP_VERSION},
-      {"openmp", std::to_string(_OPENMP)},
+      {"openmp", std::to_string(cpu::OpenMpVersion())},
       {"cpu", CpuModel()},
       {"cpu_features", CpuFeatures()},
       {"cores", std::to_string(std::thread::hardware_concurrency())},
-      {"threads", std::to_string(omp_get_max_threads())},
+      {"threads", std::to_string(cpu::NumThreads())},
       {"hostname", host},
       {"os", std::string(u.sysname) + " " + u.release + " " + u.machine},
   };

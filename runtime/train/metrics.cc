@@ -1,6 +1,7 @@
-// runtime/train/metrics.cc
+// runtime/train/metrics.cc — formatting of progress lines and summaries; the JSONL writer.
 #include "runtime/train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -56,6 +57,31 @@ std::string FormatProgressLine(const StepMetrics& m) {
                 m.skipped ? " (skipped)" : "", FormatRate(m.tokens_per_second).c_str(),
                 100.0 * m.mfu, FormatDuration(m.eta_seconds).c_str());
   return buf;
+}
+
+std::string FormatSummary(const TrainSummary& s, const std::string& memory_report,
+                          const std::string& out_dir) {
+  std::string out = "\n== run summary ==\n";
+  char line[256];
+  auto add = [&out, &line](int n) { out.append(line, std::min<size_t>(n, sizeof line - 1)); };
+  add(std::snprintf(line, sizeof line, "  wall time        %s (%.1f s)\n",
+                    FormatDuration(s.wall_seconds).c_str(), s.wall_seconds));
+  add(std::snprintf(line, sizeof line, "  steps            %lld (%lld skipped)\n",
+                    static_cast<long long>(s.steps), static_cast<long long>(s.skipped_steps)));
+  add(std::snprintf(line, sizeof line, "  tokens           %lld (%.0f tok/s)\n",
+                    static_cast<long long>(s.tokens), s.tokens / std::max(s.wall_seconds, 1e-9)));
+  add(std::snprintf(line, sizeof line, "  final loss       %.4f (mean of the last %lld steps)\n",
+                    s.final_loss, static_cast<long long>(s.final_loss_steps)));
+  add(std::snprintf(line, sizeof line, "  best loss        %.4f\n", s.best_loss));
+  if (s.val_loss) add(std::snprintf(line, sizeof line, "  held-out loss    %.4f\n", *s.val_loss));
+  if (s.floor) {
+    const double final = s.val_loss ? *s.val_loss : s.final_loss;
+    add(std::snprintf(line, sizeof line, "  entropy floor    %.4f (gap %+.4f nats)\n", *s.floor,
+                      final - *s.floor));
+  }
+  out += "  peak memory by kind:\n" + memory_report;
+  out += "  outputs          " + out_dir + "/{metrics.jsonl,model.safetensors,config.yaml,env.json}\n";
+  return out;
 }
 
 Result<std::unique_ptr<MetricsFile>> MetricsFile::Create(const std::string& path) {

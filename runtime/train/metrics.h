@@ -1,8 +1,8 @@
 // runtime/train/metrics.h — what a user sees of a run: the JSONL metrics file (one object per
 // step), progress lines and the end-of-run summary.
 //
-// StepMetrics is plain data filled by the trainer; the formatting here is the only place that
-// decides what a progress line looks like. MetricsFile appends and flushes one line per step
+// StepMetrics and TrainSummary are plain data filled by the trainer; the formatting here is
+// the only place that decides what a progress line and a summary look like. MetricsFile appends and flushes one line per step
 // so a crash loses at most the line being written. Single-threaded.
 #pragma once
 
@@ -33,6 +33,23 @@ struct StepMetrics {
   double eta_seconds = 0;
   std::optional<double> val_loss;  // set on steps that ran an evaluation
 };
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  int64_t skipped_steps = 0;
+  double wall_seconds = 0;
+  double final_loss = 0;            // mean training loss of the last `final_loss_steps` steps
+  int64_t final_loss_steps = 0;
+  double best_loss = 0;             // lowest single-step training loss
+  std::optional<double> val_loss;   // final evaluation, when there is held-out data
+  std::optional<double> floor;      // entropy floor of the data, when known
+};
+
+// The end-of-run block: wall time, steps, tokens, final/best/held-out loss, distance to the
+// entropy floor, peak memory by kind (`memory_report`) and where the outputs are.
+std::string FormatSummary(const TrainSummary& s, const std::string& memory_report,
+                          const std::string& out_dir);
 
 // "1h02m", "3m07s", "12.3s".
 std::string FormatDuration(double seconds);

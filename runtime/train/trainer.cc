@@ -1,4 +1,5 @@
-// runtime/train/trainer.cc — the training loop and its outputs.
+// runtime/train/trainer.cc — the training loop and its outputs (see trainer.h for the
+// contract). Single-threaded driver; kernels parallelise inside.
 #include "runtime/train/trainer.h"
 
 #include <algorithm>
@@ -63,9 +64,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
-  // The MFU denominator: what sgemm reaches on this machine right now, at a square shape big
-  // enough to be compute-bound (about 0.1 s to measure).
-  t->peak_flops_ = cpu::MeasureSgemmGflops(1024, 1024, 1024, 5) * 1e9;
+  // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
+  // `tessera bench` uses).
+  t->peak_flops_ = cpu::MeasurePeakSgemmGflops() * 1e9;
   return t;
 }
 
@@ -84,8 +85,6 @@ std::vector<ParamRange> Trainer::DecayRanges() const {
   }
   return ranges;
 }
-
-std::string Trainer::DescribeData() const { return train_data_->Describe(); }
 
 double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches) {
   const int64_t B = model.batch_size(), T = model.seq_len();
@@ -109,6 +108,9 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   std::error_code ec;
   std::filesystem::create_directories(tc.out_dir, ec);
   if (ec) return IoError(tc.out_dir + ": cannot create output directory: " + ec.message());
+  // Weights of an earlier run in the same directory must not outlive its metrics: a run that
+  // is interrupted leaves no model.safetensors rather than one that belongs to another run.
+  std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
   RETURN_IF_ERROR(WriteTextFile(tc.out_dir + "/config.yaml", config_.resolved_yaml));
   RETURN_IF_ERROR(WriteTextFile(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
   ASSIGN_OR_RETURN(auto metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl"));
@@ -188,6 +190,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
       std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());
       std::fflush(out);
       summary.final_loss = interval_loss / interval_steps;
+      summary.final_loss_steps = interval_steps;
       interval_loss = 0;
       interval_steps = 0;
     }
@@ -196,24 +199,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   const std::string weights = tc.out_dir + "/model.safetensors";
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, model_->parameters(), DType::kF32));
 
-  std::fprintf(out, "\n== run summary ==\n");
-  std::fprintf(out, "  wall time        %s (%.1f s)\n", FormatDuration(summary.wall_seconds).c_str(),
-               summary.wall_seconds);
-  std::fprintf(out, "  steps            %lld (%lld skipped)\n", static_cast<long long>(summary.steps),
-               static_cast<long long>(summary.skipped_steps));
-  std::fprintf(out, "  tokens           %lld (%.0f tok/s)\n", static_cast<long long>(summary.tokens),
-               summary.tokens / summary.wall_seconds);
-  std::fprintf(out, "  final loss       %.4f (mean of the last %lld steps)\n", summary.final_loss,
-               static_cast<long long>(std::min<int64_t>(tc.log_interval, summary.steps)));
-  std::fprintf(out, "  best loss        %.4f\n", summary.best_loss);
-  if (summary.val_loss) std::fprintf(out, "  held-out loss    %.4f\n", *summary.val_loss);
-  if (floor) {
-    const double final = summary.val_loss ? *summary.val_loss : summary.final_loss;
-    std::fprintf(out, "  entropy floor    %.4f (gap %+.4f nats)\n", *floor, final - *floor);
-  }
-  std::fprintf(out, "  peak memory by kind:\n%s", memory_.Report().c_str());
-  std::fprintf(out, "  outputs          %s/{metrics.jsonl,model.safetensors,config.yaml,env.json}\n",
-               tc.out_dir.c_str());
+  std::fputs(FormatSummary(summary, memory_.Report(), tc.out_dir).c_str(), out);
   std::fflush(out);
   return summary;
 }

@@ -21,19 +21,9 @@
 #include "runtime/core/memory.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
+#include "runtime/train/metrics.h"
 
 namespace tessera {
-
-struct TrainSummary {
-  int64_t steps = 0;
-  int64_t tokens = 0;
-  int64_t skipped_steps = 0;
-  double wall_seconds = 0;
-  double final_loss = 0;       // mean of the last log interval's training losses
-  double best_loss = 0;        // lowest single-step training loss
-  std::optional<double> val_loss;   // final evaluation, when there is held-out data
-  std::optional<double> floor;      // entropy floor of the data, when known
-};
 
 class Trainer {
  public:
@@ -51,8 +41,6 @@ class Trainer {
 
   Transformer& model() { return *model_; }
   const MemoryTracker& memory() const { return memory_; }
-  // Validation loader description, "" when there is none.
-  std::string DescribeData() const;
 
  private:
   Trainer(const Config& config) : config_(config) {}

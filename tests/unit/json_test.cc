@@ -44,6 +44,16 @@ TEST(Json, DepthIsBounded) {
   EXPECT_NE(r.status().message().find("nesting"), std::string::npos);
 }
 
+TEST(Json, ValueCountIsBoundedAndHugeNumbersAreNotIntegers) {
+  auto many = ParseJson("[0,0,0,0,0]", 4);
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("more than 4 values"), std::string::npos);
+  auto huge = ParseJson("[1e999, 99999999999999999999999]");
+  ASSERT_TRUE(huge.ok());
+  EXPECT_FALSE(huge->items()[0].is_integer());
+  EXPECT_FALSE(huge->items()[1].is_integer());  // past int64: a double, never a wrapped int
+}
+
 TEST(Json, WriterRoundTrips) {
   JsonWriter w;
   w.BeginObject().Key("s").String("a\nb").Key("i").Int(-7).Key("d").Double(0.1)

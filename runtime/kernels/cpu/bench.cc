@@ -36,4 +36,6 @@ double MeasureSgemmGflops(int64_t M, int64_t N, int64_t K, int repeats) {
   return best_s > 0.0 ? flops / best_s / 1e9 : 0.0;
 }
 
+double MeasurePeakSgemmGflops() { return MeasureSgemmGflops(2048, 2048, 2048, 3); }
+
 }  // namespace tessera::cpu

@@ -1,6 +1,8 @@
-// runtime/kernels/cpu/threads.cc
+// runtime/kernels/cpu/threads.cc — thread count of the shared libgomp pool, and what the
+// BLAS and OpenMP runtimes say about themselves. Not thread-safe against running kernels.
 #include "runtime/kernels/cpu/threads.h"
 
+#include <cblas.h>
 #include <omp.h>
 
 namespace tessera::cpu {
@@ -15,5 +17,9 @@ int SetNumThreads(int n) {
 }
 
 int NumThreads() { return omp_get_max_threads(); }
+
+std::string BlasConfig() { return openblas_get_config(); }
+std::string BlasCoreName() { return openblas_get_corename(); }
+int OpenMpVersion() { return _OPENMP; }
 
 }  // namespace tessera::cpu
