@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "models/quote.h"
 #include "models/safetensors.h"
 
 namespace tessera {
@@ -15,20 +16,11 @@ namespace {
 constexpr const char* kGpt2Prefix = "transformer.";
 constexpr size_t kMaxNamesListed = 5;
 
-std::string Quoted(std::string_view s) {
-  std::string out;  // built by append: gcc 12 warns falsely (-Wrestrict) on "'" + string
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
-
 // "'a', 'b', 'c' and 4 more"
 std::string ListNames(const std::vector<std::string>& names) {
   std::string out;
   for (size_t i = 0; i < names.size() && i < kMaxNamesListed; ++i) {
-    out += (i ? ", " : "") + Quoted(names[i]);
+    out += (i ? ", " : "") + Quote(names[i]);
   }
   if (names.size() > kMaxNamesListed) {
     out += " and " + std::to_string(names.size() - kMaxNamesListed) + " more";
@@ -47,7 +39,7 @@ Shape HfShape(const Parameter& p) {
 Status CheckParams(std::span<const Parameter> params) {
   std::set<std::string_view> seen;
   for (const Parameter& p : params) {
-    const std::string where = "parameter " + Quoted(p.name());
+    const std::string where = "parameter " + Quote(p.name());
     if (!seen.insert(p.name()).second) return InvalidArgument("duplicate " + where);
     if (!p.spec.IsWhole()) {
       return InvalidArgument(where + ": sharded parameters are not supported by HF import/export");
@@ -148,7 +140,7 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
     }
     auto [it, inserted] = by_name.emplace(canonical, &entry);
     if (!inserted) {
-      return InvalidArgument(ckpt->path() + ": tensor " + Quoted(canonical) +
+      return InvalidArgument(ckpt->path() + ": tensor " + Quote(canonical) +
                              " is present both with and without the \"transformer.\" prefix");
     }
   }
@@ -165,7 +157,7 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
       continue;
     }
     const SafetensorsTensorInfo& info = *it->second->info;
-    const std::string where = it->second->file->path() + ": tensor " + Quoted(info.name);
+    const std::string where = it->second->file->path() + ": tensor " + Quote(info.name);
     const Shape want = HfShape(p);
     if (!(info.shape == want)) {
       std::string layout = p.hf_transposed ? " (HF (in, out) layout of Tessera " +

@@ -14,6 +14,8 @@
 #include <numeric>
 #include <set>
 
+#include "models/quote.h"
+#include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
 
 namespace tessera {
@@ -24,15 +26,6 @@ static_assert(std::endian::native == std::endian::little,
 
 // Conversions and I/O go through bounded chunks so a multi-GB tensor needs no second copy.
 constexpr size_t kChunkElems = size_t{1} << 20;
-
-std::string Quoted(std::string_view s) {
-  std::string out;  // built by append: gcc 12 warns falsely (-Wrestrict) on "'" + string
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -61,24 +54,10 @@ const char* SafetensorsDTypeName(DType t) {
   return "?";
 }
 
-Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return IoError(path + ": write failed: " + ErrnoText(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
 // Parses one header entry (everything but the data-section bounds and overlap checks).
 Status ParseTensorEntry(const std::string& path, const std::string& name, const JsonValue& v,
                         uint64_t data_bytes, SafetensorsTensorInfo* info) {
-  const std::string where = path + ": tensor " + Quoted(name);
+  const std::string where = path + ": tensor " + Quote(name);
   if (!v.is_object()) return DataLoss(where + ": header entry is not a JSON object");
   info->name = name;
 
@@ -202,7 +181,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
       if (!value.is_object()) return DataLoss(path + ": __metadata__ is not a JSON object");
       for (const auto& [mk, mv] : value.members()) {
         if (!mv.is_string()) {
-          return DataLoss(path + ": __metadata__ value for " + Quoted(mk) +
+          return DataLoss(path + ": __metadata__ value for " + Quote(mk) +
                           " is not a string (must be a map of strings)");
         }
         f->metadata_[mk] = mv.as_string();
@@ -227,9 +206,9 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     const SafetensorsTensorInfo& prev = f->tensors_[order[k - 1]];
     const SafetensorsTensorInfo& cur = f->tensors_[order[k]];
     if (cur.data_begin < prev.data_end) {
-      return DataLoss(path + ": tensors " + Quoted(prev.name) + " [" +
+      return DataLoss(path + ": tensors " + Quote(prev.name) + " [" +
                       std::to_string(prev.data_begin) + ", " + std::to_string(prev.data_end) +
-                      ") and " + Quoted(cur.name) + " [" + std::to_string(cur.data_begin) + ", " +
+                      ") and " + Quote(cur.name) + " [" + std::to_string(cur.data_begin) + ", " +
                       std::to_string(cur.data_end) + ") overlap");
     }
   }
@@ -242,23 +221,7 @@ const SafetensorsTensorInfo* SafetensorsFile::Find(std::string_view name) const 
 }
 
 Status SafetensorsFile::ReadBytes(uint64_t file_offset, size_t n, void* out) const {
-  char* p = static_cast<char*>(out);
-  while (n > 0) {
-    ssize_t r = ::pread(fd_, p, std::min<size_t>(n, size_t{1} << 30),
-                        static_cast<off_t>(file_offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return IoError(path_ + ": read failed: " + ErrnoText(errno));
-    }
-    if (r == 0) {
-      return DataLoss(path_ + ": unexpected end of file at byte " + std::to_string(file_offset) +
-                      ": truncated (changed after open?)");
-    }
-    p += r;
-    n -= static_cast<size_t>(r);
-    file_offset += static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
+  return PreadAll(fd_, out, n, file_offset, path_);
 }
 
 Status SafetensorsFile::ReadRaw(const SafetensorsTensorInfo& info, void* out) const {
@@ -288,7 +251,7 @@ Status SafetensorsFile::ReadAsF32(const SafetensorsTensorInfo& info, float* out)
     case DType::kI32:
       break;
   }
-  return InvalidArgument(path_ + ": tensor " + Quoted(info.name) + " has dtype " +
+  return InvalidArgument(path_ + ": tensor " + Quote(info.name) + " has dtype " +
                          SafetensorsDTypeName(info.dtype) + ", not a float type");
 }
 
@@ -298,7 +261,7 @@ Status SafetensorsFile::ReadAsF32(const SafetensorsTensorInfo& info, float* out)
 namespace {
 
 Status ValidateOut(const SafetensorsTensorOut& t, const std::string& path) {
-  const std::string where = path + ": tensor " + Quoted(t.name);
+  const std::string where = path + ": tensor " + Quote(t.name);
   if (t.name.empty()) return InvalidArgument(path + ": empty tensor name");
   if (t.name == "__metadata__") return InvalidArgument(where + ": reserved name");
   for (int i = 0; i < t.shape.rank(); ++i) {
@@ -315,9 +278,9 @@ Status ValidateOut(const SafetensorsTensorOut& t, const std::string& path) {
   return Status::Ok();
 }
 
-Status WriteTensorData(int fd, const SafetensorsTensorOut& t, const std::string& tmp) {
+Status WriteTensorData(AtomicFileWriter& out, const SafetensorsTensorOut& t) {
   const size_t total = static_cast<size_t>(t.shape.numel());
-  if (t.source_dtype == t.dtype) return WriteAll(fd, t.data, total * DTypeSize(t.dtype), tmp);
+  if (t.source_dtype == t.dtype) return out.Append(t.data, total * DTypeSize(t.dtype));
   const float* src = static_cast<const float*>(t.data);
   const bool bf16 = t.dtype == DType::kBF16;
   std::vector<uint16_t> buf(std::min(total, kChunkElems));
@@ -326,30 +289,16 @@ Status WriteTensorData(int fd, const SafetensorsTensorOut& t, const std::string&
     for (size_t i = 0; i < n; ++i) {
       buf[i] = bf16 ? F32ToBf16(src[done + i]) : F32ToF16(src[done + i]);
     }
-    RETURN_IF_ERROR(WriteAll(fd, buf.data(), n * 2, tmp));
+    RETURN_IF_ERROR(out.Append(buf.data(), n * 2));
     done += n;
   }
-  return Status::Ok();
-}
-
-Status SyncParentDir(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) {
-    return IoError(dir.string() + ": cannot open directory to fsync: " + ErrnoText(errno));
-  }
-  int rc = ::fsync(dfd);
-  int err = errno;
-  ::close(dfd);
-  if (rc != 0) return IoError(dir.string() + ": fsync failed: " + ErrnoText(err));
   return Status::Ok();
 }
 
 }  // namespace
 
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata, FileSystem& fs) {
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(),
@@ -357,7 +306,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   for (size_t k = 0; k < order.size(); ++k) {
     RETURN_IF_ERROR(ValidateOut(tensors[order[k]], path));
     if (k > 0 && tensors[order[k]].name == tensors[order[k - 1]].name) {
-      return InvalidArgument(path + ": duplicate tensor name " + Quoted(tensors[order[k]].name));
+      return InvalidArgument(path + ": duplicate tensor name " + Quote(tensors[order[k]].name));
     }
   }
 
@@ -388,24 +337,12 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   uint8_t prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(header.size() >> (8 * i));
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(tmp + ": cannot create: " + ErrnoText(errno));
-  Status st = WriteAll(fd, prefix, 8, tmp);
-  if (st.ok()) st = WriteAll(fd, header.data(), header.size(), tmp);
-  for (size_t k = 0; st.ok() && k < order.size(); ++k) {
-    st = WriteTensorData(fd, tensors[order[k]], tmp);
-  }
-  if (st.ok() && ::fsync(fd) != 0) st = IoError(tmp + ": fsync failed: " + ErrnoText(errno));
-  if (::close(fd) != 0 && st.ok()) st = IoError(tmp + ": close failed: " + ErrnoText(errno));
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    st = IoError(tmp + ": rename to " + path + " failed: " + ErrnoText(errno));
-  }
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  return SyncParentDir(path);
+  // A failure anywhere below destroys the writer, which removes "<path>.tmp".
+  ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> out, AtomicFileWriter::Create(path, fs));
+  RETURN_IF_ERROR(out->Append(prefix, 8));
+  RETURN_IF_ERROR(out->Append(header.data(), header.size()));
+  for (size_t i : order) RETURN_IF_ERROR(WriteTensorData(*out, tensors[i]));
+  return out->Commit();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,34 +362,6 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenFile(
 
 namespace {
 
-Result<std::string> ReadSmallFile(const std::string& path, uint64_t limit_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return NotFound(path + ": file not found");
-    return IoError(path + ": cannot open: " + ErrnoText(err));
-  }
-  std::string out;
-  char buf[65536];
-  while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int err = errno;
-      ::close(fd);
-      return IoError(path + ": read failed: " + ErrnoText(err));
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-    if (out.size() > limit_bytes) {
-      ::close(fd);
-      return DataLoss(path + ": larger than " + std::to_string(limit_bytes) + " bytes");
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
 // Shard names come from a file we do not control: keep them inside the index's directory.
 bool IsSafeRelativePath(const std::string& s) {
   if (s.empty() || s[0] == '/') return false;
@@ -466,7 +375,7 @@ bool IsSafeRelativePath(const std::string& s) {
 
 Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
     const std::string& index_path) {
-  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index_path, kSafetensorsMaxHeaderBytes));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path, kSafetensorsMaxHeaderBytes));
   Result<JsonValue> parsed = ParseJson(text);
   if (!parsed.ok()) {
     return DataLoss(index_path + ": index is not valid JSON: " + parsed.status().message());
@@ -484,7 +393,7 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
   std::set<std::string> shard_names;
   for (const auto& [tensor, shard] : map->members()) {
     if (!shard.is_string() || !IsSafeRelativePath(shard.as_string())) {
-      return DataLoss(index_path + ": weight_map entry " + Quoted(tensor) +
+      return DataLoss(index_path + ": weight_map entry " + Quote(tensor) +
                       " must be a relative file name inside the index's directory");
     }
     weight_map[tensor] = shard.as_string();
@@ -497,7 +406,7 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
   std::vector<std::string> file_shard_names;  // parallel to ckpt->files_
   for (const std::string& shard : shard_names) {
     Result<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open((dir / shard).string());
-    if (!file.ok()) return file.status().WithPrefix(index_path + ": shard " + Quoted(shard));
+    if (!file.ok()) return file.status().WithPrefix(index_path + ": shard " + Quote(shard));
     ckpt->files_.push_back(std::move(file).value());
     file_shard_names.push_back(shard);
   }
@@ -506,7 +415,7 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
     for (const SafetensorsTensorInfo& info : file->tensors()) {
       auto [it, inserted] = ckpt->entries_.emplace(info.name, Entry{file.get(), &info});
       if (!inserted) {
-        return DataLoss(index_path + ": tensor " + Quoted(info.name) + " appears in both " +
+        return DataLoss(index_path + ": tensor " + Quote(info.name) + " appears in both " +
                         it->second.file->path() + " and " + file->path());
       }
     }
@@ -516,19 +425,19 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
     for (const SafetensorsTensorInfo& info : ckpt->files_[f]->tensors()) {
       auto listed = weight_map.find(info.name);
       if (listed == weight_map.end()) {
-        return DataLoss(index_path + ": shard " + Quoted(shard) + " contains tensor " +
-                        Quoted(info.name) + " that the weight_map does not list");
+        return DataLoss(index_path + ": shard " + Quote(shard) + " contains tensor " +
+                        Quote(info.name) + " that the weight_map does not list");
       }
       if (listed->second != shard) {
-        return DataLoss(index_path + ": tensor " + Quoted(info.name) + " is listed in shard " +
-                        Quoted(listed->second) + " but found in " + Quoted(shard));
+        return DataLoss(index_path + ": tensor " + Quote(info.name) + " is listed in shard " +
+                        Quote(listed->second) + " but found in " + Quote(shard));
       }
     }
   }
   for (const auto& [tensor, shard] : weight_map) {
     if (ckpt->entries_.find(tensor) == ckpt->entries_.end()) {
-      return DataLoss(index_path + ": index lists tensor " + Quoted(tensor) + " in shard " +
-                      Quoted(shard) + ", but that file does not contain it");
+      return DataLoss(index_path + ": index lists tensor " + Quote(tensor) + " in shard " +
+                      Quote(shard) + ", but that file does not contain it");
     }
   }
   return ckpt;

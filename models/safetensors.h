@@ -14,7 +14,8 @@
 // Thread-safety: a SafetensorsFile is immutable after Open; concurrent reads are safe.
 //
 // Writer contract: WriteSafetensors writes "<path>.tmp", fsyncs it, renames it over <path> and
-// fsyncs the directory, so <path> is either the previous file or the complete new one.
+// fsyncs the directory (AtomicFileWriter, runtime/core/file_util.h), so <path> is either the
+// previous file or the complete new one.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/file_util.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
 
@@ -95,9 +97,11 @@ struct SafetensorsTensorOut {
 // Writes the tensors sorted by name (as Hugging Face's writer does, so equal inputs give equal
 // bytes), the header padded with spaces to a multiple of 8 bytes so the data section is
 // aligned. kInvalidArgument for duplicate/empty names, "__metadata__" as a name, null data or
-// an unsupported conversion; kIoError if the OS refuses. Never leaves a partial file at `path`.
+// an unsupported conversion; kIoError if the OS refuses. Never leaves a partial file at `path`
+// (nor a .tmp). `fs` is the seam tests use to fail a write or fsync.
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
-                        const std::map<std::string, std::string>& metadata);
+                        const std::map<std::string, std::string>& metadata,
+                        FileSystem& fs = DefaultFileSystem());
 
 // A set of tensors spread over one or more safetensors files, with one name lookup.
 class SafetensorsCheckpoint {

@@ -54,6 +54,38 @@ class SafetensorsTest : public ::testing::Test {
   std::string dir_;
 };
 
+// Forwards to the POSIX file system but fails the N-th Write (1-based) with ENOSPC, or every
+// Sync with EIO: a full disk or a dying device in the middle of a checkpoint export.
+class FailingFileSystem : public FileSystem {
+ public:
+  int fail_write_at = 0;  // 0 = never
+  bool fail_sync = false;
+  int writes = 0;
+
+  Result<int> OpenForWrite(const std::string& p) override { return base_.OpenForWrite(p); }
+  Status Write(int fd, const void* d, size_t n, const std::string& p) override {
+    if (++writes == fail_write_at) return IoError(p + ": write failed: No space left on device");
+    return base_.Write(fd, d, n, p);
+  }
+  Status WriteAt(int fd, const void* d, size_t n, uint64_t off, const std::string& p) override {
+    return base_.WriteAt(fd, d, n, off, p);
+  }
+  Status Sync(int fd, const std::string& p) override {
+    if (fail_sync) return IoError(p + ": fsync failed: Input/output error");
+    return base_.Sync(fd, p);
+  }
+  Status Close(int fd, const std::string& p) override { return base_.Close(fd, p); }
+  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
+  Status Remove(const std::string& p) override { return base_.Remove(p); }
+  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
+  Result<std::string> ReadFile(const std::string& p, uint64_t max) override {
+    return base_.ReadFile(p, max);
+  }
+
+ private:
+  FileSystem& base_ = DefaultFileSystem();
+};
+
 TEST_F(SafetensorsTest, RoundTripF32PreservesValuesOrderAndMetadata) {
   std::vector<float> b = {1.5f, -2.25f, 3.0e-8f, 1e30f, -0.0f, 7.0f};
   std::vector<float> a = {0.1f, 0.2f, 0.3f, 0.4f};
@@ -161,6 +193,32 @@ struct BadCase {
   StatusCode code;
   const char* phrase;
 };
+
+TEST_F(SafetensorsTest, FailedWriteOrFsyncKeepsThePreviousFile) {
+  const std::string path = Path("w.safetensors");
+  std::vector<float> v1 = {1, 2, 3, 4}, v2 = {5, 6, 7, 8};
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", Shape{4}, v1.data()}}, {}).ok());
+  const std::string before = ReadBytes(path);
+  // Writes: 1 = length prefix, 2 = header, 3 = tensor data.
+  for (int n = 1; n <= 3; ++n) {
+    SCOPED_TRACE("failing write " + std::to_string(n));
+    FailingFileSystem faulty;
+    faulty.fail_write_at = n;
+    Status st = WriteSafetensors(path, {{"w", Shape{4}, v2.data()}}, {}, faulty);
+    EXPECT_EQ(st.code(), StatusCode::kIoError);
+    EXPECT_NE(st.message().find(path + ".tmp"), std::string::npos) << st.message();
+    EXPECT_EQ(faulty.writes, n);
+    EXPECT_EQ(ReadBytes(path), before);
+    EXPECT_FALSE(fs::exists(path + ".tmp"));
+  }
+  FailingFileSystem faulty;
+  faulty.fail_sync = true;
+  Status st = WriteSafetensors(path, {{"w", Shape{4}, v2.data()}}, {}, faulty);
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("fsync"), std::string::npos) << st.message();
+  EXPECT_EQ(ReadBytes(path), before);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
 
 TEST_F(SafetensorsTest, MalformedFilesFailWithSpecificMessages) {
   const std::string f32x2 = std::string(8, '\x01');  // 8 bytes: two f32
