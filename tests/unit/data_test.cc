@@ -349,6 +349,46 @@ TEST(ByteTokenizer, RoundTripsBytesAndSplitsValidation) {
   EXPECT_EQ(stats.train_tokens, static_cast<int64_t>(text_a.size()));
 }
 
+// Names in `dir` that a tokenizer run would leave: shards or their temporaries.
+std::vector<std::string> ShardLeftovers(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(ByteTokenizer, FailureAfterCommittedShardsLeavesNothingBehind) {
+  // Linux /proc files are regular files that stat as 0 bytes: /proc/self/status then reads
+  // more bytes than announced (the late "inputs changed" check fails) and /proc/self/mem fails
+  // to read at offset 0 (EIO). Both come after a.txt, which commits three shards first.
+  if (!fs::exists("/proc/self/status")) GTEST_SKIP() << "needs Linux /proc";
+  const std::string dir = TempDir("tokenizer_all_or_nothing");
+  WriteBytes(dir + "/a.txt", std::string(100, 'x'));
+  const std::string out = dir + "/out";
+  struct Case {
+    const char* input;
+    const char* phrase;
+  };
+  for (const Case& c : {Case{"/proc/self/status", "inputs changed"},
+                        Case{"/proc/self/mem", "/proc/self/mem: read failed"}}) {
+    SCOPED_TRACE(c.input);
+    TokenizeStats stats;
+    Status s = TokenizeFiles({dir + "/a.txt", c.input}, out, 0.0, 32, &stats);
+    EXPECT_EQ(s.code(), StatusCode::kIoError);
+    EXPECT_TRUE(Contains(s, c.phrase)) << s.message();
+    EXPECT_TRUE(stats.train_files.empty() && stats.val_files.empty());
+    EXPECT_EQ(ShardLeftovers(out), std::vector<std::string>{});
+  }
+  // The retry is not refused and produces the full set.
+  TokenizeStats stats;
+  Status s = TokenizeFiles({dir + "/a.txt"}, out, 0.0, 32, &stats);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(stats.train_files.size(), 4u);  // 32 + 32 + 32 + 4
+  EXPECT_EQ(ShardLeftovers(out).size(), 4u);
+}
+
 // ---- DataLoader ----------------------------------------------------------------------------
 
 // A loader over tokens 0, 1, ..., n - 1, so every window is recognisable.

@@ -1,14 +1,18 @@
 // runtime/train/data/byte_tokenizer.cc — streams input files through a fixed buffer into
 // train/val token shards (see byte_tokenizer.h). Memory use is O(buffer), not O(input).
+// All or nothing: a call that fails removes every shard it wrote.
 #include "runtime/train/data/byte_tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "runtime/core/check.h"
+#include "runtime/core/file_util.h"
 #include "runtime/train/data/token_shard.h"
 
 namespace tessera {
@@ -41,12 +45,14 @@ class ShardSequence {
     return Status::Ok();
   }
 
+  // Listed before Finish: a commit whose final directory fsync fails has already renamed the
+  // shard into place, and the caller's cleanup must still find it.
   Status Close() {
     if (writer_ == nullptr) return Status::Ok();
-    RETURN_IF_ERROR(writer_->Finish());
-    writer_.reset();
     written_->push_back(current_);
-    return Status::Ok();
+    Status st = writer_->Finish();
+    writer_.reset();
+    return st;
   }
 
  private:
@@ -56,6 +62,61 @@ class ShardSequence {
   std::unique_ptr<TokenShardWriter> writer_;
   std::string current_;
 };
+
+// Streams the concatenated inputs into train then val shards (the split at train_tokens),
+// listing every shard it commits (or tries to) in s.train_files / s.val_files. On an early
+// return the unfinished shard's writer is destroyed, which removes its .tmp.
+Status WriteShards(const std::vector<std::string>& inputs, const std::string& out_dir,
+                   int64_t total_bytes, int64_t train_tokens, int64_t shard_tokens,
+                   TokenizeStats& s) {
+  ShardSequence train(out_dir, "train", shard_tokens, &s.train_files);
+  ShardSequence val(out_dir, "val", shard_tokens, &s.val_files);
+  std::vector<unsigned char> bytes(size_t{1} << 20);
+  std::vector<int32_t> tokens(bytes.size());
+  int64_t position = 0;  // in the concatenated stream
+  for (const std::string& input : inputs) {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(input.c_str(), "rb"), &std::fclose);
+    if (f == nullptr) return IoError(input + ": cannot open for reading: " + std::strerror(errno));
+    while (true) {
+      const size_t n = std::fread(bytes.data(), 1, bytes.size(), f.get());
+      if (n == 0) {
+        if (std::ferror(f.get())) return IoError(input + ": read failed: " + std::strerror(errno));
+        break;
+      }
+      for (size_t i = 0; i < n; ++i) tokens[i] = bytes[i];
+      // Tokens before train_tokens go to train, the rest to val.
+      const int64_t to_train =
+          std::clamp<int64_t>(train_tokens - position, 0, static_cast<int64_t>(n));
+      RETURN_IF_ERROR(train.Append(tokens.data(), to_train));
+      RETURN_IF_ERROR(val.Append(tokens.data() + to_train, static_cast<int64_t>(n) - to_train));
+      position += static_cast<int64_t>(n);
+    }
+  }
+  if (position != total_bytes) {
+    return IoError("inputs changed while being tokenized (expected " +
+                   std::to_string(total_bytes) + " bytes, read " + std::to_string(position) + ")");
+  }
+  RETURN_IF_ERROR(train.Close());
+  return val.Close();
+}
+
+// All or nothing: removes the shards a failed call committed, so out_dir holds no partial run
+// and a retry is not refused. Returns `cause`, noting any shard that could not be removed.
+Status RemoveShards(const std::string& out_dir, const TokenizeStats& s, Status cause) {
+  FileSystem& file_system = DefaultFileSystem();
+  std::string leftovers;
+  for (const std::vector<std::string>* files : {&s.train_files, &s.val_files}) {
+    for (const std::string& file : *files) {
+      Status removed = file_system.Remove(file);
+      if (!removed.ok()) leftovers += "; " + removed.message();
+    }
+  }
+  Status synced = file_system.SyncDir(out_dir);
+  if (!synced.ok()) leftovers += "; " + synced.message();
+  if (leftovers.empty()) return cause;
+  return Status(cause.code(), cause.message() + " (cleanup of partial shards failed" + leftovers +
+                                  ")");
+}
 
 }  // namespace
 
@@ -102,35 +163,12 @@ Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& 
   TokenizeStats local;
   TokenizeStats& s = stats != nullptr ? *stats : local;
   s = TokenizeStats();
-  ShardSequence train(out_dir, "train", shard_tokens, &s.train_files);
-  ShardSequence val(out_dir, "val", shard_tokens, &s.val_files);
-  std::vector<unsigned char> bytes(size_t{1} << 20);
-  std::vector<int32_t> tokens(bytes.size());
-  int64_t position = 0;  // in the concatenated stream
-  for (const std::string& input : inputs) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(input.c_str(), "rb"), &std::fclose);
-    if (f == nullptr) return IoError(input + ": cannot open for reading");
-    while (true) {
-      const size_t n = std::fread(bytes.data(), 1, bytes.size(), f.get());
-      if (n == 0) {
-        if (std::ferror(f.get())) return IoError(input + ": read failed");
-        break;
-      }
-      for (size_t i = 0; i < n; ++i) tokens[i] = bytes[i];
-      // Tokens before train_tokens go to train, the rest to val.
-      const int64_t to_train =
-          std::clamp<int64_t>(train_tokens - position, 0, static_cast<int64_t>(n));
-      RETURN_IF_ERROR(train.Append(tokens.data(), to_train));
-      RETURN_IF_ERROR(val.Append(tokens.data() + to_train, static_cast<int64_t>(n) - to_train));
-      position += static_cast<int64_t>(n);
-    }
+  Status st = WriteShards(inputs, out_dir, total_bytes, train_tokens, shard_tokens, s);
+  if (!st.ok()) {
+    st = RemoveShards(out_dir, s, std::move(st));
+    s = TokenizeStats();
+    return st;
   }
-  if (position != total_bytes) {
-    return IoError("inputs changed while being tokenized (expected " +
-                   std::to_string(total_bytes) + " bytes, read " + std::to_string(position) + ")");
-  }
-  RETURN_IF_ERROR(train.Close());
-  RETURN_IF_ERROR(val.Close());
   s.input_bytes = total_bytes;
   s.train_tokens = train_tokens;
   s.val_tokens = val_tokens;

@@ -34,8 +34,9 @@ struct TokenizeStats {
 // *.bin in it, val included).
 // Errors: kNotFound naming a missing input; kInvalidArgument for val_fraction outside [0, 1),
 // shard_tokens < 1, no input bytes or an empty train part; kFailedPrecondition if out_dir
-// already holds train_*.bin / val_*.bin shards (never mixes runs); kIoError from the OS.
-// `stats` may be null.
+// already holds train_*.bin / val_*.bin shards (never mixes runs); kIoError from the OS or when
+// an input's size changed while it was read. All or nothing: on any error the shards this call
+// wrote are removed again (and *stats reset), so a retry is not refused. `stats` may be null.
 Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& out_dir,
                      double val_fraction, int64_t shard_tokens, TokenizeStats* stats);
 

@@ -1,5 +1,5 @@
-// runtime/train/data/token_shard.cc — POSIX implementation of token shard writing (temp file,
-// fsync, rename) and reading (mmap). The format is documented in token_shard.h.
+// runtime/train/data/token_shard.cc — token shard writing (through AtomicFileWriter: temp file,
+// fsync, rename) and reading (POSIX mmap). The format is documented in token_shard.h.
 #include "runtime/train/data/token_shard.h"
 
 #include <fcntl.h>
@@ -37,21 +37,6 @@ static_assert(sizeof(Header) == kTokenShardHeaderBytes);
 
 std::string Errno() { return std::strerror(errno); }
 
-std::string DirOf(const std::string& path) {
-  std::string dir = fs::path(path).parent_path().string();
-  return dir.empty() ? "." : dir;
-}
-
-// Makes a rename inside `dir` durable.
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(dir + ": cannot open directory to fsync: " + Errno());
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return IoError(dir + ": fsync failed: " + Errno());
-  return Status::Ok();
-}
-
 // '*' matches any run of characters; everything else matches itself.
 bool MatchPattern(const char* pattern, const char* name) {
   if (*pattern == '\0') return *name == '\0';
@@ -70,7 +55,7 @@ Result<std::vector<std::string>> ResolveShardPaths(const std::string& path) {
   std::string dir, pattern;
   const std::string name = fs::path(path).filename().string();
   if (name.find('*') != std::string::npos) {
-    dir = DirOf(path);
+    dir = ParentDir(path);
     pattern = name;
     if (!fs::is_directory(dir, ec)) return NotFound(dir + ": no such directory (from " + path + ")");
   } else {
@@ -113,37 +98,19 @@ Result<std::unique_ptr<TokenShardWriter>> TokenShardWriter::Create(const std::st
   }
   std::unique_ptr<TokenShardWriter> w(new TokenShardWriter());
   w->path_ = path;
-  w->tmp_path_ = path + ".tmp";
   w->token_bytes_ = token_bytes;
   w->vocab_size_ = vocab_size;
-  w->fd_ = ::open(w->tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) return IoError(w->tmp_path_ + ": cannot create: " + Errno());
+  ASSIGN_OR_RETURN(w->file_, AtomicFileWriter::Create(path));
   Header h{};  // the count is written by Finish
-  RETURN_IF_ERROR(w->WriteAll(&h, sizeof(h)));
+  RETURN_IF_ERROR(w->file_->Append(&h, sizeof(h)));
   return w;
 }
 
-TokenShardWriter::~TokenShardWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_path_.c_str());
-  }
-}
-
-Status TokenShardWriter::WriteAll(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError(tmp_path_ + ": write failed: " + Errno());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
+// An unfinished writer's AtomicFileWriter removes path.tmp when it is destroyed.
+TokenShardWriter::~TokenShardWriter() = default;
 
 Status TokenShardWriter::Append(std::span<const int32_t> tokens) {
-  TESSERA_CHECK(fd_ >= 0);
+  TESSERA_CHECK(file_ != nullptr);
   const int64_t type_limit = token_bytes_ == 2 ? 65536 : int64_t{1} << 31;
   const int64_t limit = vocab_size_ != 0 ? std::min<int64_t>(vocab_size_, type_limit) : type_limit;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -161,7 +128,7 @@ Status TokenShardWriter::Append(std::span<const int32_t> tokens) {
                                     static_cast<unsigned char>(v >> 24)};
     buffer_.insert(buffer_.end(), bytes, bytes + token_bytes_);
     if (buffer_.size() >= kFlushBytes) {
-      RETURN_IF_ERROR(WriteAll(buffer_.data(), buffer_.size()));
+      RETURN_IF_ERROR(file_->Append(buffer_.data(), buffer_.size()));
       buffer_.clear();
     }
   }
@@ -170,8 +137,10 @@ Status TokenShardWriter::Append(std::span<const int32_t> tokens) {
 }
 
 Status TokenShardWriter::Finish() {
-  TESSERA_CHECK(fd_ >= 0);
-  RETURN_IF_ERROR(WriteAll(buffer_.data(), buffer_.size()));
+  TESSERA_CHECK(file_ != nullptr);
+  // Whatever happens, this writer is done: the AtomicFileWriter removes the .tmp on failure.
+  std::unique_ptr<AtomicFileWriter> file = std::move(file_);
+  RETURN_IF_ERROR(file->Append(buffer_.data(), buffer_.size()));
   buffer_.clear();
   Header h{};
   std::memcpy(h.magic, kTokenShardMagic, sizeof(h.magic));
@@ -180,22 +149,8 @@ Status TokenShardWriter::Finish() {
   h.num_tokens = static_cast<uint64_t>(num_tokens_);
   h.vocab_size = vocab_size_;
   h.reserved = 0;
-  if (::pwrite(fd_, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) {
-    return IoError(tmp_path_ + ": writing the header failed: " + Errno());
-  }
-  if (::fsync(fd_) != 0) return IoError(tmp_path_ + ": fsync failed: " + Errno());
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    ::unlink(tmp_path_.c_str());
-    return IoError(tmp_path_ + ": close failed: " + Errno());
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    Status st = IoError(path_ + ": rename from " + tmp_path_ + " failed: " + Errno());
-    ::unlink(tmp_path_.c_str());
-    return st;
-  }
-  return SyncDir(DirOf(path_));
+  RETURN_IF_ERROR(file->WriteAt(0, &h, sizeof(h)));
+  return file->Commit();
 }
 
 Status WriteTokenShard(const std::string& path, std::span<const int32_t> tokens,

@@ -18,8 +18,8 @@
 // matching files sorted by name). Errors name the file: DataLoss "FILE: ..." for bad bytes,
 // NotFound naming the path for missing files.
 //
-// Writers produce `path.tmp`, fsync it, rename it over `path` and fsync the directory, so a
-// reader never sees a half-written shard.
+// Writers produce `path.tmp`, fsync it, rename it over `path` and fsync the directory
+// (AtomicFileWriter, runtime/core/file_util.h), so a reader never sees a half-written shard.
 // Thread-safety: TokenShardWriter is single-owner. TokenShardSet is immutable after Open and
 // its const methods may be called concurrently.
 #pragma once
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/file_util.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -58,10 +59,9 @@ class TokenShardWriter {
 
  private:
   TokenShardWriter() = default;
-  Status WriteAll(const void* data, size_t bytes);
 
-  std::string path_, tmp_path_;
-  int fd_ = -1;
+  std::string path_;
+  std::unique_ptr<AtomicFileWriter> file_;  // null once Finish has run
   int token_bytes_ = 2;
   uint32_t vocab_size_ = 0;
   int64_t num_tokens_ = 0;
