@@ -484,6 +484,35 @@ TEST(DataLoader, SeekResumesTheExactSameStream) {
   EXPECT_EQ(resumed->Seek({0, resumed->num_windows()}).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(DataLoader, ValSplitIsTheSameWhetherItsChainWasBuiltOrHandedOver) {
+  // Opening train then val hands the train split's chain to val (data_loader.cc); a val
+  // loader whose chain was built on its own must produce identical batches.
+  DataConfig config;
+  config.synthetic.num_tokens = 4000;
+  config.synthetic.order = 2;
+  config.synthetic.branching = 3;
+  auto batch = [](DataLoader& loader) {
+    std::vector<int32_t> in(4 * 8), tgt(4 * 8);
+    loader.NextBatch(4, in.data(), tgt.data());
+    return in;
+  };
+  Result<std::unique_ptr<DataLoader>> alone = DataLoader::Open(config, Split::kVal, 40, 8, 3);
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  config.synthetic.seed = 99;  // a different chain in between must not be handed to val
+  ASSERT_TRUE(DataLoader::Open(config, Split::kTrain, 40, 8, 3).ok());
+  config.synthetic.seed = SyntheticDataConfig().seed;
+  Result<std::unique_ptr<DataLoader>> train = DataLoader::Open(config, Split::kTrain, 40, 8, 3);
+  Result<std::unique_ptr<DataLoader>> handed = DataLoader::Open(config, Split::kVal, 40, 8, 3);
+  ASSERT_TRUE(train.ok() && handed.ok());
+  EXPECT_EQ((*handed)->entropy_floor(), (*alone)->entropy_floor());
+  EXPECT_EQ((*handed)->Describe(), (*alone)->Describe());
+  EXPECT_EQ(batch(**handed), batch(**alone));
+  // A different vocab is a different chain.
+  Result<std::unique_ptr<DataLoader>> other = DataLoader::Open(config, Split::kVal, 41, 8, 3);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->entropy_floor(), (*alone)->entropy_floor());
+}
+
 TEST(DataLoader, OpensSyntheticAndShardSplits) {
   DataConfig config;
   config.synthetic.num_tokens = 5000;

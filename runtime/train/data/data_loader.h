@@ -94,7 +94,8 @@ class DataLoader {
 
   // Opens `split` of the configured data for a model of `vocab_size` tokens and windows of
   // seq_len. Synthetic: builds the chain (vocab = the model's vocab_size) and generates
-  // data.synthetic.num_tokens tokens of the split. Shards: opens data.train / data.val and
+  // data.synthetic.num_tokens tokens of the split; the chain is handed to the next Open with
+  // the same chain settings and vocab (the train/val pair builds it once; data_loader.cc). Shards: opens data.train / data.val and
   // checks every token id < vocab_size. A non-empty data.val is opened as shards for either
   // source (no entropy floor then). `seed` keys the sampling order (train.seed).
   // Errors: kInvalidArgument (bad settings, token id out of range, too few tokens for one
