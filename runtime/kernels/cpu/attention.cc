@@ -5,13 +5,11 @@
 // a head's (T, HS) matrix is read in place with leading dimension R (no copies). Query head h
 // reads kv head h / (NH/NKV).
 // Threads: one work item per (b, h) in forward and per (b, kv head) in backward, run by an
-// OpenMP loop; each item calls cblas_sgemm, which OpenBLAS (OpenMP flavour) runs on the
+// OpenMP loop; each item calls Gemm (cblas_sgemm), which OpenBLAS (OpenMP flavour) runs on the
 // calling thread when it is inside a parallel region. For GPT-2 shapes (T <= 256, HS = 64)
 // these products are too small for a multithreaded sgemm to pay off, and B*NH items keep both
 // cores busy. Determinism: an item's result depends only on its inputs; dk/dv of a kv head
 // sum its query heads in increasing h inside one item, so no order depends on scheduling.
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -21,14 +19,6 @@
 
 namespace tessera::cpu {
 namespace {
-
-void Sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(M), static_cast<blasint>(N),
-              static_cast<blasint>(K), alpha, A, static_cast<blasint>(lda), B,
-              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
-}
 
 void CheckHeads(int64_t NH, int64_t NKV) {
   TESSERA_CHECK_MSG(NKV >= 1 && NH % NKV == 0, "NH=%lld is not a multiple of NKV=%lld",
@@ -52,7 +42,7 @@ void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64
     const float* k = base + (NH + kvh) * HS;
     const float* v = base + (NH + NKV + kvh) * HS;
     float* p = att + item * T * T;  // (T, T)
-    Sgemm(CblasNoTrans, CblasTrans, T, T, HS, scale, q, R, k, R, 0.0f, p, T);
+    Gemm(false, true, T, T, HS, scale, q, R, k, R, 0.0f, p, T);
     for (int64_t i = 0; i < T; ++i) {
       float* row = p + i * T;
       const float m = vec::Max(row, i + 1);
@@ -60,7 +50,7 @@ void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64
       for (int64_t j = 0; j <= i; ++j) row[j] *= inv_sum;
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
-    Sgemm(CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, R, 0.0f,
+    Gemm(false, false, T, HS, T, 1.0f, p, T, v, R, 0.0f,
           out + b * T * NH * HS + h * HS, NH * HS);
   }
 }
@@ -96,8 +86,8 @@ void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const f
       const float* d_o = d_out + b * T * ldo + h * HS;
       const float* p = att + (b * NH + h) * T * T;
       float* ds = scratch + (b * NH + h) * T * T;
-      Sgemm(CblasNoTrans, CblasTrans, T, T, HS, 1.0f, d_o, ldo, v, R, 0.0f, ds, T);  // dP
-      Sgemm(CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, d_o, ldo, 1.0f, dv, R);
+      Gemm(false, true, T, T, HS, 1.0f, d_o, ldo, v, R, 0.0f, ds, T);  // dP
+      Gemm(true, false, T, HS, T, 1.0f, p, T, d_o, ldo, 1.0f, dv, R);
       for (int64_t i = 0; i < T; ++i) {
         const float* p_row = p + i * T;
         float* row = ds + i * T;
@@ -105,8 +95,8 @@ void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const f
         for (int64_t j = 0; j <= i; ++j) row[j] = p_row[j] * (row[j] - dot);
         for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
-      Sgemm(CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, R, 0.0f, dq, R);
-      Sgemm(CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, R, 1.0f, dk, R);
+      Gemm(false, false, T, HS, T, scale, ds, T, k, R, 0.0f, dq, R);
+      Gemm(true, false, T, HS, T, scale, ds, T, q, R, 1.0f, dk, R);
     }
   }
 }

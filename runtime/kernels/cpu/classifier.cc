@@ -3,14 +3,12 @@
 // Owns: ClassifierForwardBackward (ops.h).
 // Memory: rows go through `logits_scratch` (chunk_rows, V) one chunk at a time, so the full
 // (N, V) logits never exist; the same buffer holds exp values, then d_logits, in place.
-// Threads: the three products per chunk (logits, d_x, d_weight) are multithreaded sgemm calls
-// made outside OpenMP regions; the per-row softmax work in between is an OpenMP loop over
-// rows. Determinism: each row's statistics use vec.h's fixed order; the returned loss sum adds
-// per-row losses in row order in double after the parallel loop.
+// Threads: the three products per chunk (logits, d_x, d_weight) are multithreaded Gemm
+// (cblas_sgemm) calls made outside OpenMP regions; the per-row softmax work in between is an
+// OpenMP loop over rows. Determinism: each row's statistics use vec.h's fixed order; the
+// returned loss sum adds per-row losses in row order in double after the parallel loop.
 // Invariant: targets are in [0, V) or negative (= ignored); anything else is a CHECK failure
 // (the data layer validates ids first).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,10 +38,7 @@ double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight, con
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t rows = std::min(chunk_rows, N - r0);
     float* logits = logits_scratch;  // (rows, V)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                static_cast<blasint>(V), static_cast<blasint>(C), 1.0f, x + r0 * C,
-                static_cast<blasint>(C), weight, static_cast<blasint>(C), 0.0f, logits,
-                static_cast<blasint>(V));
+    Gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, weight, C, 0.0f, logits, V);
 #pragma omp parallel for schedule(static) if (rows * V >= vec::kMinParallelElems)
     for (int64_t r = 0; r < rows; ++r) {
       float* row = logits + r * V;
@@ -70,16 +65,10 @@ double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight, con
     }
     if (!backward) continue;
     // d_x(rows, C) = d_logits(rows, V) @ weight(V, C)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
-                static_cast<blasint>(C), static_cast<blasint>(V), 1.0f, logits,
-                static_cast<blasint>(V), weight, static_cast<blasint>(C), 0.0f, d_x + r0 * C,
-                static_cast<blasint>(C));
+    Gemm(false, false, rows, C, V, 1.0f, logits, V, weight, C, 0.0f, d_x + r0 * C, C);
     // d_weight(V, C) += d_logits^T(V, rows) @ x(rows, C)
     if (d_weight != nullptr)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(V),
-                  static_cast<blasint>(C), static_cast<blasint>(rows), 1.0f, logits,
-                  static_cast<blasint>(V), x + r0 * C, static_cast<blasint>(C), 1.0f, d_weight,
-                  static_cast<blasint>(C));
+      Gemm(true, false, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, d_weight, C);
   }
   return loss_sum;
 }

@@ -1,6 +1,7 @@
 // runtime/kernels/cpu/gemm.cc — Gemm and Linear (nn.Linear layout) on OpenBLAS.
 //
-// Owns: Gemm, LinearForward, LinearBackward (declared in ops.h).
+// Owns: Gemm, LinearForward, LinearBackward (declared in ops.h). Gemm is the one wrapper of
+// cblas_sgemm: every kernel calls it, so K == 0 and the int64 -> blasint range check live here.
 // Threads: the matrix products are single multithreaded cblas_sgemm calls made outside any
 // OpenMP region, so OpenBLAS uses the whole libgomp pool; our own loops (bias broadcast,
 // d_bias column sums) are OpenMP loops in between.
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "runtime/core/check.h"
 #include "runtime/kernels/cpu/ops.h"
@@ -22,12 +24,30 @@ namespace {
 // Channels per d_bias work item: 64 floats = 4 cache lines, so threads never share a line.
 constexpr int64_t kBiasBlock = 64;
 
+// blasint is int32 in the usual OpenBLAS build (int64 only with INTERFACE64); a larger size
+// would be silently truncated by the cast, so refuse it loudly instead.
+void CheckFitsBlasint(int64_t v, const char* what, int64_t M, int64_t N, int64_t K) {
+  TESSERA_CHECK_MSG(v <= static_cast<int64_t>(std::numeric_limits<blasint>::max()),
+                    "Gemm: %s=%lld exceeds the BLAS integer limit %lld (M=%lld N=%lld K=%lld); "
+                    "split the product or build OpenBLAS with INTERFACE64",
+                    what, static_cast<long long>(v),
+                    static_cast<long long>(std::numeric_limits<blasint>::max()),
+                    static_cast<long long>(M), static_cast<long long>(N),
+                    static_cast<long long>(K));
+}
+
 }  // namespace
 
 void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
   TESSERA_CHECK(M >= 0 && N >= 0 && K >= 0);
+  CheckFitsBlasint(M, "M", M, N, K);
+  CheckFitsBlasint(N, "N", M, N, K);
+  CheckFitsBlasint(K, "K", M, N, K);
+  CheckFitsBlasint(lda, "lda", M, N, K);
+  CheckFitsBlasint(ldb, "ldb", M, N, K);
+  CheckFitsBlasint(ldc, "ldc", M, N, K);
   if (M == 0 || N == 0) return;
   if (K == 0) {
     // Empty product: C = beta * C. (Not every BLAS handles K == 0 the same way.)
