@@ -13,3 +13,38 @@ target_link_libraries(tessera_blas INTERFACE ${TESSERA_OPENBLAS_LIB} OpenMP::Ope
 target_include_directories(tessera_blas SYSTEM INTERFACE ${TESSERA_CBLAS_INCLUDE})
 
 find_package(yaml-cpp REQUIRED)
+
+# MPI (comm/: the host backend and the NCCL bootstrap). Skip Open MPI's deprecated C++ bindings:
+# they break the link (PLATFORM.md).
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI REQUIRED COMPONENTS CXX)
+
+# NCCL (comm/nccl_communicator.cc): built when the CUDA toolkit and NCCL are found; a machine
+# without them configures and builds everything else. The backend is plain C++ against the CUDA
+# runtime, so no enable_language(CUDA) is needed here. NCCL ships no CMake config: find_path +
+# find_library under the toolkit, wrapped in an imported target.
+find_program(TESSERA_NVCC nvcc HINTS /usr/local/cuda/bin)
+if(TESSERA_NVCC)
+  set(tessera_nccl_default ON)
+else()
+  set(tessera_nccl_default OFF)
+endif()
+option(TESSERA_NCCL "Build the NCCL communicator backend (CUDA toolkit + NCCL)" ${tessera_nccl_default})
+# For CUDA kernels elsewhere: "native" is a configure error without a GPU (PLATFORM.md).
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90)
+endif()
+if(TESSERA_NCCL)
+  find_package(CUDAToolkit QUIET)
+  find_path(TESSERA_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(TESSERA_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND TESSERA_NCCL_INCLUDE AND TESSERA_NCCL_LIB)
+    add_library(tessera::nccl UNKNOWN IMPORTED)
+    set_target_properties(tessera::nccl PROPERTIES IMPORTED_LOCATION ${TESSERA_NCCL_LIB}
+                          INTERFACE_INCLUDE_DIRECTORIES ${TESSERA_NCCL_INCLUDE})
+    message(STATUS "NCCL backend: ${TESSERA_NCCL_LIB}")
+  else()
+    message(STATUS "NCCL backend off (CUDA toolkit or NCCL not found)")
+    set(TESSERA_NCCL OFF CACHE BOOL "Build the NCCL communicator backend (CUDA toolkit + NCCL)" FORCE)
+  endif()
+endif()
