@@ -75,6 +75,17 @@ TEST_F(BadInput, MissingAndMalformedConfig) {
   ExpectFailure(Tessera(Train("--set model.num_heads=0")), "model.num_heads");
 }
 
+TEST_F(BadInput, AbsurdSizesAreRefusedBeforeAllocating) {
+  // Past the config caps: a range error naming the key.
+  ExpectFailure(Tessera(Train("--set model.hidden_size=99999999999")), "model.hidden_size");
+  // Within the caps but far beyond this machine: the model's memory check, not an abort.
+  ExpectFailure(Tessera(Train("--set model.hidden_size=131072 --set model.num_layers=4096")),
+                "GiB");
+  ExpectFailure(Tessera(Train("--set train.micro_batch_size=1048576")), "GiB");
+  // A float that is positive as written but 0 as a float.
+  ExpectFailure(Tessera(Train("--set optimizer.eps=1e-50")), "optimizer.eps");
+}
+
 TEST_F(BadInput, MissingTruncatedAndForeignDataFiles) {
   const std::string shards = "--set data.source=shards --set data.train=";
   ExpectFailure(Tessera(Train(shards + (dir_ / "missing.bin"))), "missing.bin");
