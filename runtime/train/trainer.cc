@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "models/hf_weights.h"
 #include "optimizer/grad_clip.h"
 #include "optimizer/lr_schedule.h"
+#include "runtime/core/file_util.h"
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/env_info.h"
@@ -23,14 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return IoError(path + ": cannot write");
-  return Status::Ok();
 }
 
 }  // namespace
@@ -111,8 +103,8 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   // Weights of an earlier run in the same directory must not outlive its metrics: a run that
   // is interrupted leaves no model.safetensors rather than one that belongs to another run.
   std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
-  RETURN_IF_ERROR(WriteTextFile(tc.out_dir + "/config.yaml", config_.resolved_yaml));
-  RETURN_IF_ERROR(WriteTextFile(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
   ASSIGN_OR_RETURN(auto metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl"));
 
   const int64_t B = tc.micro_batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
