@@ -129,7 +129,7 @@ TEST(ConfigShipped, TinyIsTheDefaultGpt2Job) {
   EXPECT_EQ(c->data.source, DataSource::kSynthetic);
   EXPECT_EQ(c->data.synthetic.branching, 8);
   EXPECT_EQ(c->data.synthetic.seed, 7u);
-  EXPECT_EQ(c->train.steps, 1000);
+  EXPECT_EQ(c->train.steps, 2000);
   EXPECT_EQ(c->train.out_dir, "runs/tiny");
   EXPECT_FLOAT_EQ(c->optimizer.lr, 3e-3f);
   EXPECT_EQ(c->path, Shipped("tiny.yaml"));
