@@ -38,7 +38,7 @@ std::string MemoryTracker::Report() const {
   char line[160];
   for (int i = 0; i < static_cast<int>(MemoryKind::kCount); ++i) {
     auto k = static_cast<MemoryKind>(i);
-    std::snprintf(line, sizeof line, "  %-16s peak %10s   reserved %10s\n", MemoryKindName(k),
+    std::snprintf(line, sizeof line, "    %-16s peak %10s   reserved %10s\n", MemoryKindName(k),
                   FormatBytes(peak(k)).c_str(), FormatBytes(reserved(k)).c_str());
     out += line;
   }
