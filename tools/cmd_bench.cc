@@ -1,5 +1,7 @@
 // tools/cmd_bench.cc — `tessera bench`: measured training speed with this machine's limits
 // printed beside it (sgemm peak, memory bandwidth), so a figure can be judged, not just read.
+// Also the helpers shared with the subcommands (cmd_bench.h) and their dispatch:
+// `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,37 +19,42 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/config.h"
 #include "tools/args.h"
+#include "tools/cmd_bench.h"
 #include "tools/commands.h"
 
 namespace tessera::cli {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-struct Stats {
-  double min = 0, median = 0;
-};
+double Since(BenchClock::time_point t) {
+  return std::chrono::duration<double>(BenchClock::now() - t).count();
+}
 
 Stats Summarise(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v.front(), v[v.size() / 2]};
 }
 
-// In-place update a += s*b over 3 x 64 MiB, the access pattern of an optimizer step; GB/s.
-double MeasureUpdateBandwidth() {
-  const int64_t n = int64_t{16} << 20;
-  std::vector<float> a(n, 1.0f), b(n, 2.0f);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t = Clock::now();
+UpdateBandwidthProbe::UpdateBandwidthProbe() : a_(int64_t{16} << 20, 1.0f), b_(a_.size(), 2.0f) {}
+
+double UpdateBandwidthProbe::PassGbps() {
+  const int64_t n = static_cast<int64_t>(a_.size());
+  float* a = a_.data();
+  const float* b = b_.data();
+  auto t = BenchClock::now();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) a[i] += 0.5f * b[i];
-    best = std::max(best, 3.0 * n * sizeof(float) / Since(t) / 1e9);
-  }
-  return best + 0 * a[n / 2];
+  for (int64_t i = 0; i < n; ++i) a[i] += 0.5f * b[i];
+  return 3.0 * n * sizeof(float) / Since(t) / 1e9;
 }
+
+double MeasureUpdateBandwidth() {
+  UpdateBandwidthProbe probe;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) best = std::max(best, probe.PassGbps());
+  return best;
+}
+
+namespace {
+
+using Clock = BenchClock;
 
 ModelConfig Gpt2Small() {
   ModelConfig m;
@@ -133,9 +140,14 @@ int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64
 }  // namespace
 
 int RunBench(const Args& args) {
+  // A subcommand is the first argument; everything else is the training benchmark.
+  if (!args.empty() && args[0] == "optimizer") return RunBenchOptimizer(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "comm") return RunBenchComm(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
-        "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n\n"
+        "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n"
+        "       tessera bench optimizer [--params N] [--repeats R]\n"
+        "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
         "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
@@ -146,12 +158,21 @@ int RunBench(const Args& args) {
         "  --threads N       threads for OpenBLAS and kernels (default 2; 0 = all cores)\n"
         "  --config FILE     benchmark the model of FILE instead of GPT-2 124M\n"
         "                    (model.recompute is honoured, so policies can be compared)\n"
-        "  --set key=value   override keys of --config, e.g. --set model.recompute=full\n");
+        "  --set key=value   override keys of --config, e.g. --set model.recompute=full\n\n"
+        "subcommands (each has its own --help):\n"
+        "  optimizer   host AdamW and grad-norm parameters/s on 1 and 2 threads beside the\n"
+        "              memory-bandwidth bound measured in the same run\n"
+        "  comm        all-reduce and reduce-scatter bus bandwidth beside raw MPI_Allreduce\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+    return kExitUsage;
+  }
+  if (!parsed->positional.empty()) {
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm; see tessera bench --help)\n",
+                 parsed->positional[0].c_str());
     return kExitUsage;
   }
   auto batch = ParseIntFlag("--batch", parsed->Get("--batch", "4"));

@@ -1,0 +1,160 @@
+// tools/cmd_bench_comm.cc — `tessera bench comm`: the MPI backend's all-reduce (both reduction
+// orders) and reduce-scatter bus bandwidth beside plain blocking MPI_Allreduce, measured in the
+// same run on the same buffer size, and the ratio to it (issue 3's target: >= 90 %).
+//
+// The only place the CLI initialises MPI (MpiSession), so other commands never pay for it.
+// Needs >= 2 ranks: under a plain launch (world size 1) it explains how to run it and exits
+// with kExitUsage. Raw MPI is measured first and last; the ratio is taken against the better of
+// the two medians, so drift on a shared machine cannot flatter the backend. Every rank runs the
+// same ops; rank 0 prints. A failed or timed-out collective ends the job through AbortJob
+// (MPI cannot cancel it). Thread-safety: main thread only.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/bench.h"
+#include "comm/mpi.h"
+#include "runtime/core/exit_codes.h"
+#include "runtime/core/memory.h"
+#include "tools/args.h"
+#include "tools/cmd_bench.h"
+
+namespace tessera::cli {
+namespace {
+
+constexpr int64_t kDefaultBytes = int64_t{64} << 20;
+constexpr int64_t kMaxBytes = int64_t{4} << 30;  // MPI counts are int: 1 Gi floats
+constexpr int kDefaultIters = 15;
+constexpr int kMaxIters = 10000;
+
+// "67108864", "64MiB", "64M", "1GiB", "512KiB": binary units. Error names --bytes.
+Result<int64_t> ParseByteSize(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string suffix = text.substr(digits);
+  int shift = -1;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  if (suffix == "K" || suffix == "KiB") shift = 10;
+  if (suffix == "M" || suffix == "MiB") shift = 20;
+  if (suffix == "G" || suffix == "GiB") shift = 30;
+  if (digits == 0 || digits > 12 || shift < 0) {
+    return InvalidArgument("--bytes: expected a size such as 67108864, 64MiB or 1GiB, got \"" + text + "\"");
+  }
+  return std::stoll(text.substr(0, digits)) << shift;
+}
+
+// Before MPI_Init only the launcher's variables say which rank this is; usage errors are
+// printed by rank 0 alone (or by a process not started by a launcher).
+bool LauncherRankZero() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    if (const char* v = std::getenv(var)) return std::string(v) == "0";
+  }
+  return true;
+}
+
+int UsageError(const std::string& message) {
+  if (LauncherRankZero()) std::fprintf(stderr, "tessera bench comm: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+CommBenchResult OrAbort(Result<CommBenchResult> r) {
+  if (!r.ok()) AbortJob(r.status());
+  return *r;
+}
+
+void PrintRow(const CommBenchResult& r, const char* label, double reference_gbps) {
+  std::printf("  %-28s %7.2f %7.2f %10.2f", label, r.bus_gbps, r.best_bus_gbps, r.median_s * 1e3);
+  if (reference_gbps > 0) std::printf("   %5.0f%%", 100.0 * r.bus_gbps / reference_gbps);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int RunBenchComm(const Args& args) {
+  if (WantsHelp(args)) {
+    std::printf(
+        "usage: tessera bench comm [--bytes 64MiB] [--iters N]\n"
+        "       run under mpirun, e.g. tools/dev/mpirun.sh -np 2 build/tessera bench comm\n\n"
+        "Bus bandwidth (GB/s, NCCL-tests definitions: all-reduce = alg x 2(n-1)/n, reduce-scatter\n"
+        "= alg x (n-1)/n) of the MPI backend's fp32 all-reduce with ReduceOrder kBackend and\n"
+        "kRankOrder and of its reduce-scatter, beside plain blocking MPI_Allreduce on the same\n"
+        "size measured in the same run (before and after), with each op's median as a\n"
+        "percentage of the better raw median. Each iteration counts as long as its slowest rank.\n"
+        "Must run under mpirun with at least 2 ranks; rank 0 prints.\n\n"
+        "  --bytes SIZE   fp32 buffer per rank: bytes, or with KiB / MiB / GiB (default 64MiB,\n"
+        "                 a positive multiple of 4 bytes, at most 4GiB); reduce-scatter uses the\n"
+        "                 largest multiple of 4 x ranks bytes that fits\n"
+        "  --iters N      timed iterations per op after one warm-up (default %d, 1 to %d)\n",
+        kDefaultIters, kMaxIters);
+    return kExitOk;
+  }
+  auto parsed = ParseArgs(args, "bench comm", {"--bytes", "--iters"}, {});
+  if (!parsed.ok()) {
+    if (LauncherRankZero()) std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+    return kExitUsage;
+  }
+  if (!parsed->positional.empty()) {
+    return UsageError("unexpected argument '" + parsed->positional[0] + "' (see tessera bench comm --help)");
+  }
+  auto bytes = ParseByteSize(parsed->Get("--bytes", std::to_string(kDefaultBytes)));
+  if (!bytes.ok()) return UsageError(bytes.status().message());
+  if (*bytes < 4 || *bytes % 4 != 0 || *bytes > kMaxBytes) {
+    return UsageError("--bytes must be a positive multiple of 4 bytes, at most 4GiB; got " +
+                      std::to_string(*bytes));
+  }
+  auto iters = ParseIntFlag("--iters", parsed->Get("--iters", std::to_string(kDefaultIters)));
+  if (!iters.ok()) return UsageError(iters.status().message());
+  if (*iters < 1 || *iters > kMaxIters) {
+    return UsageError("--iters must be between 1 and " + std::to_string(kMaxIters) + ", got " +
+                      std::to_string(*iters));
+  }
+
+  auto session = MpiSession::Init(nullptr, nullptr);
+  if (!session.ok()) {
+    std::fprintf(stderr, "tessera bench comm: %s\n", session.status().ToString().c_str());
+    return ExitCodeFor(session.status());
+  }
+  const int ranks = (*session)->world_size();
+  const bool printer = (*session)->world_rank() == 0;
+  if (ranks < 2) {
+    return UsageError("needs at least 2 ranks, but the world has 1; run it under mpirun with\n"
+                      "-np 2 or more, e.g.  tools/dev/mpirun.sh -np 2 build/tessera bench comm");
+  }
+  if (*bytes < 4 * ranks) {
+    if (printer) std::fprintf(stderr, "tessera bench comm: --bytes must be at least 4 x ranks = %d\n", 4 * ranks);
+    return kExitUsage;
+  }
+  auto world = (*session)->World(CommOptions{});
+  if (!world.ok()) AbortJob(world.status());
+  Communicator& comm = **world;
+  const int n = static_cast<int>(*iters);
+
+  CommBenchResult raw_before = OrAbort(BenchRawMpiAllReduce(comm, *bytes, n));
+  CommBenchResult backend = OrAbort(BenchAllReduce(comm, *bytes, n, ReduceOrder::kBackend));
+  CommBenchResult rank_order = OrAbort(BenchAllReduce(comm, *bytes, n, ReduceOrder::kRankOrder));
+  CommBenchResult scatter = OrAbort(BenchReduceScatter(comm, *bytes, n));
+  CommBenchResult raw_after = OrAbort(BenchRawMpiAllReduce(comm, *bytes, n));
+  if (!printer) return kExitOk;
+
+  const double reference = std::max(raw_before.bus_gbps, raw_after.bus_gbps);
+  std::printf("tessera bench comm: %d ranks, %s fp32 per rank, %d timed iterations after 1 warm-up\n",
+              ranks, FormatBytes(*bytes).c_str(), n);
+  std::printf("bus bandwidth in GB/s; %% = median bus bandwidth / better raw MPI_Allreduce median "
+              "(%.2f GB/s); target >= 90%%\n\n", reference);
+  std::printf("  %-28s %7s %7s %10s   %6s\n", "op", "median", "best", "median ms", "vs raw");
+  PrintRow(raw_before, "MPI_Allreduce raw (first)", 0);
+  PrintRow(backend, "all_reduce kBackend", reference);
+  PrintRow(rank_order, "all_reduce kRankOrder", reference);
+  PrintRow(scatter, "reduce_scatter kBackend", reference);
+  PrintRow(raw_after, "MPI_Allreduce raw (last)", 0);
+  if (scatter.bytes != *bytes) {
+    std::printf("  (reduce-scatter input: %lld bytes, a multiple of 4 x ranks)\n",
+                static_cast<long long>(scatter.bytes));
+  }
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace tessera::cli
