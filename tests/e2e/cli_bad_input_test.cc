@@ -55,7 +55,8 @@ TEST_F(BadInput, UsageErrors) {
 }
 
 TEST_F(BadInput, EveryCommandHasHelp) {
-  for (const char* cmd : {"train", "eval", "export", "data", "data tokenize", "bench", "env"}) {
+  for (const char* cmd : {"train", "eval", "export", "data", "data tokenize", "bench",
+                          "bench optimizer", "bench comm", "env"}) {
     auto r = Tessera(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.output;
     EXPECT_NE(r.output.find("usage: tessera"), std::string::npos) << cmd;
