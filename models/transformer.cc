@@ -116,6 +116,9 @@ class TransformerImpl final : public Transformer {
     return Step(inputs, targets, 0.0f, /*backward=*/false);
   }
   void ZeroGrads() override { std::memset(grads_.data(), 0, grads_.nbytes()); }
+  void SetGradReadyCallback(GradReadyCallback callback) override {
+    grad_ready_ = std::move(callback);
+  }
 
   const ModelConfig& config() const override { return config_; }
   int64_t batch_size() const override { return B_; }
@@ -154,6 +157,17 @@ class TransformerImpl final : public Transformer {
   std::vector<Parameter> params_;
   std::vector<InitRule> init_rules_;  // per parameter
   std::unordered_map<std::string, int> index_;
+
+  // Grad-ready hook (transformer.h) and the flat ranges it reports.
+  struct Range {
+    int64_t begin = 0, end = 0;
+  };
+  void GradReady(const StepArenas& arenas, const Range& r) const {
+    if (grad_ready_ && arenas.live() && r.end > r.begin) grad_ready_(r.begin, r.end);
+  }
+  GradReadyCallback grad_ready_;
+  std::vector<Range> block_range_;  // per block: all of its parameters
+  Range embed_range_, final_norm_range_, head_range_;  // head_range_ empty when tied
 
   // Views used by the step.
   std::vector<BlockWeights> block_w_;
@@ -302,6 +316,26 @@ void TransformerImpl::BindBlocks() {
   const std::string head = config_.tie_embeddings ? emb : "lm_head.weight";
   head_w_ = w(head);
   d_head_w_ = g(head);
+
+  // Flat ranges for the grad-ready hook, from the layout order (param_layout.h): embeddings,
+  // blocks, final norm, untied head. Each group is contiguous.
+  auto span_of = [&](const std::string& first, const std::string& last) {
+    const Parameter& b = find(first);
+    const Parameter& e = find(last);
+    return Range{b.offset, e.offset + e.numel()};
+  };
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const std::string p = (gpt2 ? "h." : "model.layers.") + std::to_string(i) + ".";
+    block_range_.push_back(gpt2 ? span_of(p + "ln_1.weight", p + "mlp.c_proj.bias")
+                                : span_of(p + "input_layernorm.weight", p + "mlp.down_proj.weight"));
+  }
+  embed_range_ = span_of(emb, gpt2 ? "wpe.weight" : emb);
+  final_norm_range_ = span_of(fin + ".weight", gpt2 ? fin + ".bias" : fin + ".weight");
+  if (!config_.tie_embeddings) head_range_ = span_of("lm_head.weight", "lm_head.weight");
+  int64_t covered = embed_range_.end - embed_range_.begin + final_norm_range_.end -
+                    final_norm_range_.begin + head_range_.end - head_range_.begin;
+  for (const Range& r : block_range_) covered += r.end - r.begin;
+  TESSERA_CHECK(covered == flat_params_.numel());
 }
 
 // Runs a training step and an evaluation step on measuring arenas (no arithmetic), then
@@ -401,16 +435,19 @@ void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, co
                            final_.rstd.f32(), N, C);
     }
   }
+  GradReady(arenas, final_norm_range_);
   ws_.Release(d_h_mark);
   // x_{l+1} = block_l(x_l)
   for (int64_t l = L - 1; l >= 0; --l) {
     block_.Backward(arenas, config_.recompute, d_res.f32(), resid_[l].f32(), saved_[l],
                     block_w_[l], block_g_[l]);
+    GradReady(arenas, block_range_[l]);
   }
   // x0 = embed[tokens] (+ wpe[t])
   if (arenas.live()) {
     cpu::EmbeddingBackward(d_wte_, d_wpe_, d_res.f32(), inputs, B_, T_, C, config_.vocab_size);
   }
+  GradReady(arenas, embed_range_);
 }
 
 double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, float grad_scale,
@@ -445,6 +482,7 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
         final_.out.f32(), head_w_, targets, N, C, V, loss_scale, logits.f32(), chunk_rows_);
   }
   ws_.Release(head_mark);
+  if (backward) GradReady(arenas, head_range_);
 
   if (backward) BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
   ws_.Release(0);

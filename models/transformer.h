@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -39,6 +40,16 @@ class Transformer {
   virtual double Forward(const int32_t* inputs, const int32_t* targets) = 0;
 
   virtual void ZeroGrads() = 0;
+
+  // Data-parallel hook: during ForwardBackward, called with an element range [begin, end) of
+  // the flat gradient buffer as soon as the gradients in it are final for this micro-batch,
+  // so a trainer can start reducing them while backward goes on. Order: the untied LM head
+  // (after the classifier), the final norm, each block from the last to the first, then the
+  // embeddings (last: a tied embedding also collects the LM head's gradient). The ranges of
+  // one ForwardBackward cover [0, num_params) exactly once. Called on the driving thread; an
+  // empty function turns it off. Forward() never calls it.
+  using GradReadyCallback = std::function<void(int64_t begin, int64_t end)>;
+  virtual void SetGradReadyCallback(GradReadyCallback callback) = 0;
 
   virtual const ModelConfig& config() const = 0;
   virtual int64_t batch_size() const = 0;  // B of every micro-batch this model was built for

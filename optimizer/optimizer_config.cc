@@ -12,4 +12,8 @@ const char* LrDecayName(LrDecay d) {
   return "?";
 }
 
+const char* OptimizerOffloadName(OptimizerOffload o) {
+  return o == OptimizerOffload::kCpu ? "cpu" : "none";
+}
+
 }  // namespace tessera

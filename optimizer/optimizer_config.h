@@ -6,6 +6,14 @@
 
 namespace tessera {
 
+// Where the optimizer state lives and the AdamW step runs (optimizer.offload).
+//  kNone  with the parameters (on this CPU-only build: host memory, one fused pass).
+//  kCpu   in host memory, stepped by the host in fixed chunks (optimizer/offload.h) — the unit
+//         that would overlap with device work once a GPU backend exists. On a CPU-only build
+//         there is no device to offload from: the state is in host memory either way and the
+//         results are bit-identical to kNone.
+enum class OptimizerOffload { kNone, kCpu };
+
 struct AdamWConfig {
   float lr = 1e-3f;            // optimizer.lr: peak learning rate, > 0
   float beta1 = 0.9f;          // optimizer.beta1: first-moment decay, [0, 1)
@@ -16,6 +24,7 @@ struct AdamWConfig {
   bool decay_biases = false;   // optimizer.decay_biases: apply weight decay to biases
   bool decay_embeddings = false;  // optimizer.decay_embeddings: ... to embedding tables
   float grad_clip = 1.0f;      // optimizer.grad_clip: max global L2 grad norm; 0 = off
+  OptimizerOffload offload = OptimizerOffload::kNone;  // optimizer.offload: none | cpu
 };
 
 enum class LrDecay { kCosine, kLinear, kConstant };
@@ -29,5 +38,6 @@ struct LrScheduleConfig {
 };
 
 const char* LrDecayName(LrDecay d);
+const char* OptimizerOffloadName(OptimizerOffload o);  // "none" | "cpu"
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/config.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/world.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -22,6 +23,12 @@ int Fail(const std::string& command, const Status& s, Phase phase) {
   if (phase == Phase::kConfig) return kExitBadConfig;
   if (phase == Phase::kInput && s.code() != StatusCode::kIoError) return kExitBadInput;
   return ExitCodeFor(s);
+}
+
+// Config-time failures happen identically on every rank: rank 0 prints, all exit.
+int FailOnRoot(const LauncherInfo& launcher, const Status& s, Phase phase) {
+  if (launcher.world_rank != 0) return phase == Phase::kConfig ? kExitBadConfig : ExitCodeFor(s);
+  return Fail("train", s, phase);
 }
 
 int FailUsage(const std::string& command, const Status& s) {
@@ -44,11 +51,14 @@ int RunTrain(const Args& args) {
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera train CONFIG [--set key.path=value ...]\n\n"
-        "Trains the model CONFIG describes on one process (all cores) and writes to\n"
+        "Trains the model CONFIG describes and writes to\n"
         "train.out_dir: metrics.jsonl (one line per step), model.safetensors (final weights,\n"
         "Hugging Face names), config.yaml (the effective config) and env.json.\n\n"
         "  --set key.path=value   override any config key, e.g. --set train.steps=50\n"
         "                         --set model.recompute=full --set optimizer.lr=1e-3 (repeatable)\n\n"
+        "Data parallelism: run under mpirun with parallel.dp = number of ranks, e.g.\n"
+        "  mpirun -np 4 tessera train configs/tiny.yaml --set parallel.dp=4 --set parallel.zero=1\n"
+        "train.micro_batch_size is per rank; the global batch is micro x accum x dp sequences.\n\n"
         "Progress lines show step, loss (and its distance to the entropy floor on the built-in\n"
         "corpus), learning rate, gradient norm, tokens/s, MFU against the measured sgemm peak\n"
         "and ETA. Example:\n"
@@ -57,12 +67,27 @@ int RunTrain(const Args& args) {
   }
   auto parsed = ParseArgs(args, "train", {"--set"}, {});
   if (!parsed.ok()) return FailUsage("train", parsed.status());
+  // Under mpirun every rank loads the config; only rank 0 reports a config error (the others
+  // exit with the same code silently), so the user reads it once.
+  const LauncherInfo launcher = ReadLauncherInfo();
   auto config = LoadFromArgs(*parsed, "train");
-  if (!config.ok()) return Fail("train", config.status(), Phase::kConfig);
-  auto trainer = Trainer::Create(*config);
-  if (!trainer.ok()) return Fail("train", trainer.status(), Phase::kInput);
-  auto summary = (*trainer)->Run(stdout);
-  if (!summary.ok()) return Fail("train", summary.status(), Phase::kRun);
+  if (!config.ok()) return FailOnRoot(launcher, config.status(), Phase::kConfig);
+  // MPI starts here only if the job needs it (mpirun, or parallel.* > 1); the world-size
+  // check runs first, on the launcher's variables, so no rank waits for a peer that quit.
+  auto world = World::Create(*config);
+  if (!world.ok()) return FailOnRoot(launcher, world.status(), Phase::kConfig);
+  const bool multi = (*world)->size() > 1;
+  auto trainer = Trainer::Create(*config, world->get());
+  if (!trainer.ok()) {
+    // A rank that fails alone would leave its peers waiting in the next collective.
+    if (multi) AbortJob(trainer.status());
+    return Fail("train", trainer.status(), Phase::kInput);
+  }
+  auto summary = (*trainer)->Run((*world)->is_root() ? stdout : nullptr);
+  if (!summary.ok()) {
+    if (multi) AbortJob(summary.status());  // ends every rank with the Status's exit code
+    return Fail("train", summary.status(), Phase::kRun);
+  }
   return kExitOk;
 }
 

@@ -410,6 +410,9 @@ Status ReadOptimizer(Section& s, AdamWConfig* o) {
   RETURN_IF_ERROR(s.Bool("decay_biases", &o->decay_biases));
   RETURN_IF_ERROR(s.Bool("decay_embeddings", &o->decay_embeddings));
   RETURN_IF_ERROR(s.Float("grad_clip", kNonNegative, &o->grad_clip));
+  RETURN_IF_ERROR(s.Enum<OptimizerOffload>(
+      "offload", {{"none", OptimizerOffload::kNone}, {"cpu", OptimizerOffload::kCpu}},
+      &o->offload));
   return s.Finish();
 }
 
@@ -456,6 +459,23 @@ Status ReadTrain(Section& s, TrainConfig* t) {
   return s.Finish();
 }
 
+constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
+Status ReadParallel(Section& s, ParallelConfig* p) {
+  RETURN_IF_ERROR(s.Int("dp", 1, kMaxRanks, &p->dp));
+  RETURN_IF_ERROR(s.Int("tp", 1, kMaxRanks, &p->tp));
+  RETURN_IF_ERROR(s.Int("pp", 1, kMaxRanks, &p->pp));
+  RETURN_IF_ERROR(s.Int("ep", 1, kMaxRanks, &p->ep));
+  RETURN_IF_ERROR(s.Int("zero", 0, 3, &p->zero));
+  return s.Finish();
+}
+
+Status ReadComm(Section& s, CommConfig* c) {
+  RETURN_IF_ERROR(s.Float("timeout_s", kPositive, &c->timeout_s));
+  RETURN_IF_ERROR(s.Float("bucket_mb", kPositive, &c->bucket_mb));
+  return s.Finish();
+}
+
 // The whole tree: sections in documented order, then unknown top-level keys.
 Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
   ASSIGN_OR_RETURN(Section top, Section::Make(ctx, root, ""));
@@ -469,6 +489,10 @@ Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
   RETURN_IF_ERROR(ReadData(data, &cfg->data));
   ASSIGN_OR_RETURN(Section train, top.Child("train"));
   RETURN_IF_ERROR(ReadTrain(train, &cfg->train));
+  ASSIGN_OR_RETURN(Section parallel, top.Child("parallel"));
+  RETURN_IF_ERROR(ReadParallel(parallel, &cfg->parallel));
+  ASSIGN_OR_RETURN(Section comm, top.Child("comm"));
+  RETURN_IF_ERROR(ReadComm(comm, &cfg->comm));
   RETURN_IF_ERROR(top.String("init_from", &cfg->init_from));
   return top.Finish();
 }
@@ -523,6 +547,24 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                      " is too few for one sequence of train.seq_len=" +
                                      N(c.train.seq_len) + " (needs seq_len + 1)");
     }
+  }
+  // Parallel axes and stages that are validated but not implemented yet are refused here,
+  // before any rank does work, rather than silently trained as something else.
+  const ParallelConfig& par = c.parallel;
+  for (const auto& [key, value] : {std::pair<const char*, int>{"parallel.tp", par.tp},
+                                   {"parallel.pp", par.pp}, {"parallel.ep", par.ep}}) {
+    if (value > 1) {
+      return ctx.CrossFieldError({key}, std::string(key + 9) + "=" + N(value) +
+                                            ": not supported yet (only 1; data parallelism "
+                                            "with parallel.dp and parallel.zero 0..2 is)");
+    }
+  }
+  if (par.zero == 3) {
+    return ctx.CrossFieldError({"parallel.zero"},
+                               "zero=3 (partitioned parameters): not supported yet (use 0, 1 or 2)");
+  }
+  if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
+    return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");
   }
   const LrScheduleConfig& s = c.schedule;
   // warmup_steps > train.steps is allowed: a short smoke run (--set train.steps=5) of a
@@ -608,12 +650,12 @@ Result<Config> LoadConfigImpl(const std::string& path, const std::vector<std::st
   Context ctx(path);
   if (root.IsNull()) {
     return InvalidArgument(path + ": config is empty (expected a map with sections model, "
-                                  "optimizer, schedule, data, train)");
+                                  "optimizer, schedule, data, train, parallel, comm)");
   }
   if (!root.IsMap()) {
     return InvalidArgument(ctx.Where(root.Mark(), "") +
                            ": expected a map of sections (model, optimizer, schedule, data, "
-                           "train, init_from) at the top level, got " + Describe(root));
+                           "train, parallel, comm, init_from) at the top level, got " + Describe(root));
   }
   for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, root, &ctx));
 

@@ -36,10 +36,18 @@ struct DataConfig {
   SyntheticDataConfig synthetic;  // data.synthetic.*
 };
 
+// Batch sizes follow Megatron: train.micro_batch_size is per rank, and one optimizer step
+// consumes a global batch of micro_batch_size * grad_accum_steps * parallel.dp sequences.
+// So a dp-rank run has the same global batch as a 1-rank run whose grad_accum_steps is
+// multiplied by dp (e.g. dp=4, accum 2 == 1 rank, accum 8). Rank r of the dp group takes the
+// contiguous block of micro-batches [r * accum, (r + 1) * accum) of each global step, in the
+// loader's order; every rank advances the loader over the whole global batch, so the data
+// position is identical on all ranks after every step.
 struct TrainConfig {
   int64_t steps = 100;             // train.steps: optimizer steps, >= 1
-  int64_t micro_batch_size = 8;    // train.micro_batch_size: sequences per micro-batch, >= 1
-  int64_t grad_accum_steps = 1;    // train.grad_accum_steps: micro-batches per step, >= 1
+  int64_t micro_batch_size = 8;    // train.micro_batch_size: sequences per micro-batch PER RANK,
+                                   //   >= 1
+  int64_t grad_accum_steps = 1;    // train.grad_accum_steps: micro-batches per step per rank, >= 1
   int64_t seq_len = 64;            // train.seq_len: tokens per sequence, 1..model.max_seq_len
   uint64_t seed = 1234;            // train.seed: init and sampling seed
   int64_t log_interval = 10;       // train.log_interval: steps between progress lines, >= 1
@@ -49,8 +57,32 @@ struct TrainConfig {
   std::string out_dir = "runs/default";  // train.out_dir: metrics.jsonl and final weights go here
 };
 
+// How the world's ranks are laid out (comm/device_mesh.h: pp x dp x ep x tp, tp fastest).
+// Under mpirun the world size must equal dp * tp * pp * ep.
+struct ParallelConfig {
+  int dp = 1;    // parallel.dp: data-parallel replicas, >= 1
+  int tp = 1;    // parallel.tp: tensor-parallel ranks; only 1 is supported yet
+  int pp = 1;    // parallel.pp: pipeline stages; only 1 is supported yet
+  int ep = 1;    // parallel.ep: expert-parallel ranks; only 1 is supported yet
+  int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..2 (3 is not supported yet):
+                 //   0 = replicated optimizer, gradients all-reduced in buckets during backward;
+                 //   1 = AdamW moments partitioned across dp (1/dp each), params all-gathered;
+                 //   2 = 1 + gradients reduce-scattered into the owner's partition
+  int world_size() const { return dp * tp * pp * ep; }
+};
+
+struct CommConfig {
+  float timeout_s = 300.0f;  // comm.timeout_s: longest wait for any collective before the job
+                             //   ends with a named timeout (exit code 6), seconds, > 0
+  float bucket_mb = 25.0f;   // comm.bucket_mb: gradient reduction bucket size, MiB (2^20
+                             //   bytes) of fp32 gradients, > 0; smaller = earlier overlap,
+                             //   more messages
+};
+
 struct Config {
   std::string path;                // the YAML file it came from
+  ParallelConfig parallel;
+  CommConfig comm;
   ModelConfig model;
   AdamWConfig optimizer;
   LrScheduleConfig schedule;

@@ -66,6 +66,7 @@ void EmitOptimizer(YAML::Emitter& out, const AdamWConfig& o, const LrScheduleCon
   Put(out, "decay_biases", o.decay_biases);
   Put(out, "decay_embeddings", o.decay_embeddings);
   Put(out, "grad_clip", o.grad_clip);
+  PutName(out, "offload", OptimizerOffloadName(o.offload));
   out << YAML::EndMap;
 
   out << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
@@ -106,6 +107,20 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   out << YAML::EndMap;
 }
 
+void EmitParallel(YAML::Emitter& out, const ParallelConfig& p, const CommConfig& c) {
+  out << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
+  Put(out, "dp", static_cast<int64_t>(p.dp));
+  Put(out, "tp", static_cast<int64_t>(p.tp));
+  Put(out, "pp", static_cast<int64_t>(p.pp));
+  Put(out, "ep", static_cast<int64_t>(p.ep));
+  Put(out, "zero", static_cast<int64_t>(p.zero));
+  out << YAML::EndMap;
+  out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
+  Put(out, "timeout_s", c.timeout_s);
+  Put(out, "bucket_mb", c.bucket_mb);
+  out << YAML::EndMap;
+}
+
 }  // namespace
 
 std::string FormatConfigFloat(float v) {
@@ -134,6 +149,7 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   EmitOptimizer(out, config.optimizer, config.schedule);
   EmitData(out, config.data);
   EmitTrain(out, config.train);
+  EmitParallel(out, config.parallel, config.comm);
   PutPath(out, "init_from", config.init_from);
   out << YAML::EndMap;
 

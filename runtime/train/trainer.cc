@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "models/hf_weights.h"
@@ -40,26 +41,85 @@ Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTrac
   return model;
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* world) {
   std::unique_ptr<Trainer> t(new Trainer(config));
   cpu::SetNumThreads(config.train.threads);
+  if (world != nullptr && world->dense_dp() != nullptr && world->dense_dp()->size() > 1) {
+    t->dp_ = world->dense_dp();
+    t->dp_rank_ = t->dp_->rank();
+    t->dp_size_ = t->dp_->size();
+  }
   ASSIGN_OR_RETURN(t->model_, BuildModel(config, &t->memory_));
-  t->optimizer_ = std::make_unique<AdamW>(config.optimizer, t->model_->num_params(),
-                                          t->DecayRanges(), &t->memory_);
+  RETURN_IF_ERROR(t->SetUpParallel());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
                    DataLoader::Open(config.data, Split::kTrain, V, T, config.train.seed));
-  if (DataLoader::HasSplit(config.data, Split::kVal)) {
+  if (t->is_root() && DataLoader::HasSplit(config.data, Split::kVal)) {
     // A held-out split that was asked for and is broken fails here, before any step runs.
+    // Only rank 0 evaluates (the weights are the same on every rank).
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
   // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
-  // `tessera bench` uses).
-  t->peak_flops_ = cpu::MeasurePeakSgemmGflops() * 1e9;
+  // `tessera bench` uses). Rank 0 reports it; the others would only contend for the cores.
+  if (t->is_root()) t->peak_flops_ = cpu::MeasurePeakSgemmGflops() * 1e9;
   return t;
+}
+
+// The optimizer partition, the gradient buffers and the communication of the layout.
+Status Trainer::SetUpParallel() {
+  const int64_t n = model_->num_params();
+  const int zero = config_.parallel.zero;
+  const int64_t accum = config_.train.grad_accum_steps;
+  main_grads_ = model_->flat_grads().f32();
+  if (accum > 1) {
+    // fp32 accumulation buffer: each micro-batch's gradient is computed from zero and added
+    // here, so summation order does not depend on how micro-batches are spread over ranks.
+    accum_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(n) * sizeof(float), &memory_);
+    main_grads_ = accum_arena_.Allocate(DType::kF32, {n}).f32();
+  }
+  int64_t shard_begin = 0, shard_end = n;
+  if (zero >= 1) {
+    partition_ = std::make_unique<Partitioning>(n, dp_size_, kNormBlock);
+    shard_begin = partition_->real_begin(dp_rank_);
+    shard_end = partition_->real_end(dp_rank_);
+  }
+  optimizer_ = std::make_unique<ShardedAdamW>(config_.optimizer, shard_begin, shard_end,
+                                              DecayRanges(), &memory_);
+  if (accum > 1 || dp_ != nullptr) {
+    model_->SetGradReadyCallback([this](int64_t b, int64_t e) { OnGradReady(b, e); });
+  }
+  if (dp_ == nullptr) return Status::Ok();
+
+  const int64_t bucket_elems =
+      std::max<int64_t>(1, static_cast<int64_t>(config_.comm.bucket_mb * 1048576.0 / sizeof(float)));
+  if (zero == 2) {
+    const int64_t P = partition_->padded_size();
+    part_grad_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(P) * sizeof(float), &memory_);
+    part_grads_ = part_grad_arena_.Allocate(DType::kF32, {P}).f32();
+    reduce_scatter_ = std::make_unique<PartitionReduceScatter>(
+        dp_, *partition_, std::max<int64_t>(1, bucket_elems / dp_size_), &memory_);
+  } else {
+    all_reduce_ = std::make_unique<BucketedAllReduce>(dp_, main_grads_, n, bucket_elems);
+  }
+  return Status::Ok();
+}
+
+// The model's hook: [begin, end) of its gradient buffer is final for micro-batch micro_.
+void Trainer::OnGradReady(int64_t begin, int64_t end) {
+  const int64_t accum = config_.train.grad_accum_steps;
+  if (accum > 1) {
+    const float* g = model_->flat_grads().f32();
+    float* acc = main_grads_;
+    if (micro_ == 0) {
+      std::memcpy(acc + begin, g + begin, static_cast<size_t>(end - begin) * sizeof(float));
+    } else {
+      for (int64_t i = begin; i < end; ++i) acc[i] += g[i];
+    }
+  }
+  if (micro_ == accum - 1 && all_reduce_ != nullptr) all_reduce_->OnReady(begin, end);
 }
 
 std::vector<ParamRange> Trainer::DecayRanges() const {
@@ -95,38 +155,167 @@ Result<double> Trainer::Evaluate(int64_t batches) {
   return EvaluateLoss(*model_, *val_data_, batches);
 }
 
+// One optimizer step over the global batch: this rank's micro-batches, gradient reduction,
+// clipping, the update of this rank's partition and the parameter all-gather.
+Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
+  const TrainConfig& tc = config_.train;
+  const int64_t B = tc.micro_batch_size, accum = tc.grad_accum_steps;
+  const int64_t n = model_->num_params();
+  // Each micro-batch's loss is scaled by 1/(global micro-batches); the reduction then sums.
+  const float grad_scale = 1.0f / static_cast<float>(accum * dp_size_);
+  if (all_reduce_) all_reduce_->Begin();
+  train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
+  double loss_sum = 0;
+  for (micro_ = 0; micro_ < accum; ++micro_) {
+    model_->ZeroGrads();
+    train_data_->NextBatch(B, inputs_.data(), targets_.data());
+    loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
+  }
+  train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
+  StepResult r;
+  if (dp_ != nullptr) {
+    if (all_reduce_) RETURN_IF_ERROR(all_reduce_->Finish());
+    // Serial order of the per-rank sums = the order one rank adds its micro-batch losses.
+    ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(dp_, {loss_sum}));
+    loss_sum = 0;
+    for (double v : sums) loss_sum += v;
+  }
+  r.loss = loss_sum / static_cast<double>(accum * dp_size_);
+
+  // The gradients this rank's optimizer reads: its partition (shard-relative).
+  float* shard_grads = main_grads_ + optimizer_->begin();
+  if (reduce_scatter_) {
+    RETURN_IF_ERROR(reduce_scatter_->Run(main_grads_, part_grads_));
+    shard_grads = part_grads_;
+  }
+  ASSIGN_OR_RETURN(r.grad_norm, ClipGradients(shard_grads));
+  // Every rank sees the same norm and loss, so every rank skips (or not) together.
+  r.skipped = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+  if (r.skipped) return r;
+  optimizer_->Step(model_->flat_params().f32(), shard_grads, lr);
+  if (partition_ && dp_ != nullptr) {
+    RETURN_IF_ERROR(GatherPartitions(dp_, *partition_, model_->flat_params().f32()));
+  }
+  (void)n;
+  return r;
+}
+
+// clip_grad_norm_ over the global gradient (grad_clip.h), with the same bits as one rank:
+// replicated gradients (zero 0/1) sum the whole buffer locally; partitioned ones (zero 2)
+// combine per-block partials. Only this rank's shard is scaled (the rest is not read).
+Result<double> Trainer::ClipGradients(float* shard_grads) {
+  const int64_t n = model_->num_params();
+  double sum_sq = 0;
+  if (reduce_scatter_) {
+    ASSIGN_OR_RETURN(sum_sq, PartitionedSumOfSquares(dp_, *partition_, part_grads_));
+  } else {
+    sum_sq = SumOfSquares(main_grads_, n);
+  }
+  const double norm = std::sqrt(sum_sq);
+  const double coef = ClipCoefficient(norm, config_.optimizer.grad_clip);
+  const int64_t shard = optimizer_->end() - optimizer_->begin();
+  if (coef < 1.0) ScaleInPlace(shard_grads, shard, static_cast<float>(coef));
+  return norm;
+}
+
+Result<std::vector<double>> Trainer::GatherMemory() {
+  std::vector<double> mine;
+  for (int k = 0; k < static_cast<int>(MemoryKind::kCount); ++k) {
+    mine.push_back(static_cast<double>(memory_.reserved(static_cast<MemoryKind>(k))));
+  }
+  if (dp_ == nullptr) return mine;
+  return AllGatherDoubles(dp_, mine);
+}
+
+namespace {
+
+// Per-rank peak reserved bytes by kind: a table for the summary and a JSON file.
+std::string MemoryTable(const std::vector<double>& all, int ranks) {
+  const int kinds = static_cast<int>(MemoryKind::kCount);
+  std::string out = "  per-rank peak memory (reserved):\n    rank";
+  char buf[64];
+  for (int k = 0; k < kinds; ++k) {
+    std::snprintf(buf, sizeof buf, " %16s", MemoryKindName(static_cast<MemoryKind>(k)));
+    out += buf;
+  }
+  out += "\n";
+  for (int r = 0; r < ranks; ++r) {
+    std::snprintf(buf, sizeof buf, "    %4d", r);
+    out += buf;
+    for (int k = 0; k < kinds; ++k) {
+      std::snprintf(buf, sizeof buf, " %16s", FormatBytes(static_cast<size_t>(all[r * kinds + k])).c_str());
+      out += buf;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks) {
+  const int kinds = static_cast<int>(MemoryKind::kCount);
+  std::string out = "{\"dp\": " + std::to_string(c.parallel.dp) +
+                    ", \"zero\": " + std::to_string(c.parallel.zero) + ", \"offload\": \"" +
+                    OptimizerOffloadName(c.optimizer.offload) + "\", \"ranks\": [";
+  for (int r = 0; r < ranks; ++r) {
+    out += r ? ", {" : "{";
+    out += "\"rank\": " + std::to_string(r);
+    for (int k = 0; k < kinds; ++k) {
+      std::string name = MemoryKindName(static_cast<MemoryKind>(k));
+      for (char& ch : name) ch = ch == ' ' ? '_' : ch;
+      out += ", \"" + name + "_bytes\": " + std::to_string(static_cast<int64_t>(all[r * kinds + k]));
+    }
+    out += "}";
+  }
+  return out + "]}\n";
+}
+
+}  // namespace
+
 Result<TrainSummary> Trainer::Run(FILE* out) {
   const TrainConfig& tc = config_.train;
-  std::error_code ec;
-  std::filesystem::create_directories(tc.out_dir, ec);
-  if (ec) return IoError(tc.out_dir + ": cannot create output directory: " + ec.message());
-  // Weights of an earlier run in the same directory must not outlive its metrics: a run that
-  // is interrupted leaves no model.safetensors rather than one that belongs to another run.
-  std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
-  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
-  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
-  ASSIGN_OR_RETURN(auto metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl"));
+  const bool root = is_root();
+  std::unique_ptr<MetricsFile> metrics;
+  if (root) {
+    std::error_code ec;
+    std::filesystem::create_directories(tc.out_dir, ec);
+    if (ec) return IoError(tc.out_dir + ": cannot create output directory: " + ec.message());
+    // Weights of an earlier run in the same directory must not outlive its metrics: a run
+    // that is interrupted leaves no model.safetensors rather than one of another run.
+    std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
+    RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
+    RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
+    ASSIGN_OR_RETURN(metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl"));
+  }
 
   const int64_t B = tc.micro_batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
-  const int64_t tokens_per_step = B * T * accum;
+  const int64_t tokens_per_step = B * T * accum * dp_size_;
   const std::optional<double> floor = train_data_->entropy_floor();
   const double flops_per_token = model_->TrainFlopsPerToken();
-  std::fprintf(out, "tessera: %s model, %.2fM parameters, %lld layers, %s recompute\n",
-               ModelFamilyName(config_.model.family), model_->num_params() / 1e6,
-               static_cast<long long>(config_.model.num_layers),
-               RecomputePolicyName(config_.model.recompute));
-  std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
-  std::fprintf(out,
-               "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld), "
-               "%d threads, sgemm peak %.1f GFLOP/s (MFU denominator)\n",
-               static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
-               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(accum),
-               cpu::NumThreads(), peak_flops_ / 1e9);
-  std::fflush(out);
+  if (root) {
+    std::fprintf(out, "tessera: %s model, %.2fM parameters, %lld layers, %s recompute\n",
+                 ModelFamilyName(config_.model.family), model_->num_params() / 1e6,
+                 static_cast<long long>(config_.model.num_layers),
+                 RecomputePolicyName(config_.model.recompute));
+    std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
+    if (dp_size_ > 1 || config_.parallel.zero > 0 ||
+        config_.optimizer.offload != OptimizerOffload::kNone) {
+      std::fprintf(out,
+                   "tessera: data parallel: dp=%d, zero=%d, optimizer offload %s, %lld gradient "
+                   "bucket(s) of %g MiB%s\n",
+                   dp_size_, config_.parallel.zero, OptimizerOffloadName(config_.optimizer.offload),
+                   static_cast<long long>(all_reduce_ ? all_reduce_->num_buckets() : 0),
+                   static_cast<double>(config_.comm.bucket_mb),
+                   reduce_scatter_ ? " (zero 2: reduce-scatter after backward)" : "");
+    }
+    std::fprintf(out,
+                 "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
+                 "dp %d), %d threads, sgemm peak %.1f GFLOP/s (MFU denominator)\n",
+                 static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
+                 static_cast<long long>(B), static_cast<long long>(T),
+                 static_cast<long long>(accum), dp_size_, cpu::NumThreads(), peak_flops_ / 1e9);
+    std::fflush(out);
+  }
 
-  float* params = model_->flat_params().f32();
-  float* grads = model_->flat_grads().f32();
-  const int64_t n = model_->num_params();
   TrainSummary summary;
   summary.floor = floor;
   summary.best_loss = INFINITY;
@@ -137,17 +326,10 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   for (int64_t step = 0; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
     const float lr = LearningRate(config_.schedule, config_.optimizer.lr, step, tc.steps);
-    model_->ZeroGrads();
-    double loss = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      train_data_->NextBatch(B, inputs_.data(), targets_.data());
-      loss += model_->ForwardBackward(inputs_.data(), targets_.data(), 1.0f / accum);
-    }
-    loss /= static_cast<double>(accum);
-    const double norm = ClipGradNorm(grads, n, config_.optimizer.grad_clip);
+    ASSIGN_OR_RETURN(StepResult r, TrainStep(lr));
+    const double loss = r.loss;
     StepMetrics m;
-    m.skipped = !std::isfinite(norm) || !std::isfinite(loss);
-    if (!m.skipped) optimizer_->Step(params, grads, lr);
+    m.skipped = r.skipped;
     const auto t1 = Clock::now();
 
     summary.steps = step + 1;
@@ -156,13 +338,14 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     summary.best_loss = std::min(summary.best_loss, loss);
     interval_loss += loss;
     ++interval_steps;
+    if (!root) continue;
 
     m.step = step + 1;
     m.total_steps = tc.steps;
     m.loss = loss;
     m.floor = floor;
     m.lr = lr;
-    m.grad_norm = norm;
+    m.grad_norm = r.grad_norm;
     m.tokens = tokens_per_step;
     m.total_tokens = summary.tokens;
     m.step_seconds = Seconds(t0, t1);
@@ -188,10 +371,15 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     }
   }
   summary.wall_seconds = Seconds(start, Clock::now());
+  ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
+  if (!root) return summary;
   const std::string weights = tc.out_dir + "/model.safetensors";
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, model_->parameters(), DType::kF32));
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, dp_size_)));
 
-  std::fputs(FormatSummary(summary, memory_.Report(), tc.out_dir).c_str(), out);
+  std::string report = memory_.Report();
+  if (dp_size_ > 1) report += MemoryTable(memory, dp_size_);
+  std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
   std::fflush(out);
   return summary;
 }

@@ -1,13 +1,27 @@
-// runtime/train/trainer.h — the single-rank training loop: data -> model -> clip -> AdamW,
-// with progress lines, a metrics file, evaluation and an end-of-run summary.
+// runtime/train/trainer.h — the training loop: data -> model -> gradient reduction -> clip ->
+// AdamW (replicated, or ZeRO-1/2 partitioned across the data-parallel ranks), with progress
+// lines, a metrics file, evaluation and an end-of-run summary.
 //
-// Owns the model, optimizer, data loaders and the run's output directory:
+// Owns the model, optimizer (this rank's partition of it), data loaders, the gradient
+// accumulation buffer and the run's output directory (written by rank 0 only):
 //   <out_dir>/metrics.jsonl     one JSON object per step
 //   <out_dir>/config.yaml       the effective config (after --set overrides)
 //   <out_dir>/env.json          the environment fingerprint (tessera env)
+//   <out_dir>/memory.json       peak bytes by memory kind, per rank
 //   <out_dir>/model.safetensors final weights, Hugging Face names
-// Determinism: same config and seed => bit-identical weights (fixed-order kernels,
-// counter-based randomness, explicit data position). Single-threaded driver.
+// Data parallelism (config.h, TrainConfig): rank r of dp takes micro-batches
+// [r*accum, (r+1)*accum) of each global step of accum*dp micro-batches, scales its loss by
+// 1/(accum*dp), and the gradients are summed over ranks in rank order. With accum > 1 each
+// micro-batch's gradient is computed from zero and added into a separate fp32 accumulation
+// buffer (g = ((g_0 + g_1) + g_2) + ...), so a 1-rank run with accum = dp and a dp-rank run
+// with accum 1 perform the same float additions and end with bit-identical weights, under
+// ZeRO 0, 1 and 2 and with optimizer.offload cpu (tests/multirank). With accum > 1 per rank the
+// dp run adds ((g_0+g_1) + (g_2+g_3)) where one rank adds (((g_0+g_1)+g_2)+g_3): equal within
+// float rounding, not bit for bit.
+// Determinism: same config, layout and seed => bit-identical weights (fixed-order kernels,
+// counter-based randomness, explicit data position, rank-order reductions).
+// Single-threaded driver; kernels parallelise inside; the comm backend moves data on its own
+// thread while backward runs.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +32,13 @@
 
 #include "models/transformer.h"
 #include "optimizer/adamw.h"
+#include "optimizer/zero.h"
 #include "runtime/core/memory.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
+#include "runtime/train/grad_sync.h"
 #include "runtime/train/metrics.h"
+#include "runtime/train/world.h"
 
 namespace tessera {
 
@@ -30,9 +47,13 @@ class Trainer {
   // Builds everything the config asks for: model (random init or init_from), optimizer,
   // train (and, when available, validation) loaders. Errors: bad init_from weights, missing
   // or malformed data files — as Status, before any step runs.
-  static Result<std::unique_ptr<Trainer>> Create(const Config& config);
+  // `world` (may be null: one process) gives the rank and the dp group; it must outlive the
+  // trainer.
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config, World* world = nullptr);
 
-  // Trains config.train.steps steps, writing progress to `out` and files to out_dir.
+  // Trains config.train.steps steps, writing progress to `out` and files to out_dir (rank 0;
+  // other ranks print nothing and write nothing). A failed collective comes back as its
+  // Status; in a multi-rank job the caller must then end the job (AbortJob).
   Result<TrainSummary> Run(FILE* out);
 
   // Mean loss over `batches` validation micro-batches from the start of the held-out split.
@@ -43,13 +64,38 @@ class Trainer {
   const MemoryTracker& memory() const { return memory_; }
 
  private:
+  struct StepResult {
+    double loss = 0;  // mean over the global batch
+    double grad_norm = 0;
+    bool skipped = false;
+  };
+
   Trainer(const Config& config) : config_(config) {}
   std::vector<ParamRange> DecayRanges() const;
+  Status SetUpParallel();
+  void OnGradReady(int64_t begin, int64_t end);
+  Result<StepResult> TrainStep(float lr);
+  Result<double> ClipGradients(float* shard_grads);
+  // Per-rank peak bytes by kind: the table for the summary and <out_dir>/memory.json.
+  Result<std::vector<double>> GatherMemory();
+  bool is_root() const { return dp_rank_ == 0; }
 
   Config config_;
   MemoryTracker memory_;
   std::unique_ptr<Transformer> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  // This rank's AdamW: the whole buffer (zero 0) or its partition (zero 1/2).
+  std::unique_ptr<ShardedAdamW> optimizer_;
+  // Data parallelism. dp_ == nullptr: one rank (no communication at all).
+  Communicator* dp_ = nullptr;
+  int dp_rank_ = 0, dp_size_ = 1;
+  std::unique_ptr<Partitioning> partition_;          // zero 1/2
+  std::unique_ptr<BucketedAllReduce> all_reduce_;    // zero 0/1 with dp > 1
+  std::unique_ptr<PartitionReduceScatter> reduce_scatter_;  // zero 2 with dp > 1
+  Arena accum_arena_{Arena::Measuring(MemoryKind::kGradients)};  // accum > 1
+  Arena part_grad_arena_{Arena::Measuring(MemoryKind::kGradients)};  // zero 2, dp > 1
+  float* main_grads_ = nullptr;  // (num_params) what is reduced: accumulation buffer or model's
+  float* part_grads_ = nullptr;  // (P) zero 2: this rank's reduced partition
+  int64_t micro_ = 0;            // micro-batch being run (for the grad-ready hook)
   std::unique_ptr<DataLoader> train_data_;
   std::unique_ptr<DataLoader> val_data_;  // may be null
   std::vector<int32_t> inputs_, targets_;  // (B*T) token ids of the current micro-batch

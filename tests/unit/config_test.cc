@@ -115,6 +115,14 @@ void ExpectSameConfig(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.out_dir, b.train.out_dir);
   EXPECT_EQ(a.init_from, b.init_from);
+  EXPECT_EQ(a.optimizer.offload, b.optimizer.offload);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.pp, b.parallel.pp);
+  EXPECT_EQ(a.parallel.ep, b.parallel.ep);
+  EXPECT_EQ(a.parallel.zero, b.parallel.zero);
+  EXPECT_EQ(a.comm.timeout_s, b.comm.timeout_s);
+  EXPECT_EQ(a.comm.bucket_mb, b.comm.bucket_mb);
 }
 
 // ---- shipped configs and defaults -------------------------------------------------------------
@@ -219,7 +227,7 @@ TEST(ConfigFile, EmptyOrCommentOnlyIsAnError) {
 
 TEST(ConfigFile, TopLevelMustBeAMap) {
   EXPECT_EQ(ErrorAt("- model\n- train\n"),
-            "F:1:1: expected a map of sections (model, optimizer, schedule, data, train, "
+            "F:1:1: expected a map of sections (model, optimizer, schedule, data, train, parallel, comm, "
             "init_from) at the top level, got a sequence");
   EXPECT_CONTAINS(ErrorAt("just words\n"), "at the top level, got \"just words\"");
 }
@@ -455,7 +463,10 @@ TEST(ConfigResolved, RoundTripsEveryNonDefaultValue) {
       "        num_heads: 6, num_kv_heads: 3, ffn_hidden_size: 130, norm_eps: 1.0e-6,\n"
       "        rope_theta: 500000, tie_embeddings: true, init_std: 0.0125, recompute: selective}\n"
       "optimizer: {lr: 3.0e-4, beta1: 0.85, beta2: 0.999, eps: 1.0e-7, weight_decay: 0.05,\n"
-      "            decay_norms: true, decay_biases: true, decay_embeddings: true, grad_clip: 0.7}\n"
+      "            decay_norms: true, decay_biases: true, decay_embeddings: true, grad_clip: 0.7,\n"
+      "            offload: cpu}\n"
+      "parallel: {dp: 4, zero: 2}\n"
+      "comm: {timeout_s: 12.5, bucket_mb: 0.25}\n"
       "schedule: {warmup_steps: 11, decay: linear, min_lr_ratio: 0.033, decay_steps: 150}\n"
       "data: {source: shards, train: \"null\", val: '123',\n"
       "       synthetic: {branching: 5, order: 2, concentration: 0.3, seed: 18446744073709551615,\n"
@@ -500,6 +511,54 @@ TEST(ConfigResolved, FloatsAreShortExactAndYaml11Friendly) {
   for (float v : {0.1f, 1.0f / 3.0f, 6e-4f, 0.95f, 1e-8f, 123456.7f, 3.4e38f}) {
     EXPECT_EQ(std::strtof(FormatConfigFloat(v).c_str(), nullptr), v) << v;
   }
+}
+
+// ---- parallel, comm, optimizer.offload ----------------------------------------------------------
+
+TEST(ConfigParallel, DefaultsAreOneRankNoZero) {
+  const Config c = LoadOk("train: {steps: 1}\n");
+  EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_EQ(c.parallel.tp, 1);
+  EXPECT_EQ(c.parallel.pp, 1);
+  EXPECT_EQ(c.parallel.ep, 1);
+  EXPECT_EQ(c.parallel.zero, 0);
+  EXPECT_EQ(c.parallel.world_size(), 1);
+  EXPECT_EQ(c.comm.timeout_s, 300.0f);
+  EXPECT_EQ(c.comm.bucket_mb, 25.0f);
+  EXPECT_EQ(c.optimizer.offload, OptimizerOffload::kNone);
+}
+
+TEST(ConfigParallel, ReadsDpZeroCommAndOffload) {
+  const Config c = LoadOk("parallel: {dp: 4, zero: 2}\ncomm: {timeout_s: 30, bucket_mb: 0.5}\n",
+                          {"optimizer.offload=cpu"});
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.parallel.zero, 2);
+  EXPECT_EQ(c.parallel.world_size(), 4);
+  EXPECT_EQ(c.comm.timeout_s, 30.0f);
+  EXPECT_EQ(c.comm.bucket_mb, 0.5f);
+  EXPECT_EQ(c.optimizer.offload, OptimizerOffload::kCpu);
+}
+
+TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
+  EXPECT_EQ(ErrorAt("parallel:\n  tp: 2\n"),
+            "F:2:7: parallel.tp: tp=2: not supported yet (only 1; data parallelism with "
+            "parallel.dp and parallel.zero 0..2 is)");
+  EXPECT_STARTS_WITH(ErrorAt("parallel: {pp: 4}\n"), "F:1:16: parallel.pp: pp=4: not supported yet");
+  EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
+                     "--set parallel.ep=2: parallel.ep: ep=2: not supported yet");
+  EXPECT_EQ(ErrorAt("parallel:\n  dp: 4\n  zero: 3\n"),
+            "F:3:9: parallel.zero: zero=3 (partitioned parameters): not supported yet (use 0, 1 or 2)");
+}
+
+TEST(ConfigParallel, RangeTypoAndUnknownKeyErrors) {
+  EXPECT_EQ(ErrorAt("parallel: {zero: 4}\n"), "F:1:18: parallel.zero: must be <= 3, got 4");
+  EXPECT_EQ(ErrorAt("parallel: {dp: 0}\n"), "F:1:16: parallel.dp: must be >= 1, got 0");
+  EXPECT_EQ(ErrorAt("parallel: {dpp: 2}\n"), "F:1:12: parallel.dpp: unknown key (did you mean \"dp\"?)");
+  EXPECT_EQ(ErrorAt("comm: {timeout_s: 0}\n"), "F:1:19: comm.timeout_s: must be > 0, got 0");
+  EXPECT_EQ(ErrorAt("comm: {bucket_mbs: 1}\n"),
+            "F:1:8: comm.bucket_mbs: unknown key (did you mean \"bucket_mb\"?)");
+  EXPECT_EQ(ErrorAt("optimizer: {offload: cpuu}\n"),
+            "F:1:22: optimizer.offload: expected one of none | cpu, got \"cpuu\" (did you mean \"cpu\"?)");
 }
 
 TEST(ConfigSuggest, EditDistanceAndThreshold) {
