@@ -25,11 +25,10 @@ int Fail(const std::string& command, const Status& s, Phase phase) {
   return ExitCodeFor(s);
 }
 
-// Config-time failures happen identically on every rank: rank 0 prints, all exit.
-int FailOnRoot(const LauncherInfo& launcher, const Status& s, Phase phase) {
-  if (launcher.world_rank != 0) return phase == Phase::kConfig ? kExitBadConfig : ExitCodeFor(s);
-  return Fail("train", s, phase);
-}
+// Config-time failures happen identically on every rank, and every rank prints them: when the
+// first rank exits, mpirun kills the others at once, so a message left to rank 0 alone can be
+// lost (seen in tests/multirank). The user may read the same line up to N times.
+int FailOnEveryRank(const Status& s, Phase phase) { return Fail("train", s, phase); }
 
 int FailUsage(const std::string& command, const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
@@ -67,15 +66,13 @@ int RunTrain(const Args& args) {
   }
   auto parsed = ParseArgs(args, "train", {"--set"}, {});
   if (!parsed.ok()) return FailUsage("train", parsed.status());
-  // Under mpirun every rank loads the config; only rank 0 reports a config error (the others
-  // exit with the same code silently), so the user reads it once.
-  const LauncherInfo launcher = ReadLauncherInfo();
+  // Under mpirun every rank loads the config and checks the layout on its own.
   auto config = LoadFromArgs(*parsed, "train");
-  if (!config.ok()) return FailOnRoot(launcher, config.status(), Phase::kConfig);
+  if (!config.ok()) return FailOnEveryRank(config.status(), Phase::kConfig);
   // MPI starts here only if the job needs it (mpirun, or parallel.* > 1); the world-size
   // check runs first, on the launcher's variables, so no rank waits for a peer that quit.
   auto world = World::Create(*config);
-  if (!world.ok()) return FailOnRoot(launcher, world.status(), Phase::kConfig);
+  if (!world.ok()) return FailOnEveryRank(world.status(), Phase::kConfig);
   const bool multi = (*world)->size() > 1;
   auto trainer = Trainer::Create(*config, world->get());
   if (!trainer.ok()) {
