@@ -47,5 +47,7 @@ class MpiSession {
 // exit with that code. Without MPI initialised it just exits the process with that code. The
 // way out after a failed Wait: MPI cannot cancel a collective, so the process cannot go on.
 [[noreturn]] void AbortJob(const Status& status);
+// The same with an explicit exit code (a caller that knows the phase decides it).
+[[noreturn]] void AbortJob(const Status& status, int exit_code);
 
 }  // namespace tessera

@@ -560,8 +560,9 @@ Result<std::unique_ptr<Communicator>> MpiSession::World(const CommOptions& optio
       std::make_unique<MpiCommunicator>(comm, world_rank_, world_size_, options));
 }
 
-void AbortJob(const Status& status) {
-  const int code = ExitCodeFor(status);
+void AbortJob(const Status& status) { AbortJob(status, ExitCodeFor(status)); }
+
+void AbortJob(const Status& status, int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -42,7 +42,11 @@ Result<int64_t> ParseByteSize(const std::string& text) {
   if (digits == 0 || digits > 12 || shift < 0) {
     return InvalidArgument("--bytes: expected a size such as 67108864, 64MiB or 1GiB, got \"" + text + "\"");
   }
-  return std::stoll(text.substr(0, digits)) << shift;
+  const int64_t value = std::stoll(text.substr(0, digits));  // <= 12 digits: fits
+  if (value > (kMaxBytes >> shift)) {  // checked before shifting: no overflow
+    return InvalidArgument("--bytes: at most 4GiB, got \"" + text + "\"");
+  }
+  return value << shift;
 }
 
 // Before MPI_Init only the launcher's variables say which rank this is; usage errors are

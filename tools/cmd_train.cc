@@ -18,11 +18,18 @@ namespace {
 // restart), an I/O failure while running may not be.
 enum class Phase { kConfig, kInput, kRun };
 
+int ExitCodeIn(Phase phase, const Status& s) {
+  // A timeout or an I/O error may pass on a restart, whatever the phase.
+  if (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kIoError) return ExitCodeFor(s);
+  if (phase == Phase::kConfig && s.code() == StatusCode::kInvalidArgument) return kExitBadConfig;
+  if (phase == Phase::kConfig && s.code() == StatusCode::kNotFound) return kExitBadConfig;
+  if (phase == Phase::kInput) return kExitBadInput;
+  return ExitCodeFor(s);
+}
+
 int Fail(const std::string& command, const Status& s, Phase phase) {
   std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), s.ToString().c_str());
-  if (phase == Phase::kConfig) return kExitBadConfig;
-  if (phase == Phase::kInput && s.code() != StatusCode::kIoError) return kExitBadInput;
-  return ExitCodeFor(s);
+  return ExitCodeIn(phase, s);
 }
 
 // Config-time failures happen identically on every rank, and every rank prints them: when the
@@ -77,12 +84,13 @@ int RunTrain(const Args& args) {
   auto trainer = Trainer::Create(*config, world->get());
   if (!trainer.ok()) {
     // A rank that fails alone would leave its peers waiting in the next collective.
-    if (multi) AbortJob(trainer.status());
+    if (multi) AbortJob(trainer.status(), ExitCodeIn(Phase::kInput, trainer.status()));
     return Fail("train", trainer.status(), Phase::kInput);
   }
   auto summary = (*trainer)->Run((*world)->is_root() ? stdout : nullptr);
   if (!summary.ok()) {
-    if (multi) AbortJob(summary.status());  // ends every rank with the Status's exit code
+    // Ends every rank with the same exit code a single rank would return.
+    if (multi) AbortJob(summary.status(), ExitCodeIn(Phase::kRun, summary.status()));
     return Fail("train", summary.status(), Phase::kRun);
   }
   return kExitOk;

@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "comm/mpi.h"
 #include "runtime/core/exit_codes.h"
 #include "tools/commands.h"
 
@@ -59,8 +60,10 @@ int main(int argc, char** argv) {
     try {
       return c.run(args);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "tessera %s: %s\n", c.name, e.what());
-      return tessera::kExitRestartable;
+      // Through AbortJob: in a multi-rank job one rank must not leave its peers waiting in a
+      // collective until their timeout; without MPI it simply exits with the code.
+      tessera::AbortJob(tessera::Internal(std::string("tessera ") + c.name + ": " + e.what()),
+                        tessera::kExitRestartable);
     }
   }
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);

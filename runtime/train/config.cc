@@ -121,6 +121,7 @@ struct FloatRange {
 };
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr FloatRange kPositive{0.0, false, kInf, false};
+constexpr FloatRange kBucketRange{1.0 / 1024, true, 65536.0, true};  // comm.bucket_mb, MiB
 constexpr FloatRange kNonNegative{0.0, true, kInf, false};
 constexpr FloatRange kUnitOpen{0.0, true, 1.0, false};    // [0, 1)
 constexpr FloatRange kUnitClosed{0.0, true, 1.0, true};   // [0, 1]
@@ -472,7 +473,8 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
 
 Status ReadComm(Section& s, CommConfig* c) {
   RETURN_IF_ERROR(s.Float("timeout_s", kPositive, &c->timeout_s));
-  RETURN_IF_ERROR(s.Float("bucket_mb", kPositive, &c->bucket_mb));
+  // At least 1 KiB per bucket: smaller buckets would mean one collective per few elements.
+  RETURN_IF_ERROR(s.Float("bucket_mb", kBucketRange, &c->bucket_mb));
   return s.Finish();
 }
 

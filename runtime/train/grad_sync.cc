@@ -2,6 +2,7 @@
 // parameter all-gather (see grad_sync.h for the contract).
 #include "runtime/train/grad_sync.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "optimizer/grad_clip.h"
@@ -12,11 +13,14 @@ namespace {
 
 Tensor F32View(float* p, int64_t n) { return Tensor(p, DType::kF32, {n}); }
 
+// Waits for every handle, bounded by ONE timeout in all: after the first failure (a hung
+// peer makes every later op of the group time out too) the rest are only polled, so a job
+// with many buckets still fails after comm.timeout_s, not after buckets x timeout_s.
 Status WaitAll(std::vector<std::unique_ptr<Work>>& work) {
   Status first = Status::Ok();
   for (auto& w : work) {
     if (w == nullptr) continue;
-    Status s = w->Wait();
+    Status s = first.ok() ? w->Wait() : w->Wait(std::chrono::milliseconds(0));
     if (!s.ok() && first.ok()) first = s;
   }
   work.clear();
@@ -113,13 +117,9 @@ Status PartitionReduceScatter::Run(const float* grads, float* out) {
     Tensor dst = F32View(out + off, len);
     in_flight[slot] = comm_->ReduceScatter(in, dst, ReduceOp::kSum, ReduceOrder::kRankOrder);
   }
-  Status first = Status::Ok();
-  for (auto& w : in_flight) {
-    if (w == nullptr) continue;
-    Status s = w->Wait();
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
+  std::vector<std::unique_ptr<Work>> rest;
+  for (auto& w : in_flight) rest.push_back(std::move(w));
+  return WaitAll(rest);
 }
 
 // ---- norm, all-gather, scalars ------------------------------------------------------------------

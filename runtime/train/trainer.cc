@@ -13,6 +13,7 @@
 #include "optimizer/lr_schedule.h"
 #include "runtime/core/file_util.h"
 #include "runtime/kernels/cpu/bench.h"
+#include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/metrics.h"
@@ -54,7 +55,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
                    DataLoader::Open(config.data, Split::kTrain, V, T, config.train.seed));
-  if (t->is_root() && DataLoader::HasSplit(config.data, Split::kVal)) {
+  // Every rank evaluates (the same batches): ranks stay in step, so a long evaluation can
+  // never look like a hung peer to the others' bounded collectives.
+  if (DataLoader::HasSplit(config.data, Split::kVal)) {
     // A held-out split that was asked for and is broken fails here, before any step runs.
     // Only rank 0 evaluates (the weights are the same on every rank).
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
@@ -116,7 +119,7 @@ void Trainer::OnGradReady(int64_t begin, int64_t end) {
     if (micro_ == 0) {
       std::memcpy(acc + begin, g + begin, static_cast<size_t>(end - begin) * sizeof(float));
     } else {
-      for (int64_t i = begin; i < end; ++i) acc[i] += g[i];
+      cpu::AddInPlace(acc + begin, g + begin, end - begin);  // elementwise: same bits any threads
     }
   }
   if (micro_ == accum - 1 && all_reduce_ != nullptr) all_reduce_->OnReady(begin, end);
@@ -338,6 +341,12 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     summary.best_loss = std::min(summary.best_loss, loss);
     interval_loss += loss;
     ++interval_steps;
+    const bool last = step + 1 == tc.steps;
+    if (val_data_ && ((tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0) || last)) {
+      ASSIGN_OR_RETURN(double val, Evaluate(tc.eval_batches));
+      m.val_loss = val;
+      summary.val_loss = val;
+    }
     if (!root) continue;
 
     m.step = step + 1;
@@ -352,14 +361,9 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     m.elapsed_seconds = Seconds(start, t1);
     // Rates over the whole run so far: steady, and honest about startup costs.
     m.tokens_per_second = summary.tokens / m.elapsed_seconds;
-    m.mfu = peak_flops_ > 0 ? m.tokens_per_second * flops_per_token / peak_flops_ : 0;
+    // Against the peak of every rank of the job (rank 0's measurement times the ranks).
+    m.mfu = peak_flops_ > 0 ? m.tokens_per_second * flops_per_token / (peak_flops_ * dp_size_) : 0;
     m.eta_seconds = m.elapsed_seconds / m.step * (tc.steps - m.step);
-    const bool last = m.step == tc.steps;
-    if (val_data_ && ((tc.eval_interval > 0 && m.step % tc.eval_interval == 0) || last)) {
-      ASSIGN_OR_RETURN(double val, Evaluate(tc.eval_batches));
-      m.val_loss = val;
-      summary.val_loss = val;
-    }
     RETURN_IF_ERROR(metrics->Append(m));
     if (m.step % tc.log_interval == 0 || last || m.step == 1) {
       std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());
