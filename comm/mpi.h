@@ -1,5 +1,5 @@
-// comm/mpi.h — the MPI backend's entry points: process-wide MPI setup, the world communicator,
-// and ending the whole job after a communication failure.
+// comm/mpi.h — the MPI backend's entry points: the launcher's environment, process-wide MPI setup,
+// the world communicator, and ending the whole job after a communication failure.
 //
 // Owns: MPI_Init_thread / MPI_Finalize (MpiSession, at most one per process) and AbortJob.
 // MpiCommunicator itself lives in mpi_communicator.cc: each one owns a duplicated MPI_Comm and a
@@ -17,6 +17,17 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
+
+// What the launcher (mpirun/mpiexec) told this process through its environment: the only way
+// to know the job's rank and size before MPI_Init (a layout check or a usage error must not
+// wait for it). Open MPI sets OMPI_COMM_WORLD_{RANK,SIZE}; PMI/PMIx launchers set PMI_RANK or
+// PMIX_RANK and PMI_SIZE. Values that are not non-negative integers read as the defaults.
+struct LauncherEnv {
+  bool under_launcher = false;  // OMPI_COMM_WORLD_SIZE or PMI_SIZE is set
+  int rank = 0;                 // first of OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK; else 0
+  int size = 1;                 // OMPI_COMM_WORLD_SIZE, else PMI_SIZE; else 1
+};
+LauncherEnv ReadLauncherEnv();
 
 class MpiSession {
  public:

@@ -515,7 +515,32 @@ void MpiCommunicator::ProgressLoop() {
   }
 }
 
+// The integer value of environment variable `name`, or `fallback` when it is unset, empty or
+// not an integer in [0, 2^30).
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (*end == '\0' && n >= 0 && n < (1L << 30)) ? static_cast<int>(n) : fallback;
+}
+
+bool EnvSet(const char* name) { return std::getenv(name) != nullptr; }
+
 }  // namespace
+
+LauncherEnv ReadLauncherEnv() {
+  LauncherEnv env;
+  env.under_launcher = EnvSet("OMPI_COMM_WORLD_SIZE") || EnvSet("PMI_SIZE");
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    if (EnvSet(var)) {
+      env.rank = EnvInt(var, 0);
+      break;
+    }
+  }
+  env.size = EnvInt(EnvSet("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1);
+  return env;
+}
 
 Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
   int initialized = 0, finalized = 0;
@@ -524,7 +549,7 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
   if (finalized) return FailedPrecondition("MPI was already finalised in this process");
   if (initialized) return FailedPrecondition("MPI is already initialised (one MpiSession per process)");
   setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
+  if (!ReadLauncherEnv().under_launcher) {
     setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   }
   int provided = 0;

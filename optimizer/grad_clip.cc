@@ -23,16 +23,21 @@ double BlockSumOfSquares(const float* __restrict x, int64_t n) {
 
 }  // namespace
 
-double SumOfSquares(const float* x, int64_t n) {
+void BlockSumsOfSquares(const float* x, int64_t n, double* partial) {
   TESSERA_CHECK(n >= 0);
-  const int64_t num_blocks = (n + kNormBlock - 1) / kNormBlock;
-  std::vector<double> partial(static_cast<size_t>(num_blocks));
+  const int64_t num_blocks = NumNormBlocks(n);
 #pragma omp parallel for schedule(static) if (num_blocks > 1)
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int64_t begin = b * kNormBlock;
     const int64_t len = n - begin < kNormBlock ? n - begin : kNormBlock;
     partial[b] = BlockSumOfSquares(x + begin, len);
   }
+}
+
+double SumOfSquares(const float* x, int64_t n) {
+  TESSERA_CHECK(n >= 0);
+  std::vector<double> partial(static_cast<size_t>(NumNormBlocks(n)));
+  BlockSumsOfSquares(x, n, partial.data());
   double total = 0.0;
   for (double p : partial) total += p;  // block order: independent of the thread count
   return total;
@@ -48,7 +53,7 @@ double ClipCoefficient(double norm, double max_norm) {
 
 void ScaleInPlace(float* x, int64_t n, float scale) {
   TESSERA_CHECK(n >= 0);
-  const int64_t num_blocks = (n + kNormBlock - 1) / kNormBlock;
+  const int64_t num_blocks = NumNormBlocks(n);
 #pragma omp parallel for schedule(static) if (num_blocks > 1)
   for (int64_t b = 0; b < num_blocks; ++b) {
     float* __restrict xb = x + b * kNormBlock;
@@ -58,10 +63,14 @@ void ScaleInPlace(float* x, int64_t n, float scale) {
   }
 }
 
+void ClipToNorm(float* x, int64_t n, double norm, double max_norm) {
+  const double coef = ClipCoefficient(norm, max_norm);
+  if (coef < 1.0) ScaleInPlace(x, n, static_cast<float>(coef));
+}
+
 double ClipGradNorm(float* grads, int64_t n, double max_norm) {
   const double norm = GlobalL2Norm(grads, n);
-  const double coef = ClipCoefficient(norm, max_norm);
-  if (coef < 1.0) ScaleInPlace(grads, n, static_cast<float>(coef));
+  ClipToNorm(grads, n, norm, max_norm);
   return norm;
 }
 

@@ -17,6 +17,13 @@ namespace tessera {
 // changes the last bits of the norm.
 inline constexpr int64_t kNormBlock = int64_t{1} << 14;
 
+// The blocks of the norm's reduction: partial[b] = sum of x[i]^2, in double, over block b =
+// [b * kNormBlock, min(n, (b + 1) * kNormBlock)), for b < NumNormBlocks(n). SumOfSquares is
+// these partials added in block order; a partitioned caller (ZeRO-2) computes the partials of
+// its block-aligned slice and adds everyone's in global block order, which gives the same bits.
+inline int64_t NumNormBlocks(int64_t n) { return (n + kNormBlock - 1) / kNormBlock; }
+void BlockSumsOfSquares(const float* x, int64_t n, double* partial);
+
 // sum_i x[i]^2, in double. A data-parallel trainer reduces these across ranks before the sqrt.
 double SumOfSquares(const float* x, int64_t n);
 
@@ -29,6 +36,11 @@ double ClipCoefficient(double norm, double max_norm);
 
 // x[i] *= scale for i in [0, n).
 void ScaleInPlace(float* x, int64_t n, float scale);
+
+// Scales x(n) by ClipCoefficient(norm, max_norm) when that is below 1, else leaves it as is:
+// the clipping half of ClipGradNorm, for a caller that computed the norm itself (across ranks)
+// and holds only part of the gradient.
+void ClipToNorm(float* x, int64_t n, double norm, double max_norm);
 
 // Computes the global L2 norm of grads(n), scales grads by ClipCoefficient(norm, max_norm)
 // when that is below 1, and returns the norm as it was before clipping. max_norm <= 0 turns

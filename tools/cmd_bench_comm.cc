@@ -51,12 +51,7 @@ Result<int64_t> ParseByteSize(const std::string& text) {
 
 // Before MPI_Init only the launcher's variables say which rank this is; usage errors are
 // printed by rank 0 alone (or by a process not started by a launcher).
-bool LauncherRankZero() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    if (const char* v = std::getenv(var)) return std::string(v) == "0";
-  }
-  return true;
-}
+bool LauncherRankZero() { return ReadLauncherEnv().rank == 0; }
 
 int UsageError(const std::string& message) {
   if (LauncherRankZero()) std::fprintf(stderr, "tessera bench comm: %s\n", message.c_str());

@@ -127,14 +127,11 @@ Status PartitionReduceScatter::Run(const float* grads, float* out) {
 Result<double> PartitionedSumOfSquares(Communicator* comm, const Partitioning& part,
                                        const float* part_grads) {
   TESSERA_CHECK(part.padded_size() % kNormBlock == 0);
-  const int64_t blocks = part.padded_size() / kNormBlock;
-  const int64_t begin = part.begin(comm->rank()), n = part.num_params();
-  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
-  for (int64_t j = 0; j < blocks; ++j) {
-    // The block one rank would sum: [begin + j*B, min(that + B, n)).
-    const int64_t len = std::clamp<int64_t>(n - (begin + j * kNormBlock), 0, kNormBlock);
-    if (len > 0) partial[j] = SumOfSquares(part_grads + j * kNormBlock, len);
-  }
+  // This rank's real elements start block-aligned, so its partials are the global blocks
+  // [begin / B, ...) of SumOfSquares; blocks past the real end (padding) stay 0.
+  const int64_t real = part.real_size(comm->rank());
+  std::vector<double> partial(static_cast<size_t>(NumNormBlocks(part.padded_size())), 0.0);
+  BlockSumsOfSquares(part_grads, real, partial.data());
   ASSIGN_OR_RETURN(std::vector<double> all, AllGatherDoubles(comm, partial));
   double total = 0.0;
   for (double p : all) total += p;  // global block order, as SumOfSquares adds them

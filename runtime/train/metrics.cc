@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "runtime/core/json.h"
+#include "runtime/core/memory.h"
 
 namespace tessera {
 
@@ -34,6 +35,28 @@ std::string FormatRate(double tok_s) {
   return buf;
 }
 }  // namespace
+
+std::string FormatMemoryTable(const std::vector<double>& all, int ranks) {
+  const int kinds = static_cast<int>(MemoryKind::kCount);
+  std::string out = "  per-rank peak memory (reserved):\n    rank";
+  char buf[64];
+  for (int k = 0; k < kinds; ++k) {
+    std::snprintf(buf, sizeof buf, " %16s", MemoryKindName(static_cast<MemoryKind>(k)));
+    out += buf;
+  }
+  out += "\n";
+  for (int r = 0; r < ranks; ++r) {
+    std::snprintf(buf, sizeof buf, "    %4d", r);
+    out += buf;
+    for (int k = 0; k < kinds; ++k) {
+      std::snprintf(buf, sizeof buf, " %16s",
+                    FormatBytes(static_cast<size_t>(all[r * kinds + k])).c_str());
+      out += buf;
+    }
+    out += "\n";
+  }
+  return out;
+}
 
 std::string FormatProgressLine(const StepMetrics& m) {
   char buf[320];

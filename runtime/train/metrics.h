@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/core/status.h"
 
@@ -50,6 +51,10 @@ struct TrainSummary {
 // entropy floor, peak memory by kind (`memory_report`) and where the outputs are.
 std::string FormatSummary(const TrainSummary& s, const std::string& memory_report,
                           const std::string& out_dir);
+
+// The per-rank block of a data-parallel summary: one row per rank of peak reserved bytes by
+// memory kind. `all` holds ranks x MemoryKind::kCount values, rank-major (as gathered).
+std::string FormatMemoryTable(const std::vector<double>& all, int ranks);
 
 // "1h02m", "3m07s", "12.3s".
 std::string FormatDuration(double seconds);

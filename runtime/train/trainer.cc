@@ -12,6 +12,7 @@
 #include "optimizer/grad_clip.h"
 #include "optimizer/lr_schedule.h"
 #include "runtime/core/file_util.h"
+#include "runtime/core/json.h"
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/threads.h"
@@ -215,9 +216,8 @@ Result<double> Trainer::ClipGradients(float* shard_grads) {
     sum_sq = SumOfSquares(main_grads_, n);
   }
   const double norm = std::sqrt(sum_sq);
-  const double coef = ClipCoefficient(norm, config_.optimizer.grad_clip);
-  const int64_t shard = optimizer_->end() - optimizer_->begin();
-  if (coef < 1.0) ScaleInPlace(shard_grads, shard, static_cast<float>(coef));
+  ClipToNorm(shard_grads, optimizer_->end() - optimizer_->begin(), norm,
+             config_.optimizer.grad_clip);
   return norm;
 }
 
@@ -232,44 +232,26 @@ Result<std::vector<double>> Trainer::GatherMemory() {
 
 namespace {
 
-// Per-rank peak reserved bytes by kind: a table for the summary and a JSON file.
-std::string MemoryTable(const std::vector<double>& all, int ranks) {
-  const int kinds = static_cast<int>(MemoryKind::kCount);
-  std::string out = "  per-rank peak memory (reserved):\n    rank";
-  char buf[64];
-  for (int k = 0; k < kinds; ++k) {
-    std::snprintf(buf, sizeof buf, " %16s", MemoryKindName(static_cast<MemoryKind>(k)));
-    out += buf;
-  }
-  out += "\n";
-  for (int r = 0; r < ranks; ++r) {
-    std::snprintf(buf, sizeof buf, "    %4d", r);
-    out += buf;
-    for (int k = 0; k < kinds; ++k) {
-      std::snprintf(buf, sizeof buf, " %16s", FormatBytes(static_cast<size_t>(all[r * kinds + k])).c_str());
-      out += buf;
-    }
-    out += "\n";
-  }
-  return out;
-}
-
+// <out_dir>/memory.json: the layout and each rank's peak reserved bytes by kind.
 std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks) {
   const int kinds = static_cast<int>(MemoryKind::kCount);
-  std::string out = "{\"dp\": " + std::to_string(c.parallel.dp) +
-                    ", \"zero\": " + std::to_string(c.parallel.zero) + ", \"offload\": \"" +
-                    OptimizerOffloadName(c.optimizer.offload) + "\", \"ranks\": [";
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("dp").Int(c.parallel.dp);
+  w.Key("zero").Int(c.parallel.zero);
+  w.Key("offload").String(OptimizerOffloadName(c.optimizer.offload));
+  w.Key("ranks").BeginArray();
   for (int r = 0; r < ranks; ++r) {
-    out += r ? ", {" : "{";
-    out += "\"rank\": " + std::to_string(r);
+    w.BeginObject().Key("rank").Int(r);
     for (int k = 0; k < kinds; ++k) {
       std::string name = MemoryKindName(static_cast<MemoryKind>(k));
-      for (char& ch : name) ch = ch == ' ' ? '_' : ch;
-      out += ", \"" + name + "_bytes\": " + std::to_string(static_cast<int64_t>(all[r * kinds + k]));
+      std::replace(name.begin(), name.end(), ' ', '_');
+      w.Key(name + "_bytes").Int(static_cast<int64_t>(all[r * kinds + k]));
     }
-    out += "}";
+    w.EndObject();
   }
-  return out + "]}\n";
+  w.EndArray().EndObject();
+  return w.str() + "\n";
 }
 
 }  // namespace
@@ -382,7 +364,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, dp_size_)));
 
   std::string report = memory_.Report();
-  if (dp_size_ > 1) report += MemoryTable(memory, dp_size_);
+  if (dp_size_ > 1) report += FormatMemoryTable(memory, dp_size_);
   std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
   std::fflush(out);
   return summary;

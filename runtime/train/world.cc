@@ -2,40 +2,17 @@
 #include "runtime/train/world.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "comm/device_mesh.h"
 
 namespace tessera {
-namespace {
-
-int EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return (*end == '\0' && n >= 0 && n < (1L << 30)) ? static_cast<int>(n) : fallback;
-}
-
-}  // namespace
-
-LauncherInfo ReadLauncherInfo() {
-  LauncherInfo info;
-  info.under_launcher = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  if (info.under_launcher) {
-    info.world_size = EnvInt("OMPI_COMM_WORLD_SIZE", 1);
-    info.world_rank = EnvInt("OMPI_COMM_WORLD_RANK", 0);
-  }
-  return info;
-}
-
-Status CheckWorldSize(const Config& config, const LauncherInfo& launcher) {
+Status CheckWorldSize(const Config& config, const LauncherEnv& launcher) {
   const ParallelConfig& p = config.parallel;
-  if (p.world_size() == launcher.world_size) return Status::Ok();
+  if (p.world_size() == launcher.size) return Status::Ok();
   std::string how = launcher.under_launcher
-                        ? "mpirun started " + std::to_string(launcher.world_size) + " rank" +
-                              (launcher.world_size == 1 ? "" : "s")
+                        ? "mpirun started " + std::to_string(launcher.size) + " rank" +
+                              (launcher.size == 1 ? "" : "s")
                         : "this is a single process (not started by mpirun)";
   return InvalidArgument(config.path + ": parallel: dp=" + std::to_string(p.dp) +
                          " x tp=" + std::to_string(p.tp) + " x pp=" + std::to_string(p.pp) +
@@ -43,12 +20,12 @@ Status CheckWorldSize(const Config& config, const LauncherInfo& launcher) {
                          std::to_string(p.world_size()) + " ranks, but " + how + " (run it as " +
                          "`mpirun -np " + std::to_string(p.world_size()) +
                          " tessera train ...` or set parallel.dp=" +
-                         std::to_string(launcher.world_size / std::max(1, p.tp * p.pp * p.ep)) +
+                         std::to_string(launcher.size / std::max(1, p.tp * p.pp * p.ep)) +
                          ")");
 }
 
 Result<std::unique_ptr<World>> World::Create(const Config& config) {
-  const LauncherInfo launcher = ReadLauncherInfo();
+  const LauncherEnv launcher = ReadLauncherEnv();
   RETURN_IF_ERROR(CheckWorldSize(config, launcher));
   std::unique_ptr<World> w(new World());
   if (!launcher.under_launcher && config.parallel.world_size() == 1) return w;  // no MPI at all
@@ -57,7 +34,7 @@ Result<std::unique_ptr<World>> World::Create(const Config& config) {
   w->rank_ = w->session_->world_rank();
   w->size_ = w->session_->world_size();
   if (w->size_ != config.parallel.world_size()) {  // the launcher variables lied
-    LauncherInfo actual{true, w->size_, w->rank_};
+    LauncherEnv actual{true, w->rank_, w->size_};
     return CheckWorldSize(config, actual);
   }
   CommOptions options;

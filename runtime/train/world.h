@@ -2,7 +2,7 @@
 // the world-size check, and the process groups of the device mesh.
 //
 // Owns: the MpiSession (when MPI is used), the world communicator and the ProcessGroups.
-// MPI is initialised only when the job is launched by mpirun (OMPI_COMM_WORLD_SIZE is set) or
+// MPI is initialised only when the job is launched by mpirun (comm/mpi.h ReadLauncherEnv) or
 // the config asks for more than one rank; a plain `tessera train` never touches MPI, so it
 // starts as fast as before. The world-size check uses the launcher's variables, which every
 // rank sees before MPI_Init, so a layout that does not fit fails on every rank before any work
@@ -21,17 +21,9 @@
 
 namespace tessera {
 
-// What the launcher told this process (Open MPI's OMPI_COMM_WORLD_{SIZE,RANK}).
-struct LauncherInfo {
-  bool under_launcher = false;  // OMPI_COMM_WORLD_SIZE was set
-  int world_size = 1;
-  int world_rank = 0;
-};
-LauncherInfo ReadLauncherInfo();
-
 // InvalidArgument naming both numbers when the layout's dp*tp*pp*ep differs from the number
 // of ranks that were started (1 without mpirun).
-Status CheckWorldSize(const Config& config, const LauncherInfo& launcher);
+Status CheckWorldSize(const Config& config, const LauncherEnv& launcher);
 
 class World {
  public:
