@@ -60,7 +60,6 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   // never look like a hung peer to the others' bounded collectives.
   if (DataLoader::HasSplit(config.data, Split::kVal)) {
     // A held-out split that was asked for and is broken fails here, before any step runs.
-    // Only rank 0 evaluates (the weights are the same on every rank).
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
   const int64_t tokens = config.train.micro_batch_size * T;
@@ -164,7 +163,6 @@ Result<double> Trainer::Evaluate(int64_t batches) {
 Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   const TrainConfig& tc = config_.train;
   const int64_t B = tc.micro_batch_size, accum = tc.grad_accum_steps;
-  const int64_t n = model_->num_params();
   // Each micro-batch's loss is scaled by 1/(global micro-batches); the reduction then sums.
   const float grad_scale = 1.0f / static_cast<float>(accum * dp_size_);
   if (all_reduce_) all_reduce_->Begin();
@@ -200,7 +198,6 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   if (partition_ && dp_ != nullptr) {
     RETURN_IF_ERROR(GatherPartitions(dp_, *partition_, model_->flat_params().f32()));
   }
-  (void)n;
   return r;
 }
 

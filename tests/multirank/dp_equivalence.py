@@ -25,7 +25,7 @@ tessera, mpiexec, config, work = sys.argv[1:5]
 mpiflags = sys.argv[5:]
 COMMON = ["--set", "train.steps=6", "--set", "train.micro_batch_size=2", "--set",
           "train.seq_len=16", "--set", "train.log_interval=6", "--set", "train.eval_batches=1",
-          "--set", "comm.bucket_mb=0.1", "--set", "comm.timeout_s=60", "--set", "schedule.warmup_steps=2"]
+          "--set", "comm.bucket_mb=0.1", "--set", "comm.timeout_s=300", "--set", "schedule.warmup_steps=2"]
 failures = []
 
 
@@ -36,7 +36,7 @@ def run(name, np, sets):
     if np > 1:
         cmd = [mpiexec, "-np", str(np)] + mpiflags + cmd
     t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     print(f"{name}: np={np} {' '.join(sets)}: exit {p.returncode} in {time.time() - t0:.2f} s")
     if p.returncode != 0:
         print(p.stdout)
