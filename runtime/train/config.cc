@@ -550,7 +550,7 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                      N(c.train.seq_len) + " (needs seq_len + 1)");
     }
   }
-  // Parallel axes and stages that are validated but not implemented yet are refused here,
+  // Parallel axes and stages this build cannot run yet (tp, pp, ep > 1; ZeRO-3) are refused here,
   // before any rank does work, rather than silently trained as something else.
   const ParallelConfig& par = c.parallel;
   for (const auto& [key, value] : {std::pair<const char*, int>{"parallel.tp", par.tp},

@@ -12,6 +12,8 @@
 #include <random>
 #include <sstream>
 
+#include "tests/fault/faulty_file_system.h"
+
 namespace tessera {
 namespace {
 
@@ -54,37 +56,6 @@ class SafetensorsTest : public ::testing::Test {
   std::string dir_;
 };
 
-// Forwards to the POSIX file system but fails the N-th Write (1-based) with ENOSPC, or every
-// Sync with EIO: a full disk or a dying device in the middle of a checkpoint export.
-class FailingFileSystem : public FileSystem {
- public:
-  int fail_write_at = 0;  // 0 = never
-  bool fail_sync = false;
-  int writes = 0;
-
-  Result<int> OpenForWrite(const std::string& p) override { return base_.OpenForWrite(p); }
-  Status Write(int fd, const void* d, size_t n, const std::string& p) override {
-    if (++writes == fail_write_at) return IoError(p + ": write failed: No space left on device");
-    return base_.Write(fd, d, n, p);
-  }
-  Status WriteAt(int fd, const void* d, size_t n, uint64_t off, const std::string& p) override {
-    return base_.WriteAt(fd, d, n, off, p);
-  }
-  Status Sync(int fd, const std::string& p) override {
-    if (fail_sync) return IoError(p + ": fsync failed: Input/output error");
-    return base_.Sync(fd, p);
-  }
-  Status Close(int fd, const std::string& p) override { return base_.Close(fd, p); }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Result<std::string> ReadFile(const std::string& p, uint64_t max) override {
-    return base_.ReadFile(p, max);
-  }
-
- private:
-  FileSystem& base_ = DefaultFileSystem();
-};
 
 TEST_F(SafetensorsTest, RoundTripF32PreservesValuesOrderAndMetadata) {
   std::vector<float> b = {1.5f, -2.25f, 3.0e-8f, 1e30f, -0.0f, 7.0f};
@@ -202,7 +173,7 @@ TEST_F(SafetensorsTest, FailedWriteOrFsyncKeepsThePreviousFile) {
   // Writes: 1 = length prefix, 2 = header, 3 = tensor data.
   for (int n = 1; n <= 3; ++n) {
     SCOPED_TRACE("failing write " + std::to_string(n));
-    FailingFileSystem faulty;
+    testing::FaultyFileSystem faulty;
     faulty.fail_write_at = n;
     Status st = WriteSafetensors(path, {{"w", Shape{4}, v2.data()}}, {}, faulty);
     EXPECT_EQ(st.code(), StatusCode::kIoError);
@@ -211,8 +182,9 @@ TEST_F(SafetensorsTest, FailedWriteOrFsyncKeepsThePreviousFile) {
     EXPECT_EQ(ReadBytes(path), before);
     EXPECT_FALSE(fs::exists(path + ".tmp"));
   }
-  FailingFileSystem faulty;
-  faulty.fail_sync = true;
+  testing::FaultyFileSystem faulty;
+  faulty.fail_sync_at = 1;
+  faulty.err = EIO;
   Status st = WriteSafetensors(path, {{"w", Shape{4}, v2.data()}}, {}, faulty);
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_NE(st.message().find("fsync"), std::string::npos) << st.message();
