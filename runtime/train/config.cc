@@ -8,6 +8,8 @@
 // yaml-cpp exceptions are caught here and never escape. Thread-safety: no shared state.
 #include "runtime/train/config.h"
 
+#include "runtime/train/data/markov_chain.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -541,6 +543,13 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
       return ctx.CrossFieldError({"data.synthetic.branching", "model.vocab_size"},
                                  "branching=" + N(syn.branching) + " exceeds model.vocab_size=" +
                                      N(m.vocab_size));
+    }
+    // The chain's own limits (table size), reported here with a position rather than when
+    // the data opens.
+    if (Status shape = ValidateChainShape(syn, m.vocab_size); !shape.ok()) {
+      return ctx.CrossFieldError({"data.synthetic.order", "data.synthetic.branching",
+                                  "model.vocab_size"},
+                                 shape.message());
     }
     // A training sequence needs seq_len inputs plus one more token for the last target.
     if (syn.num_tokens < c.train.seq_len + 1) {

@@ -573,3 +573,16 @@ TEST(ConfigSuggest, EditDistanceAndThreshold) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(ConfigCrossField, SyntheticChainLimitsAreConfigErrors) {
+  const std::string error =
+      ErrorAt("model:\n  vocab_size: 8192\ndata:\n  synthetic:\n    order: 2\n");
+  EXPECT_NE(error.find("F:5:12: data.synthetic.order"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs vocab_size <= 4096"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace tessera

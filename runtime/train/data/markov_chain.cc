@@ -42,8 +42,7 @@ double LogGammaDraw(double shape, Rng& rng) {
 
 }  // namespace
 
-Result<std::unique_ptr<MarkovChain>> MarkovChain::Build(const SyntheticDataConfig& config,
-                                                         int64_t vocab_size) {
+Status ValidateChainShape(const SyntheticDataConfig& config, int64_t vocab_size) {
   if (vocab_size < 1) {
     return InvalidArgument("synthetic data: vocab_size=" + std::to_string(vocab_size) +
                            " must be >= 1");
@@ -59,20 +58,26 @@ Result<std::unique_ptr<MarkovChain>> MarkovChain::Build(const SyntheticDataConfi
   if (!(config.concentration > 0.0f) || !std::isfinite(config.concentration)) {
     return InvalidArgument("data.synthetic.concentration must be a finite number > 0");
   }
-  if (config.order == 2 && vocab_size > kMaxOrder2Vocab) {
+  if (config.order == 2 && vocab_size > MarkovChain::kMaxOrder2Vocab) {
     return InvalidArgument("data.synthetic.order=2 needs vocab_size <= " +
-                           std::to_string(kMaxOrder2Vocab) + " (V^2 context states), got " +
+                           std::to_string(MarkovChain::kMaxOrder2Vocab) + " (V^2 context states), got " +
                            std::to_string(vocab_size));
   }
   const int64_t num_states = config.order == 1 ? vocab_size : vocab_size * vocab_size;
-  if (num_states > kMaxTransitions / config.branching) {
+  if (num_states > MarkovChain::kMaxTransitions / config.branching) {
     return InvalidArgument(
         "synthetic data: " + std::to_string(num_states) + " states x branching " +
         std::to_string(config.branching) + " exceeds the limit of " +
-        std::to_string(kMaxTransitions) +
+        std::to_string(MarkovChain::kMaxTransitions) +
         " transitions (lower vocab_size, data.synthetic.order or data.synthetic.branching)");
   }
+  return Status::Ok();
+}
 
+Result<std::unique_ptr<MarkovChain>> MarkovChain::Build(const SyntheticDataConfig& config,
+                                                         int64_t vocab_size) {
+  RETURN_IF_ERROR(ValidateChainShape(config, vocab_size));
+  const int64_t num_states = config.order == 1 ? vocab_size : vocab_size * vocab_size;
   std::unique_ptr<MarkovChain> chain(new MarkovChain());
   chain->vocab_size_ = vocab_size;
   chain->order_ = config.order;

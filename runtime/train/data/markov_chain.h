@@ -40,12 +40,18 @@
 
 namespace tessera {
 
+// The settings checks of Build, without building: order, branching, concentration and the
+// table-size limits (order 2 needs V <= MarkovChain::kMaxOrder2Vocab; states x branching
+// <= MarkovChain::kMaxTransitions).
+// Config validation calls it too, so a too-large chain is a config error with a position.
+Status ValidateChainShape(const SyntheticDataConfig& config, int64_t vocab_size);
+
 class MarkovChain {
  public:
   static constexpr int64_t kMaxOrder2Vocab = 4096;
   static constexpr int64_t kMaxTransitions = int64_t{1} << 24;
 
-  // Builds the chain over `vocab_size` tokens. kInvalidArgument for out-of-range settings or
+  // Builds the chain over `vocab_size` tokens (ValidateChainShape first). kInvalidArgument for out-of-range settings or
   // tables past the limits above; kFailedPrecondition if the power iteration does not converge
   // (only for pathological, extremely slowly mixing chains).
   static Result<std::unique_ptr<MarkovChain>> Build(const SyntheticDataConfig& config,
