@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/testing/temp_dir.h"
+
 namespace tessera::testing {
 
 struct CommandResult {
@@ -37,22 +39,8 @@ inline CommandResult Tessera(const std::string& args) {
 
 inline std::string Repo(const std::string& rel) { return std::string(TESSERA_SOURCE_DIR) + "/" + rel; }
 
-// A fresh directory under the system temp dir, removed by the destructor.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = std::filesystem::temp_directory_path() /
-            ("tessera_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+// Each test works in a fresh directory: TempDir dir("tag"); dir / "file".
+using TempDir = ScopedTempDir;
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -14,6 +14,8 @@
 
 #include "models/safetensors.h"
 
+#include "tests/testing/temp_dir.h"
+
 namespace tessera {
 namespace {
 
@@ -111,16 +113,7 @@ std::vector<HfTensor> Gpt2HfTensors(const std::string& prefix = "") {
 
 class HfWeightsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "tessera_hf_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  std::string Path(const std::string& name) const { return dir_ / name; }
 
   static void Write(const std::string& path, const std::vector<HfTensor>& tensors,
                     DType dtype = DType::kF32) {
@@ -146,7 +139,7 @@ class HfWeightsTest : public ::testing::Test {
     for (int i = 0; i < 12; ++i) EXPECT_EQ(bias[i], 0.5f + static_cast<float>(i));
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"hf"};
 };
 
 TEST_F(HfWeightsTest, LoadsGpt2WithTranspositionAndIgnoresBuffers) {

@@ -14,6 +14,8 @@
 
 #include "tests/fault/faulty_file_system.h"
 
+#include "tests/testing/temp_dir.h"
+
 namespace tessera {
 namespace {
 
@@ -21,16 +23,7 @@ namespace fs = std::filesystem;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "tessera_st_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  std::string Path(const std::string& name) const { return dir_ / name; }
 
   static void WriteBytes(const std::string& path, const std::string& bytes) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -53,7 +46,7 @@ class SafetensorsTest : public ::testing::Test {
     return Assemble(header, data, header.size());
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"st"};
 };
 
 
