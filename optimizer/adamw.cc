@@ -102,6 +102,11 @@ void AdamW::Step(float* params, const float* grads, float lr) {
 
 void AdamW::StepRange(float* params, const float* grads, int64_t begin, int64_t end, float lr,
                       int64_t t) {
+  StepSlice(params + begin, grads + begin, begin, end, lr, t);
+}
+
+void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
+                      int64_t t) {
   TESSERA_CHECK(0 <= begin && begin <= end && end <= num_params_);
   TESSERA_CHECK_MSG(t >= 1, "AdamW step t=%lld: t is 1-based", static_cast<long long>(t));
   const double lr_d = lr;
@@ -126,8 +131,11 @@ void AdamW::StepRange(float* params, const float* grads, int64_t begin, int64_t 
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t chunk_begin = begin + c * kChunk;
     const int64_t chunk_end = std::min(end, chunk_begin + kChunk);
+    // b, e are AdamW coordinates; params/grads start at `begin`.
     auto run = [&](int64_t b, int64_t e, float f) {
-      if (e > b) UpdateSpan(params + b, grads + b, m + b, v + b, e - b, f, k);
+      if (e > b) {
+        UpdateSpan(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f, k);
+      }
     };
     // First decay span that ends after chunk_begin; walk spans until the chunk is covered.
     auto it = std::upper_bound(spans.begin(), spans.end(), chunk_begin,

@@ -70,6 +70,13 @@ class AdamW {
   void StepRange(float* params, const float* grads, int64_t begin, int64_t end, float lr,
                  int64_t t);
 
+  // StepRange for buffers that hold elements [begin, end) only: params[0] and grads[0] are
+  // element `begin` of this AdamW's coordinates (whose moments and decay ranges apply). Lets a
+  // ZeRO rank step pieces living in different buffers against one packed set of moments.
+  // StepRange(p, g, b, e, lr, t) == StepSlice(p + b, g + b, b, e, lr, t), bit for bit.
+  void StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
+                 int64_t t);
+
   // Steps taken so far (the t of the last step; 0 before the first). A checkpoint saves it
   // beside the moments and restores it with set_step.
   int64_t step() const { return step_; }

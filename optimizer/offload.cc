@@ -7,14 +7,20 @@
 
 namespace tessera {
 
+void StepSliceOffloaded(AdamW& adamw, float* params, const float* grads, int64_t begin,
+                        int64_t end, float lr, int64_t t, int64_t chunk_elems) {
+  TESSERA_CHECK(chunk_elems > 0);
+  TESSERA_CHECK(0 <= begin && begin <= end && end <= adamw.num_params());
+  for (int64_t b = begin; b < end; b += chunk_elems) {
+    const int64_t e = std::min(end, b + chunk_elems);
+    adamw.StepSlice(params + (b - begin), grads + (b - begin), b, e, lr, t);
+  }
+}
+
 void StepOffloaded(AdamW& adamw, float* params, const float* grads, float lr,
                    int64_t chunk_elems) {
-  TESSERA_CHECK(chunk_elems > 0);
   const int64_t t = adamw.step() + 1;
-  for (int64_t b = 0; b < adamw.num_params(); b += chunk_elems) {
-    const int64_t e = std::min(adamw.num_params(), b + chunk_elems);
-    adamw.StepRange(params, grads, b, e, lr, t);
-  }
+  StepSliceOffloaded(adamw, params, grads, 0, adamw.num_params(), lr, t, chunk_elems);
   adamw.set_step(t);
 }
 

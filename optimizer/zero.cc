@@ -1,57 +1,81 @@
-// optimizer/zero.cc — partition arithmetic and ShardedAdamW (see zero.h).
+// optimizer/zero.cc — ShardedAdamW: one packed AdamW stepping a rank's pieces (see zero.h).
 #include "optimizer/zero.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "optimizer/offload.h"
 #include "runtime/core/check.h"
 
 namespace tessera {
+namespace {
 
-Partitioning::Partitioning(int64_t num_params, int ranks, int64_t align)
-    : num_params_(num_params), ranks_(ranks) {
-  TESSERA_CHECK(num_params >= 0 && ranks >= 1 && align >= 1);
-  const int64_t per_rank = (num_params + ranks - 1) / ranks;
-  padded_size_ = std::max<int64_t>(1, (per_rank + align - 1) / align) * align;
+size_t MasterBytes(int64_t packed_size) {
+  const size_t bytes = static_cast<size_t>(packed_size) * sizeof(float);
+  return (bytes + Arena::kAlignment - 1) / Arena::kAlignment * Arena::kAlignment;
 }
 
-int64_t Partitioning::real_begin(int r) const {
-  TESSERA_CHECK(0 <= r && r < ranks_);
-  return std::min(begin(r), num_params_);
+}  // namespace
+
+ShardedAdamW::ShardedAdamW(const AdamWConfig& config, const ShardLayout& layout, int rank,
+                           const std::vector<ParamRange>& ranges, bool keep_master,
+                           MemoryTracker* tracker)
+    : layout_(layout),
+      rank_(rank),
+      keep_master_(keep_master),
+      adamw_(config, layout.packed_size(), PackParamRanges(ranges, layout, rank), tracker),
+      master_arena_(keep_master
+                        ? Arena(MemoryKind::kOptimizerState, MasterBytes(layout.packed_size()),
+                                tracker)
+                        : Arena::Measuring(MemoryKind::kOptimizerState)) {
+  TESSERA_CHECK(0 <= rank && rank < layout.ranks());
+  // The arena is zero-filled, so padding starts (and stays) zero.
+  if (keep_master_) master_ = master_arena_.Allocate(DType::kF32, {layout_.packed_size()});
 }
 
-int64_t Partitioning::real_end(int r) const {
-  TESSERA_CHECK(0 <= r && r < ranks_);
-  return std::min(padded_end(r), num_params_);
+float* ShardedAdamW::master(int u) {
+  TESSERA_CHECK_MSG(keep_master_, "ShardedAdamW::master: built without master weights");
+  TESSERA_CHECK(0 <= u && u < layout_.num_units());
+  return master_.f32() + layout_.packed_offset(u);
 }
 
-int64_t Partitioning::real_size(int r) const { return real_end(r) - real_begin(r); }
-
-std::vector<ParamRange> ClipParamRanges(const std::vector<ParamRange>& ranges, int64_t begin,
-                                        int64_t end) {
-  std::vector<ParamRange> out;
-  for (const ParamRange& r : ranges) {
-    const int64_t b = std::max(begin, r.offset), e = std::min(end, r.offset + r.size);
-    if (e <= b) continue;
-    out.push_back({b - begin, e - b, r.decay, r.name});
+void ShardedAdamW::LoadMaster(const float* full) {
+  TESSERA_CHECK_MSG(keep_master_, "ShardedAdamW::LoadMaster: built without master weights");
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    float* piece = master(u);
+    const int64_t real = layout_.piece_real(u, rank_);
+    if (real > 0) {
+      std::memcpy(piece, full + layout_.piece_begin(u, rank_), real * sizeof(float));
+    }
+    std::fill(piece + real, piece + layout_.piece_size(u), 0.0f);
   }
-  return out;
 }
 
-ShardedAdamW::ShardedAdamW(const AdamWConfig& config, int64_t begin, int64_t end,
-                           const std::vector<ParamRange>& ranges, MemoryTracker* tracker)
-    : begin_(begin),
-      end_(end),
-      adamw_(config, end - begin, ClipParamRanges(ranges, begin, end), tracker) {
-  TESSERA_CHECK(0 <= begin && begin <= end);
-}
-
-void ShardedAdamW::Step(float* params, const float* shard_grads, float lr) {
-  if (adamw_.config().offload == OptimizerOffload::kCpu) {
-    StepOffloaded(adamw_, params + begin_, shard_grads, lr);
+void ShardedAdamW::Step(std::span<float* const> pieces, const float* packed_grads, float lr) {
+  if (keep_master_) {
+    TESSERA_CHECK_MSG(pieces.empty(), "ShardedAdamW::Step: master weights are stepped, "
+                                      "pieces must be empty");
   } else {
-    adamw_.Step(params + begin_, shard_grads, lr);
+    TESSERA_CHECK_MSG(static_cast<int>(pieces.size()) == layout_.num_units(),
+                      "ShardedAdamW::Step: %zu pieces for %d units", pieces.size(),
+                      layout_.num_units());
   }
+  const bool offload = adamw_.config().offload == OptimizerOffload::kCpu;
+  const int64_t t = adamw_.step() + 1;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const int64_t real = layout_.piece_real(u, rank_);
+    if (real == 0) continue;  // all padding: nothing to update
+    float* params = keep_master_ ? master(u) : pieces[u];
+    TESSERA_CHECK_MSG(params != nullptr, "ShardedAdamW::Step: no values for unit %d", u);
+    const int64_t begin = layout_.packed_offset(u);
+    const float* grads = packed_grads + begin;
+    if (offload) {
+      StepSliceOffloaded(adamw_, params, grads, begin, begin + real, lr, t);
+    } else {
+      adamw_.StepSlice(params, grads, begin, begin + real, lr, t);
+    }
+  }
+  adamw_.set_step(t);
 }
 
 }  // namespace tessera

@@ -1,75 +1,66 @@
-// optimizer/zero.h — ZeRO partitions of the flat parameter/gradient buffers, and the AdamW
-// that holds moments for one partition only.
+// optimizer/zero.h — the AdamW of one data-parallel rank under ZeRO: moments (and, with mixed
+// precision, fp32 master weights) for the rank's pieces of every unit only (shard_layout.h).
 //
-// Owns: the partition arithmetic (pure) and ShardedAdamW. A flat buffer of num_params
-// elements is cut into `ranks` partitions of the same padded size P (a multiple of `align`
-// elements, ranks * P >= num_params); partition r is [r*P, (r+1)*P), of which only the part
-// below num_params is real (the tail of the last partitions may be padding, or all padding
-// when num_params is small). The trainer aligns P to kNormBlock so every partition starts on
-// a block of the blocked gradient norm (grad_clip.h): per-block partials are then the same
-// numbers one rank computes, and the global norm is bit-identical under ZeRO-2.
-// ShardedAdamW keeps exp_avg/exp_avg_sq for the real elements of one partition (an AdamW over
-// a shifted sub-range with the decay ranges clipped to it); AdamW is elementwise, so stepping
-// every partition gives exactly the bits of one AdamW over the whole buffer.
-// Thread-safety: Partitioning is an immutable value; ShardedAdamW like AdamW (one thread).
+// Owns: the packed moments of the rank's pieces (an AdamW over packed_size() elements whose
+// decay ranges are PackParamRanges of the model's) and, when asked, the packed fp32 master
+// weights. Replicated training (ZeRO 0) is the layout with ranks = 1: one piece per unit holding
+// the whole unit.
+// Semantics: AdamW is elementwise, so stepping every rank's pieces gives exactly the bits of one
+// AdamW over the whole flat buffer; padding elements (zero gradients, zero values) stay zero.
+// Master weights: with `keep_master` the optimizer owns fp32 copies of its pieces (kOptimizerState
+// — the "fp32 master weights in the optimizer partition" of mixed precision); the trainer
+// initialises them with LoadMaster and, after each Step, rounds them into its low-precision
+// parameters. Without it, Step updates fp32 pieces the caller points at (the model's own fp32
+// parameters: nothing duplicated).
+// Thread-safety: one driving thread; Step runs OpenMP loops.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "optimizer/adamw.h"
+#include "optimizer/shard_layout.h"
 
 namespace tessera {
 
-class Partitioning {
- public:
-  // ranks >= 1, align >= 1, num_params >= 0.
-  Partitioning(int64_t num_params, int ranks, int64_t align);
-
-  int64_t num_params() const { return num_params_; }
-  int ranks() const { return ranks_; }
-  // P: elements per partition including padding; a multiple of align.
-  int64_t padded_size() const { return padded_size_; }
-  int64_t padded_total() const { return padded_size_ * ranks_; }
-  // Partition r's padded range [r*P, (r+1)*P).
-  int64_t begin(int r) const { return r * padded_size_; }
-  int64_t padded_end(int r) const { return (r + 1) * padded_size_; }
-  // Its real part [real_begin, real_end): the padded range clipped to [0, num_params).
-  int64_t real_begin(int r) const;
-  int64_t real_end(int r) const;
-  int64_t real_size(int r) const;
-
- private:
-  int64_t num_params_;
-  int ranks_;
-  int64_t padded_size_;
-};
-
-// The ranges of `ranges` (flat offsets) that intersect [begin, end), clipped to it and
-// shifted by -begin (offsets relative to the partition).
-std::vector<ParamRange> ClipParamRanges(const std::vector<ParamRange>& ranges, int64_t begin,
-                                        int64_t end);
-
 class ShardedAdamW {
  public:
-  // Moments for [begin, end) of a flat buffer whose parameters `ranges` describes; accounted
-  // to `tracker` as kOptimizerState. Requires 0 <= begin <= end.
-  ShardedAdamW(const AdamWConfig& config, int64_t begin, int64_t end,
-               const std::vector<ParamRange>& ranges, MemoryTracker* tracker);
+  // `ranges` are flat (model) ranges, validated by the caller. Moments (2 * packed_size floats)
+  // and, with keep_master, the master weights (packed_size floats) accounted to `tracker` as
+  // kOptimizerState.
+  ShardedAdamW(const AdamWConfig& config, const ShardLayout& layout, int rank,
+               const std::vector<ParamRange>& ranges, bool keep_master, MemoryTracker* tracker);
 
-  // Updates params[begin, end) of the FULL flat buffer `params` from `shard_grads`, which
-  // holds the gradients of this shard only (end - begin elements, shard-relative).
-  // Chunked (optimizer/offload.h) when config.offload is kCpu; same bits either way.
-  void Step(float* params, const float* shard_grads, float lr);
+  // keep_master only: master piece of unit u (packed, P_u elements; the real ones first).
+  float* master(int u);
+  // keep_master only: master = the fp32 values of `full` (a full flat buffer) at this rank's
+  // pieces, padding zero.
+  void LoadMaster(const float* full);
 
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  // One AdamW step t = step() + 1 with learning rate lr over every real element of the rank's
+  // pieces. `packed_grads` (packed_size) holds the reduced gradients of the pieces.
+  // keep_master: updates the master weights; `pieces` must be empty.
+  // otherwise: pieces.size() == num_units and pieces[u] points at the fp32 values of unit u's
+  // piece (piece_real(u, rank) elements, wherever they live; may be null when that is 0),
+  // updated in place. Padding (of the values, grads, moments, master) is never read or written.
+  // With optimizer.offload == cpu each piece is stepped in kOffloadChunk chunks
+  // (optimizer/offload.h); same bits.
+  void Step(std::span<float* const> pieces, const float* packed_grads, float lr);
+
+  const ShardLayout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  bool keeps_master() const { return keep_master_; }
   const AdamW& adamw() const { return adamw_; }
   AdamW& adamw() { return adamw_; }
 
  private:
-  int64_t begin_, end_;
-  AdamW adamw_;
+  ShardLayout layout_;
+  int rank_;
+  bool keep_master_;
+  AdamW adamw_;   // over the packed coordinates
+  Arena master_arena_;
+  Tensor master_;  // (packed_size) when keep_master
 };
 
 }  // namespace tessera

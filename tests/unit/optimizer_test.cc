@@ -204,6 +204,35 @@ TEST(AdamW, SameBitsForAnyThreadCountAndPartition) {
   EXPECT_TRUE(SameBits(one.data(), p.data(), kN));
 }
 
+// StepSlice: each slice of the partition lives in its own buffer (params/grads start at the
+// slice's first element, as a ZeRO rank's pieces do); the moments and the values equal Step's.
+TEST(AdamW, StepSliceOnSeparateBuffersEqualsStep) {
+  const AdamWConfig c = TestConfig();
+  const std::vector<float> p0 = RandomVector(kN, 5);
+  const std::vector<float> g = RandomVector(kN, 6);
+  std::vector<float> p_ref = p0;
+  AdamW ref(c, kN, TestRanges(), nullptr);
+  const int64_t cuts[] = {0, 3, 1000, 1500, AdamW::kChunk + 1024, 2 * AdamW::kChunk + 100, kN};
+  std::vector<std::vector<float>> slices;
+  for (size_t i = 0; i + 1 < std::size(cuts); ++i) {
+    slices.emplace_back(p0.begin() + cuts[i], p0.begin() + cuts[i + 1]);
+  }
+  AdamW opt(c, kN, TestRanges(), nullptr);
+  for (int64_t t = 1; t <= 3; ++t) {
+    ref.Step(p_ref.data(), g.data(), 2e-2f);
+    for (size_t i = 0; i + 1 < std::size(cuts); ++i) {
+      const std::vector<float> g_slice(g.begin() + cuts[i], g.begin() + cuts[i + 1]);
+      opt.StepSlice(slices[i].data(), g_slice.data(), cuts[i], cuts[i + 1], 2e-2f, t);
+    }
+  }
+  std::vector<float> p;
+  for (const auto& s : slices) p.insert(p.end(), s.begin(), s.end());
+  EXPECT_TRUE(SameBits(p_ref.data(), p.data(), kN));
+  EXPECT_TRUE(SameBits(ref.exp_avg().f32(), opt.exp_avg().f32(), kN));
+  EXPECT_TRUE(SameBits(ref.exp_avg_sq().f32(), opt.exp_avg_sq().f32(), kN));
+  EXPECT_EQ(opt.step(), 0);
+}
+
 TEST(AdamW, StateLivesInTheOptimizerArena) {
   MemoryTracker tracker;
   {

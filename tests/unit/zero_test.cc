@@ -1,12 +1,18 @@
-// optimizer/zero.h and optimizer/offload.h: partition arithmetic with padding, ShardedAdamW
-// over every partition == one AdamW over the whole buffer (bit for bit), and the chunked host
-// ("offload") step == AdamW::Step for chunk sizes that do and do not divide the buffer.
+// optimizer/zero.h and optimizer/offload.h: ShardedAdamW stepping every rank's pieces (master
+// weights, in place in a flat buffer, in place in separate buffers; offload none and cpu) ==
+// one AdamW over the whole flat buffer, bit for bit, for 1..4 ranks; padding is never touched;
+// the packed state is accounted as kOptimizerState; and the chunked host ("offload") step ==
+// AdamW::Step / StepSlice for chunk sizes that do and do not divide the buffer.
 // links: tessera_optimizer
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "optimizer/grad_clip.h"
 #include "optimizer/offload.h"
 #include "optimizer/zero.h"
 
@@ -15,73 +21,194 @@ namespace {
 
 std::vector<float> Ramp(int64_t n, float scale, float phase) {
   std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(((i * 7919 + 13) % 201) - 100) / 100.0f + phase;
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = scale * static_cast<float>(((i * 7919 + 13) % 201) - 100) / 100.0f + phase;
+  }
   return v;
 }
 
-std::vector<ParamRange> Ranges(int64_t n) {
-  // Three parameters, decay on the middle one, one element of padding at the end.
-  return {{0, n / 3, false, "a"}, {n / 3, n / 3, true, "b"}, {2 * (n / 3), n - 2 * (n / 3) - 1, false, "c"}};
-}
-
-AdamWConfig Cfg() {
+AdamWConfig Cfg(OptimizerOffload offload = OptimizerOffload::kNone) {
   AdamWConfig c;
   c.lr = 1e-2f;
   c.weight_decay = 0.1f;
+  c.offload = offload;
   return c;
 }
 
-TEST(Partitioning, EqualPaddedPartitionsAlignedAndClipped) {
-  Partitioning p(100, 4, 16);
-  EXPECT_EQ(p.padded_size(), 32);  // ceil(100/4) = 25 -> 32
-  EXPECT_EQ(p.padded_total(), 128);
-  EXPECT_EQ(p.begin(3), 96);
-  EXPECT_EQ(p.real_end(2), 96);
-  EXPECT_EQ(p.real_end(3), 100);
-  EXPECT_EQ(p.real_size(3), 4);
-  Partitioning small(10, 4, 16);  // partitions 1..3 are all padding
-  EXPECT_EQ(small.real_size(0), 10);
-  EXPECT_EQ(small.real_size(1), 0);
-  EXPECT_EQ(small.real_begin(2), 10);
-  EXPECT_EQ(Partitioning(0, 2, 8).padded_size(), 8);
+// Units of sizes that are multiples of nothing, one smaller than any piece, one empty.
+std::vector<int64_t> UnitBounds() {
+  std::vector<int64_t> b{0};
+  for (int64_t s : {int64_t{1000}, int64_t{3}, int64_t{0}, int64_t{2 * kNormBlock + 17},
+                    int64_t{555}}) {
+    b.push_back(b.back() + s);
+  }
+  return b;
 }
 
-TEST(ClipParamRanges, ClipsAndShifts) {
-  const auto r = ClipParamRanges({{0, 10, false, "a"}, {10, 10, true, "b"}, {20, 5, false, "c"}}, 5, 15);
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].offset, 0);
-  EXPECT_EQ(r[0].size, 5);
-  EXPECT_FALSE(r[0].decay);
-  EXPECT_EQ(r[1].offset, 5);
-  EXPECT_EQ(r[1].size, 5);
-  EXPECT_TRUE(r[1].decay);
+// Parameters of varied size over the whole buffer, crossing unit and piece boundaries, decay
+// on every other one, with gaps (covered by no range: no decay).
+std::vector<ParamRange> Ranges(int64_t n) {
+  std::vector<ParamRange> r;
+  int64_t off = 0;
+  for (int i = 0; off < n; ++i) {
+    const int64_t len = std::min<int64_t>(n - off, 50 + (i * 4409) % 9000);
+    if (i % 5 != 4) r.push_back({off, len, i % 2 == 0, "p" + std::to_string(i)});
+    off += len;
+  }
+  return r;
 }
 
-TEST(ShardedAdamW, PartitionsStepLikeOneAdamW) {
-  const int64_t n = 1000;
-  for (int ranks : {1, 2, 3, 4}) {
-    std::vector<float> p_ref = Ramp(n, 1.0f, 0.1f), p = p_ref;
-    AdamW whole(Cfg(), n, Ranges(n), nullptr);
-    Partitioning part(n, ranks, 64);
-    std::vector<std::unique_ptr<ShardedAdamW>> shards;
+enum class Mode { kMaster, kInPlaceFlat, kSeparateBuffers };
+
+std::string Name(Mode m) {
+  return m == Mode::kMaster ? "master" : m == Mode::kInPlaceFlat ? "in-place" : "separate";
+}
+
+constexpr float kSentinel = 12345.0f;  // beyond a piece's real elements and in grad padding
+
+void CheckShardedEqualsWhole(int ranks, int64_t align, Mode mode, OptimizerOffload offload) {
+  SCOPED_TRACE(std::to_string(ranks) + " ranks, align " + std::to_string(align) + ", " +
+               Name(mode) + ", offload " + OptimizerOffloadName(offload));
+  const ShardLayout layout(UnitBounds(), ranks, align);
+  const int64_t n = layout.num_params();
+  const std::vector<ParamRange> ranges = Ranges(n);
+  std::vector<float> p_ref = Ramp(n, 1.0f, 0.1f);
+  const std::vector<float> p_init = p_ref;
+  AdamW whole(Cfg(), n, ranges, nullptr);
+
+  std::vector<std::unique_ptr<ShardedAdamW>> shards;
+  for (int r = 0; r < ranks; ++r) {
+    shards.push_back(std::make_unique<ShardedAdamW>(Cfg(offload), layout, r, ranges,
+                                                    mode == Mode::kMaster, nullptr));
+    if (mode == Mode::kMaster) shards[r]->LoadMaster(p_init.data());
+  }
+  std::vector<float> p_flat = p_init;  // kInPlaceFlat: every rank's pieces point in here
+  // kSeparateBuffers: [rank][unit] holds the piece's real values, then sentinels.
+  std::vector<std::vector<std::vector<float>>> separate(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> buf(layout.piece_real(u, r) + 8, kSentinel);
+      std::copy_n(p_init.begin() + std::min(layout.piece_begin(u, r), n),
+                  layout.piece_real(u, r), buf.begin());
+      separate[r].push_back(std::move(buf));
+    }
+  }
+
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> g = Ramp(n, 0.5f, 0.01f * step);
+    const float lr = 1e-2f * (step + 1);
+    whole.Step(p_ref.data(), g.data(), lr);
     for (int r = 0; r < ranks; ++r) {
-      shards.push_back(std::make_unique<ShardedAdamW>(Cfg(), part.real_begin(r), part.real_end(r),
-                                                      Ranges(n), nullptr));
+      const std::vector<float> packed_g = [&] {
+        std::vector<float> pg(layout.packed_size(), kSentinel);  // padding must not be read
+        for (int u = 0; u < layout.num_units(); ++u) {
+          std::copy_n(g.begin() + std::min(layout.piece_begin(u, r), n), layout.piece_real(u, r),
+                      pg.begin() + layout.packed_offset(u));
+        }
+        return pg;
+      }();
+      std::vector<float*> pieces;
+      if (mode == Mode::kInPlaceFlat) {
+        for (int u = 0; u < layout.num_units(); ++u) {
+          pieces.push_back(layout.piece_real(u, r) > 0 ? p_flat.data() + layout.piece_begin(u, r)
+                                                       : nullptr);
+        }
+      } else if (mode == Mode::kSeparateBuffers) {
+        for (auto& buf : separate[r]) pieces.push_back(buf.data());
+      }
+      shards[r]->Step(pieces, packed_g.data(), lr);
     }
-    for (int step = 0; step < 3; ++step) {
-      const std::vector<float> g = Ramp(n, 0.5f, 0.01f * step);
-      whole.Step(p_ref.data(), g.data(), 1e-2f);
-      for (auto& s : shards) s->Step(p.data(), g.data() + s->begin(), 1e-2f);
+  }
+
+  // Reassemble the flat buffer from the ranks and check padding and sentinels.
+  std::vector<float> got = mode == Mode::kInPlaceFlat ? p_flat : std::vector<float>(n, NAN);
+  for (int r = 0; r < ranks; ++r) {
+    ShardedAdamW& s = *shards[r];
+    EXPECT_EQ(s.adamw().step(), 4);
+    EXPECT_EQ(s.adamw().num_params(), layout.packed_size());
+    const float* m = s.adamw().exp_avg().f32();
+    const float* v = s.adamw().exp_avg_sq().f32();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const int64_t real = layout.piece_real(u, r), off = layout.packed_offset(u);
+      const float* values = mode == Mode::kMaster           ? s.master(u)
+                            : mode == Mode::kSeparateBuffers ? separate[r][u].data()
+                                                             : nullptr;
+      if (values) std::copy_n(values, real, got.begin() + layout.piece_begin(u, r));
+      for (int64_t i = real; i < layout.piece_size(u); ++i) {
+        ASSERT_EQ(m[off + i], 0.0f) << "moment padding touched, unit " << u;
+        ASSERT_EQ(v[off + i], 0.0f) << "moment padding touched, unit " << u;
+        if (mode == Mode::kMaster) {
+          ASSERT_EQ(s.master(u)[i], 0.0f) << "master padding, unit " << u;
+        }
+      }
+      if (mode == Mode::kSeparateBuffers) {
+        for (int64_t i = real; i < real + 8; ++i) ASSERT_EQ(separate[r][u][i], kSentinel);
+      }
     }
-    EXPECT_EQ(std::memcmp(p.data(), p_ref.data(), n * sizeof(float)), 0) << ranks << " ranks";
+  }
+  EXPECT_EQ(std::memcmp(got.data(), p_ref.data(), n * sizeof(float)), 0);
+}
+
+TEST(ShardedAdamW, EveryRankSteppingItsPiecesEqualsOneAdamW) {
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    for (int64_t align : {int64_t{1}, int64_t{64}, kNormBlock}) {
+      for (Mode mode : {Mode::kMaster, Mode::kInPlaceFlat, Mode::kSeparateBuffers}) {
+        for (OptimizerOffload off : {OptimizerOffload::kNone, OptimizerOffload::kCpu}) {
+          CheckShardedEqualsWhole(ranks, align, mode, off);
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardedAdamW, PackedStateIsAccountedAsOptimizerState) {
+  const ShardLayout layout(UnitBounds(), 3, kNormBlock);
+  const int64_t packed_bytes = layout.packed_size() * int64_t{sizeof(float)};
+  const std::vector<ParamRange> ranges = Ranges(layout.num_params());
+  MemoryTracker tracker;
+  {
+    ShardedAdamW moments_only(Cfg(), layout, 1, ranges, false, &tracker);
+    EXPECT_EQ(tracker.current(MemoryKind::kOptimizerState), size_t(2 * packed_bytes));
+    EXPECT_FALSE(moments_only.keeps_master());
+    EXPECT_EQ(moments_only.rank(), 1);
+  }
+  EXPECT_EQ(tracker.current(MemoryKind::kOptimizerState), 0u);
+  {
+    ShardedAdamW with_master(Cfg(), layout, 2, ranges, true, &tracker);
+    EXPECT_EQ(tracker.current(MemoryKind::kOptimizerState), size_t(3 * packed_bytes));
+    EXPECT_TRUE(with_master.keeps_master());
+    EXPECT_EQ(with_master.layout().packed_size(), layout.packed_size());
+  }
+  EXPECT_EQ(tracker.current(MemoryKind::kOptimizerState), 0u);
+  EXPECT_EQ(tracker.current(MemoryKind::kParameters), 0u);
+}
+
+TEST(ShardedAdamW, LoadMasterCopiesPiecesAndZeroesPadding) {
+  const ShardLayout layout(UnitBounds(), 4, 64);
+  const std::vector<float> full = Ramp(layout.num_params(), 1.0f, 0.5f);
+  for (int r = 0; r < 4; ++r) {
+    ShardedAdamW s(Cfg(), layout, r, Ranges(layout.num_params()), true, nullptr);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::fill_n(s.master(u), layout.piece_size(u), kSentinel);
+    }
+    s.LoadMaster(full.data());
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const int64_t real = layout.piece_real(u, r);
+      for (int64_t i = 0; i < layout.piece_size(u); ++i) {
+        const float want = i < real ? full[layout.piece_begin(u, r) + i] : 0.0f;
+        ASSERT_EQ(s.master(u)[i], want) << "rank " << r << " unit " << u << " elem " << i;
+      }
+    }
   }
 }
 
 TEST(Offload, ChunkedHostStepEqualsStep) {
   const int64_t n = 5000;
+  const std::vector<ParamRange> ranges = {
+      {0, n / 3, false, "a"}, {n / 3, n / 3, true, "b"}, {2 * (n / 3), n - 2 * (n / 3) - 1, false, "c"}};
   for (int64_t chunk : {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1} << 22}) {
     std::vector<float> p_ref = Ramp(n, 1.0f, 0.0f), p = p_ref;
-    AdamW a(Cfg(), n, Ranges(n), nullptr), b(Cfg(), n, Ranges(n), nullptr);
+    AdamW a(Cfg(), n, ranges, nullptr), b(Cfg(), n, ranges, nullptr);
     for (int step = 0; step < 3; ++step) {
       const std::vector<float> g = Ramp(n, 0.3f, 0.02f * step);
       a.Step(p_ref.data(), g.data(), 3e-3f);
@@ -89,6 +216,25 @@ TEST(Offload, ChunkedHostStepEqualsStep) {
     }
     EXPECT_EQ(b.step(), 3);
     EXPECT_EQ(std::memcmp(p.data(), p_ref.data(), n * sizeof(float)), 0) << "chunk " << chunk;
+  }
+}
+
+TEST(Offload, ChunkedSliceEqualsStepSlice) {
+  const int64_t n = 3000, begin = 1234, end = 2900;
+  const std::vector<ParamRange> ranges = {{100, 1500, true, "a"}, {1600, 1000, false, "b"},
+                                          {2600, 400, true, "c"}};
+  for (int64_t chunk : {int64_t{7}, int64_t{500}, int64_t{4096}}) {
+    AdamW a(Cfg(), n, ranges, nullptr), b(Cfg(), n, ranges, nullptr);
+    const std::vector<float> init = Ramp(end - begin, 1.0f, 0.2f);
+    std::vector<float> pa = init, pb = init;
+    for (int64_t t = 1; t <= 3; ++t) {
+      const std::vector<float> g = Ramp(end - begin, 0.4f, 0.03f * t);
+      a.StepSlice(pa.data(), g.data(), begin, end, 2e-3f, t);
+      StepSliceOffloaded(b, pb.data(), g.data(), begin, end, 2e-3f, t, chunk);
+    }
+    EXPECT_EQ(b.step(), 0);  // the caller owns the counter
+    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << chunk;
+    EXPECT_EQ(std::memcmp(a.exp_avg_sq().f32(), b.exp_avg_sq().f32(), n * sizeof(float)), 0);
   }
 }
 
