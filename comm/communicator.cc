@@ -153,7 +153,8 @@ Status Communicator::CheckTensor(const Tensor& t, const char* what) const {
 Status Communicator::CheckReducible(const Tensor& t, ReduceOp op) const {
   switch (t.dtype()) {
     case DType::kF32:
-    case DType::kBF16: return Status::Ok();
+    case DType::kBF16:
+    case DType::kF16: return Status::Ok();
     case DType::kI32:
       if (op == ReduceOp::kAvg) return InvalidArgument("avg is not defined for i32");
       return Status::Ok();

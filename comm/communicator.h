@@ -40,12 +40,15 @@ enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
 enum class ReduceOrder : uint8_t {
   // The backend's fastest algorithm; deterministic for a given group size, count and backend,
   // but not necessarily a rank-order sum. MPI: below 256 KiB per rank Open MPI's own algorithm
-  // (bf16 sums round after every pairwise add); from 256 KiB the same gather-to-owner exchange as
+  // (bf16 and f16 sums round after every pairwise add, so an f16 sum, and with it an avg, is
+  // inf once a partial sum passes 65504); from 256 KiB the same gather-to-owner exchange as
   // kRankOrder. NCCL: NCCL's ring/tree order.
   kBackend,
-  // Every element is ((x_0 + x_1) + x_2) + ... in rank order, accumulated in fp32 (bf16: rounded
-  // once at the end), then divided by size() for kAvg. Bit-identical on every rank and equal to a
-  // serial loop over the contributions, whatever the group size: the bit-reproducible choice.
+  // Every element is ((x_0 + x_1) + x_2) + ... in rank order, accumulated in fp32, then divided
+  // by size() for kAvg; bf16 and f16 round once, at the very end (so an f16 avg whose fp32 sum
+  // passes 65504 stays finite, and an f16 sum overflows to inf only if the final value does).
+  // Bit-identical on every rank and equal to a serial loop over the contributions, whatever the
+  // group size: the bit-reproducible choice.
   // MPI: each rank receives its 1/n chunk from every peer, sums the rows in rank order, then
   // sends the result to everyone (bandwidth-optimal, one scratch row per peer).
   // NCCL: not supported.
@@ -110,8 +113,8 @@ class Communicator {
   // Where buffers must live: kCpu for MPI and fake, kCuda for NCCL.
   virtual Device device() const = 0;
 
-  // In place: buf (n) becomes the reduction over all ranks. Reductions accept f32 and bf16
-  // (sum/avg/max) and i32 (sum/max).
+  // In place: buf (n) becomes the reduction over all ranks. Reductions accept f32, bf16 and f16
+  // (sum/avg/max) and i32 (sum/max); other ops and dtypes fail with kInvalidArgument.
   std::unique_ptr<Work> AllReduce(Tensor& buf, ReduceOp op,
                                   ReduceOrder order = ReduceOrder::kBackend);
   // in (size()*m) -> out (m): rank r gets the reduction of everyone's chunk r.

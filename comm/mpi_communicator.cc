@@ -29,8 +29,12 @@
 namespace tessera {
 namespace {
 
+// User-defined ops for the 16-bit floats (MPI has no bf16/f16 type): each pairwise combine
+// widens to fp32 and rounds back (CombineInPlace), created by MpiSession::Init.
 MPI_Op g_bf16_sum = MPI_OP_NULL;
 MPI_Op g_bf16_max = MPI_OP_NULL;
+MPI_Op g_f16_sum = MPI_OP_NULL;
+MPI_Op g_f16_max = MPI_OP_NULL;
 
 void Bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
   CombineInPlace(DType::kBF16, ReduceOp::kSum, inout, in, *len);
@@ -38,17 +42,24 @@ void Bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
 void Bf16Max(void* in, void* inout, int* len, MPI_Datatype*) {
   CombineInPlace(DType::kBF16, ReduceOp::kMax, inout, in, *len);
 }
+void F16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  CombineInPlace(DType::kF16, ReduceOp::kSum, inout, in, *len);
+}
+void F16Max(void* in, void* inout, int* len, MPI_Datatype*) {
+  CombineInPlace(DType::kF16, ReduceOp::kMax, inout, in, *len);
+}
 
 MPI_Datatype MpiType(DType t) {
   switch (t) {
     case DType::kF32: return MPI_FLOAT;
     case DType::kI32: return MPI_INT32_T;
-    default: return MPI_UINT16_T;  // bf16/f16: moved as 16-bit words; bf16 reduces via user ops
+    default: return MPI_UINT16_T;  // bf16/f16: moved as 16-bit words, reduced via user ops
   }
 }
 
 MPI_Op MpiReduceOp(DType t, ReduceOp op) {
   if (t == DType::kBF16) return op == ReduceOp::kMax ? g_bf16_max : g_bf16_sum;
+  if (t == DType::kF16) return op == ReduceOp::kMax ? g_f16_max : g_f16_sum;
   return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
 }
 
@@ -562,6 +573,8 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Op_create(&Bf16Sum, /*commute=*/1, &g_bf16_sum);
   MPI_Op_create(&Bf16Max, /*commute=*/1, &g_bf16_max);
+  MPI_Op_create(&F16Sum, /*commute=*/1, &g_f16_sum);
+  MPI_Op_create(&F16Max, /*commute=*/1, &g_f16_max);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -571,6 +584,8 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Init(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   MPI_Op_free(&g_bf16_sum);
   MPI_Op_free(&g_bf16_max);
+  MPI_Op_free(&g_f16_sum);
+  MPI_Op_free(&g_f16_max);
   MPI_Finalize();
 }
 

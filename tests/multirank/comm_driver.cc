@@ -8,13 +8,17 @@
 //                                    job through AbortJob with kExitCommTimeout
 //   comm_mpi_driver bench BYTES ITERS  all-reduce / reduce-scatter / raw MPI_Allreduce figures
 // Contributions are chosen so that fp32 sums round (0.1-ish values of different magnitudes):
-// the rank-order path must match a serial loop bit for bit, the backend path within 1e-6.
+// the rank-order path must match a serial loop bit for bit, the backend path within 1e-6; f16
+// contributions likewise (bit for bit against an fp32 loop rounded once; kBackend within the
+// error of its per-add rounding), plus f16 overflow to inf.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,6 +102,86 @@ void CheckAllReduce(Communicator& c, int64_t n_elems) {
   Tensor ti(&v, DType::kI32, {1});
   MustOk(c.AllReduce(ti, ReduceOp::kMax)->Wait());
   Expect(v == 10 * (n - 1) + 3, c.name() + " i32 max");
+}
+
+// Rank r's i-th f16 contribution: an exact f16 (11-bit integer times 2^-12 or 2^-3), so sums of
+// up to a few ranks round differently in different orders but stay far below 65504.
+uint16_t HalfValue(int r, int64_t i) {
+  const int64_t k = (i * 7919 + r * 104729) % 2003 - 1001;
+  return F32ToF16(std::ldexp(static_cast<float>(k == 0 ? 1 : k), r % 2 ? -3 : -12));
+}
+
+// Checks n f16 results against the rank-order oracle (element offset + i of every rank, widened,
+// summed in fp32 in rank order, rounded once): bit for bit for kRankOrder and for max (exact in
+// any order); for kBackend sums within the error of n - 1 roundings after pairwise adds plus the
+// final one (Open MPI's order below 256 KiB per rank).
+int64_t CountBadF16(int n, const uint16_t* got, int64_t len, int64_t offset, ReduceOp op,
+                    ReduceOrder order) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    float acc = F16ToF32(HalfValue(0, offset + i)), abs_sum = std::fabs(acc);
+    for (int q = 1; q < n; ++q) {
+      const float v = F16ToF32(HalfValue(q, offset + i));
+      acc = op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+      abs_sum += std::fabs(v);
+    }
+    if (op == ReduceOp::kAvg) acc /= static_cast<float>(n), abs_sum /= static_cast<float>(n);
+    const uint16_t want = F32ToF16(acc);
+    if (order == ReduceOrder::kRankOrder || op == ReduceOp::kMax) {
+      bad += got[i] != want;
+    } else {
+      const float tol =
+          static_cast<float>(n + 1) * std::ldexp(abs_sum, -11) + std::ldexp(1.0f, -24);
+      bad += !(std::fabs(F16ToF32(got[i]) - acc) <= tol);
+    }
+  }
+  return bad;
+}
+
+// f16 all-reduce and reduce-scatter, sum/avg/max, both orders, below and above the 256 KiB
+// point-to-point threshold (so kBackend runs both Open MPI with our f16 user op and the
+// gather-to-owner exchange), then the overflow behaviour the two orders document.
+void CheckF16(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (ReduceOrder order : {ReduceOrder::kRankOrder, ReduceOrder::kBackend}) {
+    const std::string order_name = order == ReduceOrder::kRankOrder ? " rank_order" : " backend";
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      for (int64_t len : {int64_t{1}, int64_t{1000}, int64_t{140001}}) {
+        std::vector<uint16_t> buf(static_cast<size_t>(len));
+        for (int64_t i = 0; i < len; ++i) buf[i] = HalfValue(r, i);
+        Tensor t(buf.data(), DType::kF16, {len});
+        MustOk(c.AllReduce(t, op, order)->Wait());
+        const int64_t bad = CountBadF16(n, buf.data(), len, 0, op, order);
+        Expect(bad == 0, c.name() + " f16 all_reduce " + ReduceOpName(op) + order_name + " n=" +
+                             std::to_string(len) + ": " + std::to_string(bad) + " wrong");
+      }
+      for (int64_t m : {int64_t{5}, int64_t{70001}}) {
+        std::vector<uint16_t> in(static_cast<size_t>(m * n)), out(static_cast<size_t>(m));
+        for (int64_t i = 0; i < m * n; ++i) in[i] = HalfValue(r, i);
+        Tensor ti(in.data(), DType::kF16, {m * n}), to(out.data(), DType::kF16, {m});
+        MustOk(c.ReduceScatter(ti, to, op, order)->Wait());
+        const int64_t bad = CountBadF16(n, out.data(), m, r * m, op, order);
+        Expect(bad == 0, c.name() + " f16 reduce_scatter " + ReduceOpName(op) + order_name +
+                             " m=" + std::to_string(m) + ": " + std::to_string(bad) + " wrong");
+      }
+    }
+  }
+  // 60000 from every rank: the sum overflows to inf in both orders; the avg is 60000 in rank
+  // order (fp32 accumulator) but inf through Open MPI's f16 sum.
+  if (n > 1) {
+    for (ReduceOrder order : {ReduceOrder::kRankOrder, ReduceOrder::kBackend}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        uint16_t x = F32ToF16(60000.0f);
+        Tensor t(&x, DType::kF16, {1});
+        MustOk(c.AllReduce(t, op, order)->Wait());
+        const bool finite = order == ReduceOrder::kRankOrder && op == ReduceOp::kAvg;
+        const float want = finite ? 60000.0f : std::numeric_limits<float>::infinity();
+        Expect(F16ToF32(x) == want, c.name() + " f16 overflow " + ReduceOpName(op) +
+                                        (order == ReduceOrder::kRankOrder ? " rank_order" : " backend") +
+                                        ": got " + std::to_string(F16ToF32(x)));
+      }
+    }
+  }
 }
 
 void CheckOthers(Communicator& c) {
@@ -184,6 +268,7 @@ int Collectives() {
     Communicator& c = **world;
     for (int64_t n : {1, 3, 1000, 100003}) CheckAllReduce(c, n);
     CheckOthers(c);
+    CheckF16(c);
     // Sub-groups: even and odd ranks, numbered in reverse order by key.
     CommOptions sub_opts = opts;
     sub_opts.name = "parity";
@@ -192,6 +277,7 @@ int Collectives() {
     Expect((*sub)->size() == (c.size() + 1 - c.rank() % 2) / 2, "split size");
     CheckAllReduce(**sub, 1001);
     CheckOthers(**sub);
+    CheckF16(**sub);
     // Mesh groups: tp-fastest layout on the world.
     ParallelLayout layout;
     layout.tp = c.size() % 2 == 0 ? 2 : 1;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -76,6 +77,151 @@ TEST_P(FakeRanks, Bf16AndI32Reductions) {
     EXPECT_EQ(v[1], 0);
     Status avg_i32 = c.AllReduce(ti, ReduceOp::kAvg)->Wait();
     EXPECT_EQ(avg_i32.code(), StatusCode::kInvalidArgument);
+  });
+}
+
+// Exact f16 values (an 11-bit integer times a power of two, all normal) of magnitudes 2^-12..2^7
+// whose sums round differently in different orders; four of them stay far below 65504.
+uint16_t HalfValue(int r, int64_t i) {
+  const int64_t k = (i * 7919 + r * 104729) % 2003 - 1001;
+  return F32ToF16(std::ldexp(static_cast<float>(k == 0 ? 1 : k), r % 2 ? -3 : -12));
+}
+
+// The rank-order oracle for f16: a serial fp32 loop over the widened contributions, divided for
+// avg, rounded to f16 once.
+uint16_t HalfSerial(int n, int64_t i, int64_t offset, ReduceOp op) {
+  float acc = F16ToF32(HalfValue(0, offset + i));
+  for (int q = 1; q < n; ++q) {
+    const float v = F16ToF32(HalfValue(q, offset + i));
+    acc = op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+  }
+  if (op == ReduceOp::kAvg) acc /= static_cast<float>(n);
+  return F32ToF16(acc);
+}
+
+TEST_P(FakeRanks, F16AllReduceAndReduceScatterRoundOnceLikeASerialFp32Loop) {
+  const int n = GetParam();
+  for (ReduceOrder order : {ReduceOrder::kRankOrder, ReduceOrder::kBackend}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      RunRanks(n, [&](Communicator& c) {
+        const int r = c.rank();
+        const int64_t len = 3001;  // more than one 2048-element tile of ReduceRows
+        std::vector<uint16_t> buf(len);
+        for (int64_t i = 0; i < len; ++i) buf[i] = HalfValue(r, i);
+        Tensor t(buf.data(), DType::kF16, {len});
+        Status s = c.AllReduce(t, op, order)->Wait();
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        for (int64_t i = 0; i < len; ++i) {
+          ASSERT_EQ(buf[i], HalfSerial(n, i, 0, op))
+              << ReduceOpName(op) << " rank " << r << " element " << i;
+        }
+        const int64_t m = 7;
+        std::vector<uint16_t> in(m * n), out(m);
+        for (int64_t i = 0; i < m * n; ++i) in[i] = HalfValue(r, i);
+        Tensor tin(in.data(), DType::kF16, {m * n}), tout(out.data(), DType::kF16, {m});
+        s = c.ReduceScatter(tin, tout, op, order)->Wait();
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        for (int64_t i = 0; i < m; ++i) {
+          ASSERT_EQ(out[i], HalfSerial(n, i, r * m, op))
+              << ReduceOpName(op) << " reduce_scatter rank " << r;
+        }
+      });
+    }
+  }
+}
+
+TEST(FakeComm, F16RankOrderRoundsOnceNotAfterEveryAdd) {
+  // 2048 + 1 + 1: every intermediate rounded to f16 (ulp 2 at 2048, ties to even) stays 2048;
+  // the fp32 accumulator reaches 2050, which f16 holds exactly.
+  RunRanks(3, [](Communicator& c) {
+    uint16_t x = F32ToF16(c.rank() == 0 ? 2048.0f : 1.0f);
+    Tensor t(&x, DType::kF16, {1});
+    ASSERT_TRUE(c.AllReduce(t, ReduceOp::kSum, ReduceOrder::kRankOrder)->Wait().ok());
+    EXPECT_EQ(F16ToF32(x), 2050.0f);
+  });
+  uint16_t acc = F32ToF16(2048.0f);
+  const uint16_t one = F32ToF16(1.0f);
+  CombineInPlace(DType::kF16, ReduceOp::kSum, &acc, &one, 1);  // the MPI kBackend user op
+  CombineInPlace(DType::kF16, ReduceOp::kSum, &acc, &one, 1);
+  EXPECT_EQ(F16ToF32(acc), 2048.0f);
+}
+
+TEST(FakeComm, F16OverflowGoesToInfOnlyWhereTheRoundedResultDoes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Per element: rank 0's value, rank 1's value.
+  const std::vector<std::pair<float, float>> in = {
+      {60000.0f, 60000.0f},    // sum 120000 -> +inf; avg 60000 stays finite (fp32 accumulator)
+      {-60000.0f, -60000.0f},  // -inf / -60000
+      {65504.0f, 16.0f},       // 65520 is halfway to 65536 and rounds (to even) to inf;
+                               // avg 32760 is halfway too and rounds up to 32768
+      {65504.0f, 15.0f},       // 65519 rounds down to 65504, the largest finite f16
+      {inf, 1.0f},             // inf propagates through sum, avg and max
+      {inf, -inf},             // inf + -inf = NaN; max is inf
+  };
+  struct Want { float sum, avg, max; };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Want> want = {
+      {inf, 60000.0f, 60000.0f}, {-inf, -60000.0f, -60000.0f}, {inf, 32768.0f, 65504.0f},
+      {65504.0f, 32752.0f, 65504.0f}, {inf, inf, inf}, {nan, nan, inf},
+  };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+    RunRanks(2, [&](Communicator& c) {
+      std::vector<uint16_t> buf;
+      for (auto& [a, b] : in) buf.push_back(F32ToF16(c.rank() == 0 ? a : b));
+      Tensor t(buf.data(), DType::kF16, {static_cast<int64_t>(buf.size())});
+      ASSERT_TRUE(c.AllReduce(t, op, ReduceOrder::kRankOrder)->Wait().ok());
+      for (size_t i = 0; i < buf.size(); ++i) {
+        const float w = op == ReduceOp::kSum   ? want[i].sum
+                        : op == ReduceOp::kAvg ? want[i].avg
+                                               : want[i].max;
+        const float got = F16ToF32(buf[i]);
+        if (std::isnan(w)) {
+          EXPECT_TRUE(std::isnan(got)) << ReduceOpName(op) << " element " << i << " got " << got;
+        } else {
+          EXPECT_EQ(got, w) << ReduceOpName(op) << " element " << i;
+        }
+      }
+    });
+  }
+  // The kBackend MPI path sums in f16 first, so its avg of the first element is inf: the
+  // documented difference from kRankOrder.
+  uint16_t a = F32ToF16(60000.0f);
+  const uint16_t b = F32ToF16(60000.0f);
+  CombineInPlace(DType::kF16, ReduceOp::kAvg, &a, &b, 1);
+  DivideInPlace(DType::kF16, &a, 1, 2);
+  EXPECT_EQ(F16ToF32(a), inf);
+}
+
+TEST_P(FakeRanks, F16DataMovement) {
+  const int n = GetParam();
+  RunRanks(n, [&](Communicator& c) {
+    const int r = c.rank();
+    std::vector<uint16_t> mine = {HalfValue(r, 0), HalfValue(r, 1)}, all(2 * n, 0);
+    Tensor tm(mine.data(), DType::kF16, {2}), ta(all.data(), DType::kF16, {2 * n});
+    ASSERT_TRUE(c.AllGather(tm, ta)->Wait().ok());
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(all[2 * q], HalfValue(q, 0));
+      EXPECT_EQ(all[2 * q + 1], HalfValue(q, 1));
+    }
+    std::vector<uint16_t> b(3, r == n - 1 ? HalfValue(n - 1, 5) : 0);
+    Tensor tb(b.data(), DType::kF16, {3});
+    ASSERT_TRUE(c.Broadcast(tb, n - 1)->Wait().ok());
+    for (uint16_t x : b) EXPECT_EQ(x, HalfValue(n - 1, 5));
+    std::vector<int64_t> counts(n, 1);
+    std::vector<uint16_t> send(n), recv(n, 0);
+    for (int p = 0; p < n; ++p) send[p] = HalfValue(r, p);
+    Tensor ts(send.data(), DType::kF16, {n}), tr(recv.data(), DType::kF16, {n});
+    ASSERT_TRUE(c.AllToAll(ts, tr, counts, counts)->Wait().ok());
+    for (int p = 0; p < n; ++p) EXPECT_EQ(recv[p], HalfValue(p, r));
+    if (n > 1) {
+      uint16_t out = HalfValue(r, 9), got = 0;
+      Tensor to(&out, DType::kF16, {1}), ti(&got, DType::kF16, {1});
+      auto send_w = c.Send(to, (r + 1) % n);
+      auto recv_w = c.Recv(ti, (r + n - 1) % n);
+      ASSERT_TRUE(send_w->Wait().ok());
+      ASSERT_TRUE(recv_w->Wait().ok());
+      EXPECT_EQ(got, HalfValue((r + n - 1) % n, 9));
+    }
   });
 }
 
@@ -308,6 +454,73 @@ TEST(Reduce, RowsMatchAccumulatorBitForBit) {
   // dst aliasing a row is allowed.
   ReduceRows(DType::kF32, ReduceOp::kAvg, ptrs.data(), 3, rows[1].data(), n);
   EXPECT_EQ(std::memcmp(a.data(), rows[1].data(), n * 4), 0);
+}
+
+TEST(Reduce, InlineF16ConversionsMatchDtypeBitForBit) {
+  // Every half (NaN payloads included) widens exactly as runtime/core's F16ToF32 does.
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float a = F16ToF32Fast(static_cast<uint16_t>(h)), b = F16ToF32(static_cast<uint16_t>(h));
+    ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << std::hex << h;
+  }
+  // Narrowing: a prime stride through all 2^32 float patterns (~1M of them, every exponent),
+  // plus the edges: rounding to and past 65504, the subnormal boundary, ties, zeros, inf, NaN.
+  auto check = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    ASSERT_EQ(F32ToF16Fast(f), F32ToF16(f)) << std::hex << bits;
+  };
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 4099) check(static_cast<uint32_t>(bits));
+  for (uint32_t base : {0x477fe000u, 0x477ff000u, 0x47800000u, 0x38800000u, 0x33800000u,
+                        0x33000000u, 0x7f800000u, 0x7fc00001u, 0x7f800001u, 0u}) {
+    for (uint32_t d = 0; d < 0x2000u; ++d) {
+      check(base + d);
+      check(base - d);
+      check((base + d) | 0x80000000u);
+    }
+  }
+}
+
+TEST(Reduce, F16RowsMatchAccumulatorBitForBit) {
+  // ReduceRows is the MPI rank-order path, RankOrderAccumulator the fake backend's: they must
+  // agree for f16 as for f32, across tile boundaries and when dst aliases a row.
+  const int64_t n = 5000;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+    std::vector<std::vector<uint16_t>> rows(4, std::vector<uint16_t>(n));
+    std::vector<const void*> ptrs;
+    RankOrderAccumulator acc(DType::kF16, op, n);
+    for (int r = 0; r < 4; ++r) {
+      for (int64_t i = 0; i < n; ++i) rows[r][i] = HalfValue(r, i);
+      ptrs.push_back(rows[r].data());
+      acc.Add(rows[r].data());
+    }
+    std::vector<uint16_t> a(n), b(n);
+    acc.Finish(a.data());
+    ReduceRows(DType::kF16, op, ptrs.data(), 4, b.data(), n);
+    EXPECT_EQ(a, b) << ReduceOpName(op);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], HalfSerial(4, i, 0, op)) << i;
+    ReduceRows(DType::kF16, op, ptrs.data(), 4, rows[2].data(), n);
+    EXPECT_EQ(a, rows[2]) << ReduceOpName(op);
+  }
+  uint16_t h[2] = {F32ToF16(3.0f), F32ToF16(-1.0f)};
+  DivideInPlace(DType::kF16, h, 2, 2);
+  EXPECT_EQ(F16ToF32(h[0]), 1.5f);
+  EXPECT_EQ(F16ToF32(h[1]), -0.5f);
+}
+
+TEST(FakeComm, ReductionDtypeValidationAcceptsF16) {
+  RunRanks(2, [](Communicator& c) {
+    uint16_t x = F32ToF16(1.5f);
+    Tensor t(&x, DType::kF16, {1});
+    Status s = c.AllReduce(t, ReduceOp::kSum)->Wait();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(F16ToF32(x), 3.0f);
+    // f16 in, bf16 out is still a mismatch, named in the error.
+    std::vector<uint16_t> in(4), out(2);
+    Tensor tin(in.data(), DType::kF16, {4}), tout(out.data(), DType::kBF16, {2});
+    s = c.ReduceScatter(tin, tout, ReduceOp::kSum)->Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("equal dtypes"), std::string::npos) << s.message();
+  });
 }
 
 }  // namespace
