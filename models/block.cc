@@ -5,6 +5,7 @@
 // differentiates.
 #include "models/block.h"
 
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/ops.h"
 
 namespace tessera {
@@ -12,7 +13,52 @@ namespace {
 
 Tensor Alloc(Arena& a, Shape s) { return a.Allocate(DType::kF32, s); }
 
+template <typename T>
+T* At(T* base, int64_t offset) {
+  return base == nullptr || offset < 0 ? nullptr : base + offset;
+}
+
 }  // namespace
+
+BlockWeights BlockLayout::Weights(const float* base) const {
+  BlockWeights w;
+  w.norm1_w = At(base, norm1_w);
+  w.norm1_b = At(base, norm1_b);
+  w.qkv_w = At(base, qkv_w);
+  w.qkv_b = At(base, qkv_b);
+  w.proj_w = At(base, proj_w);
+  w.proj_b = At(base, proj_b);
+  w.norm2_w = At(base, norm2_w);
+  w.norm2_b = At(base, norm2_b);
+  w.fc_w = At(base, fc_w);
+  w.fc_b = At(base, fc_b);
+  w.out_w = At(base, out_w);
+  w.out_b = At(base, out_b);
+  return w;
+}
+
+BlockGrads BlockLayout::Grads(float* base) const {
+  BlockGrads g;
+  g.norm1_w = At(base, norm1_w);
+  g.norm1_b = At(base, norm1_b);
+  g.qkv_w = At(base, qkv_w);
+  g.qkv_b = At(base, qkv_b);
+  g.proj_w = At(base, proj_w);
+  g.proj_b = At(base, proj_b);
+  g.norm2_w = At(base, norm2_w);
+  g.norm2_b = At(base, norm2_b);
+  g.fc_w = At(base, fc_w);
+  g.fc_b = At(base, fc_b);
+  g.out_w = At(base, out_w);
+  g.out_b = At(base, out_b);
+  return g;
+}
+
+void DecoderBlock::Round(float* x, int64_t n) const {
+  if (d_.act_dtype != DType::kF32) cpu::RoundTo(d_.act_dtype, x, n);
+}
+
+void DecoderBlock::Round(const Tensor& t) const { Round(t.f32(), t.numel()); }
 
 void DecoderBlock::AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const {
   out = Alloc(a, {d_.N(), d_.C});
@@ -45,11 +91,14 @@ void DecoderBlock::Activation(const Tensor& act_out, const Tensor& fc_out) const
   } else {
     cpu::SwigluForward(act_out.f32(), fc_out.f32(), d_.N(), d_.F);
   }
+  Round(act_out);
 }
 
 void DecoderBlock::AttentionCore(const Tensor& att_out, const Tensor& att,
                                  const Tensor& qkv) const {
   cpu::AttentionForward(att_out.f32(), att.f32(), qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
+  Round(att);
+  Round(att_out);
 }
 
 void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x,
@@ -67,13 +116,17 @@ void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, cons
   s.mid = Alloc(kept, {N, C});
   if (live) {
     NormForward(at.norm_out, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
+    Round(at.norm_out);
     cpu::LinearForward(at.qkv.f32(), at.norm_out.f32(), w.qkv_w, w.qkv_b, N, C, QKV);
     if (!d_.gpt2()) {
       cpu::RopeForward(at.qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
     }
+    Round(at.qkv);
     AttentionCore(at.att_out, at.att, at.qkv);
     cpu::LinearForward(s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, N, A, C);
+    Round(s.mid);  // the projection's output
     cpu::AddInPlace(s.mid.f32(), x, N * C);
+    Round(s.mid);  // the residual sum
   }
 
   // ---- MLP sublayer: out = mid + out_proj(act(fc(norm2(mid))))
@@ -82,11 +135,15 @@ void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, cons
   m.act_out = Alloc(dropped, {N, d_.F});
   if (live) {
     NormForward(m.norm_out, m.norm_mean, m.norm_rstd, s.mid.f32(), w.norm2_w, w.norm2_b);
+    Round(m.norm_out);
     cpu::LinearForward(m.fc_out.f32(), m.norm_out.f32(), w.fc_w, w.fc_b, N, C, d_.fc_dim());
+    Round(m.fc_out);
     Activation(m.act_out, m.fc_out);
     if (out != nullptr) {
       cpu::LinearForward(out, m.act_out.f32(), w.out_w, w.out_b, N, d_.F, C);
+      Round(out, N * C);  // the projection's output
       cpu::AddInPlace(out, s.mid.f32(), N * C);
+      Round(out, N * C);  // the block's output
     }
   }
 }
@@ -203,6 +260,7 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
     if (live) AttentionCore(att_out, att, s->attn.qkv);
   }
   AttentionBackward(arenas, d_res, x, *s, att, att_out, w, g);
+  if (live) Round(d_res, d_.N() * d_.C);
   ws.Release(mark);
 }
 

@@ -15,11 +15,20 @@
 // Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
 // Invariant: every policy runs the same kernels on the same inputs in the same order, so
 // gradients are bit-identical under none / selective / full.
+//
+// Low-precision activations (BlockDims::act_dtype = kBF16 / kF16): compute stays fp32, but
+// every activation a GPU would store in the low type is rounded to it (cpu::RoundTo) right
+// after the op that produces it: norm outputs, qkv (after RoPE), attention probabilities and
+// output, each projection's output, the residual sums (mid, the block output), fc_out and the
+// activation output. Norm statistics (mean, rstd) stay fp32. Recomputation rounds the same
+// way, so gradients stay bit-identical across policies. Backward rounds the residual
+// gradient d_res once per block, on return; the gradients inside a block stay fp32.
 #pragma once
 
 #include <cstdint>
 
 #include "models/model_config.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
 
@@ -35,6 +44,7 @@ struct BlockDims {
   int64_t F = 0;         // MLP width (ffn_size)
   float eps = 1e-5f;     // norm epsilon
   float rope_theta = 10000.0f;
+  DType act_dtype = DType::kF32;  // activations are rounded to this type (kF32: not at all)
 
   int64_t N() const { return B * T; }
   int64_t qkv_dim() const { return (NH + 2 * NKV) * HS; }
@@ -75,6 +85,18 @@ struct BlockGrads {
   float* fc_b = nullptr;
   float* out_w = nullptr;
   float* out_b = nullptr;
+};
+
+// Where each field of BlockWeights / BlockGrads lies relative to a base pointer (the start of
+// the block's unit, param_store.h), in elements; -1 for a null field. Parameters and gradients
+// share offsets, so one layout serves both, whichever buffer (flat or a store's) holds them.
+struct BlockLayout {
+  int64_t norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1,
+          norm2_w = -1, norm2_b = -1, fc_w = -1, fc_b = -1, out_w = -1, out_b = -1;
+
+  // Views at base + offset (all null when base is null: a measuring step reads no weights).
+  BlockWeights Weights(const float* base) const;
+  BlockGrads Grads(float* base) const;
 };
 
 // The two arenas of one step. When they are measuring arenas (no buffer) every kernel call is
@@ -122,7 +144,7 @@ class DecoderBlock {
 
   // d_res(N,C): on entry dL/d(out), on return dL/dx. `x` and `saved` are what Forward was given
   // and filled under the same policy; what the policy dropped is recomputed into workspace.
-  // Parameter gradients are accumulated into `g`.
+  // Parameter gradients are accumulated into `g`. d_res is rounded to act_dtype on return.
   void Backward(StepArenas& arenas, RecomputePolicy keep, float* d_res, const float* x,
                 const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g) const;
 
@@ -140,6 +162,10 @@ class DecoderBlock {
   // d_x(N,C) written from d_out(N,C).
   void NormBackward(float* d_x, float* d_w, float* d_b, const float* d_out, const float* x,
                     const float* w, const Tensor& mean, const Tensor& rstd) const;
+  // Rounds t (or n elements at x) to act_dtype; nothing for kF32.
+  void Round(const Tensor& t) const;
+  void Round(float* x, int64_t n) const;
+  // The activation and the attention core, their outputs rounded (forward and recompute).
   void Activation(const Tensor& act_out, const Tensor& fc_out) const;
   void AttentionCore(const Tensor& att_out, const Tensor& att, const Tensor& qkv) const;
   void MlpBackward(StepArenas& arenas, float* d_res, const BlockSaved& s, const Tensor& act_out,

@@ -1,5 +1,12 @@
-// models/param_layout.cc — parameter lists of the GPT-2 and Llama families (param_layout.h).
+// models/param_layout.cc — parameter lists of the GPT-2 and Llama families, their units and
+// their initial values (param_layout.h).
 #include "models/param_layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/check.h"
+#include "runtime/core/random.h"
 
 namespace tessera {
 namespace {
@@ -14,6 +21,7 @@ class Declarer {
     d.kind = kind;
     d.init = init;
     d.hf_transposed = hf_transposed;
+    d.unit = unit;
     out.push_back(std::move(d));
   }
   void Matrix(std::string name, Shape shape, InitRule init = InitRule::kNormal,
@@ -31,6 +39,7 @@ class Declarer {
   }
 
   std::vector<ParamDecl> out;
+  int unit = 0;  // of the next Add (param_store.h): 0 embeddings, 1 + l block l, L + 1 the rest
 };
 
 void DeclareGpt2(const ModelConfig& c, Declarer& d) {
@@ -38,6 +47,7 @@ void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   d.Add("wte.weight", {V, C}, ParamKind::kEmbedding, InitRule::kNormal);
   d.Add("wpe.weight", {c.max_seq_len, C}, ParamKind::kEmbedding, InitRule::kNormal);
   for (int64_t i = 0; i < c.num_layers; ++i) {
+    d.unit = static_cast<int>(1 + i);
     const std::string p = "h." + std::to_string(i) + ".";
     d.LayerNorm(p + "ln_1", C);
     d.Matrix(p + "attn.c_attn.weight", {3 * C, C}, InitRule::kNormal, true);
@@ -50,6 +60,7 @@ void DeclareGpt2(const ModelConfig& c, Declarer& d) {
     d.Matrix(p + "mlp.c_proj.weight", {C, F}, InitRule::kResidualNormal, true);
     d.Bias(p + "mlp.c_proj.bias", C);
   }
+  d.unit = static_cast<int>(c.num_layers + 1);
   d.LayerNorm("ln_f", C);
   if (!c.tie_embeddings) d.Matrix("lm_head.weight", {V, C});
 }
@@ -59,6 +70,7 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
   const int64_t HS = c.head_size(), NH = c.num_heads, NKV = c.kv_heads();
   d.Add("model.embed_tokens.weight", {V, C}, ParamKind::kEmbedding, InitRule::kNormal);
   for (int64_t i = 0; i < c.num_layers; ++i) {
+    d.unit = static_cast<int>(1 + i);
     const std::string p = "model.layers." + std::to_string(i) + ".";
     d.NormWeight(p + "input_layernorm.weight", C);
     d.Matrix(p + "self_attn.q_proj.weight", {NH * HS, C});  // q, k, v adjacent: one GEMM
@@ -70,6 +82,7 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
     d.Matrix(p + "mlp.up_proj.weight", {F, C});
     d.Matrix(p + "mlp.down_proj.weight", {C, F}, InitRule::kResidualNormal);
   }
+  d.unit = static_cast<int>(c.num_layers + 1);
   d.NormWeight("model.norm.weight", C);
   if (!c.tie_embeddings) d.Matrix("lm_head.weight", {V, C});
 }
@@ -93,6 +106,79 @@ int64_t MatmulParams(const ModelConfig& config) {
   }
   if (config.tie_embeddings) n += config.vocab_size * config.hidden_size;
   return n;
+}
+
+std::vector<int64_t> UnitBounds(const ModelConfig& config) {
+  const int units = static_cast<int>(config.num_layers + 2);
+  std::vector<int64_t> bounds(units + 1, 0);
+  // Declarations come in unit order: bounds[u + 1] accumulates the sizes of units <= u.
+  for (const ParamDecl& p : DeclareParameters(config)) bounds[p.unit + 1] += p.shape.numel();
+  for (int u = 0; u < units; ++u) {
+    TESSERA_CHECK(bounds[u + 1] > 0);
+    bounds[u + 1] += bounds[u];
+  }
+  return bounds;
+}
+
+namespace {
+
+// Elements per independently seeded init work item (lets init run in parallel, same bits).
+constexpr int64_t kInitChunk = 4096;
+
+}  // namespace
+
+void InitParameterRange(const ModelConfig& config, uint64_t seed, int64_t begin, int64_t end,
+                        float* out) {
+  TESSERA_CHECK(0 <= begin && begin <= end);
+  const double std_all = config.init_std;
+  const double std_resid = std_all / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  // Work items: pieces of at most kInitChunk elements of one parameter, within [begin, end).
+  struct Item {
+    uint64_t key;       // the parameter's stream
+    bool constant;      // kZeros / kOnes: `fill`; otherwise sd * N(0, 1)
+    double sd;
+    float fill;
+    int64_t first;      // element index within the parameter
+    int64_t count;
+    float* dst;
+  };
+  std::vector<Item> items;
+  const std::vector<ParamDecl> decls = DeclareParameters(config);
+  int64_t offset = 0;
+  for (size_t i = 0; i < decls.size() && offset < end; ++i) {
+    const int64_t n = decls[i].shape.numel();
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+    if (lo < hi) {
+      const InitRule rule = decls[i].init;
+      Item it;
+      it.key = StreamKey(seed, kInitStream, i);
+      it.constant = rule == InitRule::kZeros || rule == InitRule::kOnes;
+      it.sd = rule == InitRule::kResidualNormal ? std_resid : std_all;
+      it.fill = rule == InitRule::kOnes ? 1.0f : 0.0f;
+      for (int64_t j = lo; j < hi; j += kInitChunk) {
+        it.first = j - offset;
+        it.count = std::min(hi, j + kInitChunk) - j;
+        it.dst = out + (j - begin);
+        items.push_back(it);
+      }
+    }
+    offset += n;
+  }
+  // The loop stops once past `end`, so offset < end only when end exceeds the parameters.
+  TESSERA_CHECK_MSG(end <= offset, "init range end %ld beyond the %ld parameters",
+                    static_cast<long>(end), static_cast<long>(offset));
+  const int64_t num_items = static_cast<int64_t>(items.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < num_items; ++k) {
+    const Item& it = items[k];
+    if (it.constant) {
+      std::fill(it.dst, it.dst + it.count, it.fill);
+      continue;
+    }
+    // Element j is draw j of the parameter's stream, whichever item computes it.
+    Rng rng(it.key, static_cast<uint64_t>(2 * it.first));
+    for (int64_t j = 0; j < it.count; ++j) it.dst[j] = static_cast<float>(it.sd * rng.NextNormal());
+  }
 }
 
 }  // namespace tessera

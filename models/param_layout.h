@@ -4,9 +4,13 @@
 // Owns the naming and ordering rules (models/README.md): embeddings, then each block, then the
 // final norm, then the LM head when untied. Within a Llama block q_proj, k_proj, v_proj are
 // adjacent (together one ((NH+2*NKV)*HS, C) matrix) and so are gate_proj, up_proj (one (2F, C)
-// matrix), so each is ONE GEMM. Pure functions of the config; thread-safe.
+// matrix), so each is ONE GEMM. Also owns the units (param_store.h) and the init values: a
+// flat element's initial value is a pure function of (config, seed, index), so any range of
+// the flat buffer can be initialised alone (a ZeRO-3 rank inits only its shard).
+// Pure functions of the config; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,7 @@ struct ParamDecl {
   ParamKind kind = ParamKind::kMatrix;
   bool hf_transposed = false;  // GPT-2 Conv1D weights are (in, out) in HF files
   InitRule init = InitRule::kNormal;
+  int unit = 0;                // 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head]
 };
 
 // Every parameter of the model, in buffer order. Assumes a validated config.
@@ -37,5 +42,21 @@ std::vector<ParamDecl> DeclareParameters(const ModelConfig& config);
 // Weights that enter a matmul (all kMatrix parameters, plus the embedding when it doubles as
 // the LM head). Embedding lookups are not matmuls and are excluded.
 int64_t MatmulParams(const ModelConfig& config);
+
+// Stream id of parameter init: StreamKey(seed, kInitStream, parameter index).
+inline constexpr uint64_t kInitStream = 0x696e6974;  // "init"
+
+// Flat offsets of the units of param_store.h, num_layers + 3 values: bounds[u] is where unit u
+// begins (unit 0 = embeddings, 1 + l = block l, L + 1 = final norm [+ lm_head when untied]),
+// bounds.back() == the number of parameters. Every unit is non-empty.
+std::vector<int64_t> UnitBounds(const ModelConfig& config);
+
+// out[i] = the initial value of flat element begin + i, for 0 <= begin <= end <= num_params,
+// as Transformer::InitRandom(seed) sets it: element j of parameter p is draw j of the stream
+// Rng(StreamKey(seed, kInitStream, p)) (a normal takes two counters, so Rng(key, 2j) yields
+// it), scaled by the parameter's rule (N(0, init_std), N(0, init_std / sqrt(2 L)), 0 or 1).
+// The same bits for any sub-range and thread count. Parallel (OpenMP) over chunks.
+void InitParameterRange(const ModelConfig& config, uint64_t seed, int64_t begin, int64_t end,
+                        float* out);
 
 }  // namespace tessera

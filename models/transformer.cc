@@ -1,9 +1,14 @@
 // models/transformer.cc — the decoder-only transformer of transformer.h (GPT-2 and Llama).
 //
-// Owns: validation of the model shape, the parameter/gradient buffers and their named views,
-// deterministic init, and one training step: embeddings -> blocks (block.h) -> final norm ->
-// fused LM head + cross-entropy -> backward in reverse. Activations and workspace come from two
-// arenas whose capacities a measuring pass learns at Create for (B, T) and the policy.
+// Owns: validation of the model shape, the parameter/gradient buffers (unless a ParamStore is
+// given) and their named views, deterministic init, and one training step: embeddings ->
+// blocks (block.h) -> final norm -> fused LM head + cross-entropy -> backward in reverse.
+// Weights and gradients are reached only through a ParamStore, unit by unit, in the order of
+// param_store.h: the caller's, or FlatStore over the model's own buffers. Every pointer into a
+// unit is the unit's base plus a unit-relative offset fixed at Create (BlockLayout for blocks).
+// Activations and workspace come from two arenas whose capacities a measuring pass learns at
+// Create for (B, T) and the policy; that pass makes no store calls (null weights, no
+// arithmetic).
 // Thread-safety: one thread drives a model (transformer.h).
 #include "models/transformer.h"
 
@@ -18,16 +23,12 @@
 
 #include "models/block.h"
 #include "models/param_layout.h"
-#include "runtime/core/random.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/ops.h"
 
 namespace tessera {
 namespace {
 
-// Stream id of parameter init in StreamKey(seed, kInitStream, parameter index).
-constexpr uint64_t kInitStream = 0x696e6974;  // "init"
-// Elements per independently seeded init chunk (lets init run in parallel, same bits).
-constexpr int64_t kInitChunk = 4096;
 // The LM head's logits are materialised for at most this many floats at a time (64 MiB), in
 // chunks of 64..256 rows: few chunks keep the d_weight accumulation (a pass over the whole
 // (V, C) gradient per chunk) cheap, and GEMMs of >= 64 rows stay efficient.
@@ -38,16 +39,16 @@ std::string Num(int64_t v) { return std::to_string(v); }
 // Refuses shapes whose buffers cannot exist on this machine, before any size is computed in
 // int64 (where products like B*NH*T*T of absurd configs would overflow) or allocated (where
 // running out of memory would abort). The estimate, in double, is an upper bound of what the
-// measuring pass will ask for: parameters and gradients, activations kept under the `none`
-// policy (about 16 floats per token per C plus the MLP width and attention probabilities),
-// and the logits scratch.
-Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T) {
+// measuring pass will ask for: parameters and gradients (unless a store holds them), activations
+// kept under the `none` policy (about 16 floats per token per C plus the MLP width and
+// attention probabilities), and the logits scratch.
+Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_params) {
   const double C = c.hidden_size, L = c.num_layers, V = c.vocab_size, F = c.ffn_size();
   const double NH = c.num_heads, HS = C / NH, NKV = c.kv_heads(), tokens = double(B) * T;
   const double per_layer = C * (NH + 2 * NKV) * HS + NH * HS * C + 3 * C * F + 4 * C;
   const double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
   const double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;
-  const double bytes = 4.0 * (2 * params + acts) + 4.0 * kLogitsScratchFloats;
+  const double bytes = 4.0 * ((owns_params ? 2 * params : 0.0) + acts) + 4.0 * kLogitsScratchFloats;
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (bytes > ram) {
     char buf[256];
@@ -62,7 +63,7 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T) {
   return Status::Ok();
 }
 
-Status Validate(const ModelConfig& c, int64_t B, int64_t T) {
+Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& options) {
   auto bad = [](const std::string& m) { return InvalidArgument("model: " + m); };
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   if (c.vocab_size < 2) return bad("vocab_size=" + Num(c.vocab_size) + " must be >= 2");
@@ -100,12 +101,45 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T) {
   if (T > c.max_seq_len) {
     return bad("sequence length T=" + Num(T) + " exceeds max_seq_len=" + Num(c.max_seq_len));
   }
-  return CheckFitsInMemory(c, B, T);
+  const DType act = options.activation_dtype;
+  if (act != DType::kF32 && act != DType::kBF16 && act != DType::kF16) {
+    return bad("activation dtype " + std::string(DTypeName(act)) + " is not f32, bf16 or f16");
+  }
+  return CheckFitsInMemory(c, B, T, options.store == nullptr);
+}
+
+// The store of a model without one: units are ranges of its own flat buffers, and a unit's
+// GradsDone reports that range to the grad-ready hook (transformer.h).
+class FlatStore final : public ParamStore {
+ public:
+  FlatStore(float* params, float* grads, const std::vector<int64_t>* bounds,
+            const Transformer::GradReadyCallback* grad_ready)
+      : params_(params), grads_(grads), bounds_(bounds), grad_ready_(grad_ready) {}
+  const float* Acquire(int unit) override { return params_ + (*bounds_)[unit]; }
+  void Release(int unit) override {}
+  float* Grads(int unit) override { return grads_ + (*bounds_)[unit]; }
+  void GradsDone(int unit) override {
+    const int64_t begin = (*bounds_)[unit], end = (*bounds_)[unit + 1];
+    if (*grad_ready_ && end > begin) (*grad_ready_)(begin, end);
+  }
+
+ private:
+  float* params_;
+  float* grads_;
+  const std::vector<int64_t>* bounds_;
+  const Transformer::GradReadyCallback* grad_ready_;
+};
+
+// base + offset, null for a null base (measuring step) or an absent parameter (offset < 0).
+template <typename T>
+T* At(T* base, int64_t offset) {
+  return base == nullptr || offset < 0 ? nullptr : base + offset;
 }
 
 class TransformerImpl final : public Transformer {
  public:
-  TransformerImpl(const ModelConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
+  TransformerImpl(const ModelConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
+                  const ModelOptions& options);
 
   void InitRandom(uint64_t seed) override;
   double ForwardBackward(const int32_t* inputs, const int32_t* targets,
@@ -115,8 +149,12 @@ class TransformerImpl final : public Transformer {
   double Forward(const int32_t* inputs, const int32_t* targets) override {
     return Step(inputs, targets, 0.0f, /*backward=*/false);
   }
-  void ZeroGrads() override { std::memset(grads_.data(), 0, grads_.nbytes()); }
+  void ZeroGrads() override {
+    if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.nbytes());
+  }
   void SetGradReadyCallback(GradReadyCallback callback) override {
+    TESSERA_CHECK_MSG(own_store_ != nullptr || !callback,
+                      "a model with a ParamStore reports finished gradients via GradsDone");
     grad_ready_ = std::move(callback);
   }
 
@@ -126,7 +164,8 @@ class TransformerImpl final : public Transformer {
   std::span<Parameter> parameters() override { return params_; }
   Tensor flat_params() override { return flat_params_; }
   Tensor flat_grads() override { return grads_; }
-  int64_t num_params() const override { return flat_params_.numel(); }
+  int64_t num_params() const override { return bounds_.back(); }
+  DType activation_dtype() const override { return act_dtype_; }
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
@@ -145,37 +184,52 @@ class TransformerImpl final : public Transformer {
   void ForwardBody(StepArenas& arenas, const int32_t* inputs);
   void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
                     size_t d_h_mark, const Tensor& d_res);
+  // Rounds n activations (or gradients) at x to act_dtype_; nothing for fp32.
+  void Round(float* x, int64_t n) const {
+    if (act_dtype_ != DType::kF32) cpu::RoundTo(act_dtype_, x, n);
+  }
+
+  // Store calls of a step. A measuring step (live == false) makes none: its weight and
+  // gradient bases are null.
+  const float* Acquire(bool live, int unit) { return live ? store_->Acquire(unit) : nullptr; }
+  void Release(bool live, int unit) {
+    if (live) store_->Release(unit);
+  }
+  void Prefetch(bool live, int unit) {
+    if (live && unit >= 0 && unit < num_units()) store_->Prefetch(unit);
+  }
+  float* Grads(bool live, int unit) { return live ? store_->Grads(unit) : nullptr; }
+  void GradsDone(bool live, int unit) {
+    if (live) store_->GradsDone(unit);
+  }
+  int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
+  int final_unit() const { return static_cast<int>(config_.num_layers) + 1; }
 
   ModelConfig config_;
   int64_t B_, T_;
   MemoryTracker* tracker_;
+  DType act_dtype_;
   DecoderBlock block_;
   int64_t chunk_rows_ = 0;
 
   Arena param_arena_, grad_arena_, act_, ws_;
-  Tensor flat_params_, grads_;  // (num_params)
+  Tensor flat_params_, grads_;  // (num_params); empty with a caller's store
   std::vector<Parameter> params_;
-  std::vector<InitRule> init_rules_;  // per parameter
   std::unordered_map<std::string, int> index_;
+  std::vector<int64_t> bounds_;  // UnitBounds(config_)
 
-  // Grad-ready hook (transformer.h) and the flat ranges it reports.
-  struct Range {
-    int64_t begin = 0, end = 0;
-  };
-  void GradReady(const StepArenas& arenas, const Range& r) const {
-    if (grad_ready_ && arenas.live() && r.end > r.begin) grad_ready_(r.begin, r.end);
-  }
-  GradReadyCallback grad_ready_;
-  std::vector<Range> block_range_;  // per block: all of its parameters
-  Range embed_range_, final_norm_range_, head_range_;  // head_range_ empty when tied
+  // The store every step goes through: the caller's, or own_store_ over the flat buffers.
+  ParamStore* store_ = nullptr;
+  std::unique_ptr<FlatStore> own_store_;
+  GradReadyCallback grad_ready_;  // reported by own_store_
 
-  // Views used by the step.
-  std::vector<BlockWeights> block_w_;
-  std::vector<BlockGrads> block_g_;
-  const float *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr,
-              *head_w_ = nullptr;
-  float *d_wte_ = nullptr, *d_wpe_ = nullptr, *d_lnf_w_ = nullptr, *d_lnf_b_ = nullptr,
-        *d_head_w_ = nullptr;
+  // Unit-relative offsets (elements) of the weights a step reads, -1 when absent.
+  std::vector<BlockLayout> block_layout_;  // per block, relative to unit 1 + l
+  int64_t wte_off_ = -1, wpe_off_ = -1;    // unit 0
+  int64_t lnf_w_off_ = -1, lnf_b_off_ = -1;  // unit L + 1
+  int64_t head_off_ = -1;  // in unit 0 (tied) or L + 1
+  // Base of unit L + 1 while it is acquired (from the final norm to its backward).
+  const float* final_base_ = nullptr;
 
   // Per-step state, reallocated from the arenas each step.
   std::vector<Tensor> resid_;        // L+1 x (N, C): embeddings, then each block's output
@@ -187,7 +241,7 @@ class TransformerImpl final : public Transformer {
   } final_;
 };
 
-BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T) {
+BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype) {
   BlockDims d;
   d.family = c.family;
   d.B = B;
@@ -199,16 +253,18 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T) {
   d.F = c.ffn_size();
   d.eps = c.norm_eps;
   d.rope_theta = c.rope_theta;
+  d.act_dtype = act_dtype;
   return d;
 }
 
 TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T,
-                                 MemoryTracker* tracker)
+                                 MemoryTracker* tracker, const ModelOptions& options)
     : config_(config),
       B_(B),
       T_(T),
       tracker_(tracker),
-      block_(MakeDims(config, B, T)),
+      act_dtype_(options.activation_dtype),
+      block_(MakeDims(config, B, T, options.activation_dtype)),
       param_arena_(Arena::Measuring(MemoryKind::kParameters)),
       grad_arena_(Arena::Measuring(MemoryKind::kGradients)),
       act_(Arena::Measuring(MemoryKind::kActivations)),
@@ -217,20 +273,28 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
   const int64_t rows = std::clamp<int64_t>(kLogitsScratchFloats / config.vocab_size, 64, 256);
   const int64_t chunks = (B * T + rows - 1) / rows;
   chunk_rows_ = (B * T + chunks - 1) / chunks;
+  store_ = options.store;
   LayOutParameters();
   BindBlocks();
   MeasureArenas();
 }
 
+// Named views at their flat offsets. Without a caller's store the model allocates the flat
+// buffers and serves them through own_store_; with one, the views keep shape but no data.
 void TransformerImpl::LayOutParameters() {
   std::vector<ParamDecl> decls = DeclareParameters(config_);
-  int64_t total = 0;
-  for (const ParamDecl& d : decls) total += d.shape.numel();
-  const size_t bytes = static_cast<size_t>(total) * sizeof(float);
-  param_arena_ = Arena(MemoryKind::kParameters, bytes, tracker_);
-  grad_arena_ = Arena(MemoryKind::kGradients, bytes, tracker_);
-  flat_params_ = param_arena_.Allocate(DType::kF32, {total});
-  grads_ = grad_arena_.Allocate(DType::kF32, {total});
+  bounds_ = UnitBounds(config_);
+  const int64_t total = bounds_.back();
+  if (store_ == nullptr) {
+    const size_t bytes = static_cast<size_t>(total) * sizeof(float);
+    param_arena_ = Arena(MemoryKind::kParameters, bytes, tracker_);
+    grad_arena_ = Arena(MemoryKind::kGradients, bytes, tracker_);
+    flat_params_ = param_arena_.Allocate(DType::kF32, {total});
+    grads_ = grad_arena_.Allocate(DType::kF32, {total});
+    own_store_ = std::make_unique<FlatStore>(flat_params_.f32(), grads_.f32(), &bounds_,
+                                             &grad_ready_);
+    store_ = own_store_.get();
+  }
 
   int64_t offset = 0;
   params_.reserve(decls.size());
@@ -239,14 +303,18 @@ void TransformerImpl::LayOutParameters() {
     p.kind = d.kind;
     p.hf_transposed = d.hf_transposed;
     p.offset = offset;
-    p.value = Tensor(flat_params_.f32() + offset, DType::kF32, d.shape);
-    p.grad = Tensor(grads_.f32() + offset, DType::kF32, d.shape);
+    float* value = flat_params_.empty() ? nullptr : flat_params_.f32() + offset;
+    float* grad = grads_.empty() ? nullptr : grads_.f32() + offset;
+    p.value = Tensor(value, DType::kF32, d.shape);
+    p.grad = Tensor(grad, DType::kF32, d.shape);
     p.spec = ShardSpec::Whole(d.name, d.shape);
+    // Each parameter lies inside its unit.
+    TESSERA_CHECK(bounds_[d.unit] <= offset && offset + d.shape.numel() <= bounds_[d.unit + 1]);
     index_[d.name] = static_cast<int>(params_.size());
     params_.push_back(std::move(p));
-    init_rules_.push_back(d.init);
     offset += d.shape.numel();
   }
+  TESSERA_CHECK(offset == total);
 }
 
 void TransformerImpl::BindBlocks() {
@@ -255,8 +323,13 @@ void TransformerImpl::BindBlocks() {
     TESSERA_CHECK_MSG(it != index_.end(), "no parameter %s", name.c_str());
     return params_[it->second];
   };
-  auto w = [&](const std::string& name) -> const float* { return find(name).value.f32(); };
-  auto g = [&](const std::string& name) -> float* { return find(name).grad.f32(); };
+  // Offset of a parameter relative to the start of `unit`, which must hold it.
+  auto rel = [&](const std::string& name, int unit) -> int64_t {
+    const Parameter& p = find(name);
+    TESSERA_CHECK_MSG(bounds_[unit] <= p.offset && p.offset + p.numel() <= bounds_[unit + 1],
+                      "%s is not in unit %d", name.c_str(), unit);
+    return p.offset - bounds_[unit];
+  };
   // Fused GEMMs read several adjacent parameters as one matrix.
   auto check_adjacent = [&](const std::string& a, const std::string& b) {
     const Parameter& pa = find(a);
@@ -265,77 +338,46 @@ void TransformerImpl::BindBlocks() {
 
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
-    BlockWeights bw;
-    BlockGrads bg;
-    // Fills both structs from the name of each field's parameter.
-    auto bind = [&](const float*& wf, float*& gf, const std::string& name) {
-      wf = w(name);
-      gf = g(name);
-    };
+    const int unit = static_cast<int>(1 + i);
+    BlockLayout b;
     if (gpt2) {
       const std::string p = "h." + std::to_string(i) + ".";
-      bind(bw.norm1_w, bg.norm1_w, p + "ln_1.weight");
-      bind(bw.norm1_b, bg.norm1_b, p + "ln_1.bias");
-      bind(bw.qkv_w, bg.qkv_w, p + "attn.c_attn.weight");
-      bind(bw.qkv_b, bg.qkv_b, p + "attn.c_attn.bias");
-      bind(bw.proj_w, bg.proj_w, p + "attn.c_proj.weight");
-      bind(bw.proj_b, bg.proj_b, p + "attn.c_proj.bias");
-      bind(bw.norm2_w, bg.norm2_w, p + "ln_2.weight");
-      bind(bw.norm2_b, bg.norm2_b, p + "ln_2.bias");
-      bind(bw.fc_w, bg.fc_w, p + "mlp.c_fc.weight");
-      bind(bw.fc_b, bg.fc_b, p + "mlp.c_fc.bias");
-      bind(bw.out_w, bg.out_w, p + "mlp.c_proj.weight");
-      bind(bw.out_b, bg.out_b, p + "mlp.c_proj.bias");
+      b.norm1_w = rel(p + "ln_1.weight", unit);
+      b.norm1_b = rel(p + "ln_1.bias", unit);
+      b.qkv_w = rel(p + "attn.c_attn.weight", unit);
+      b.qkv_b = rel(p + "attn.c_attn.bias", unit);
+      b.proj_w = rel(p + "attn.c_proj.weight", unit);
+      b.proj_b = rel(p + "attn.c_proj.bias", unit);
+      b.norm2_w = rel(p + "ln_2.weight", unit);
+      b.norm2_b = rel(p + "ln_2.bias", unit);
+      b.fc_w = rel(p + "mlp.c_fc.weight", unit);
+      b.fc_b = rel(p + "mlp.c_fc.bias", unit);
+      b.out_w = rel(p + "mlp.c_proj.weight", unit);
+      b.out_b = rel(p + "mlp.c_proj.bias", unit);
     } else {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       check_adjacent(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight");
       check_adjacent(p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight");
       check_adjacent(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight");
-      bind(bw.norm1_w, bg.norm1_w, p + "input_layernorm.weight");
-      bind(bw.qkv_w, bg.qkv_w, p + "self_attn.q_proj.weight");
-      bind(bw.proj_w, bg.proj_w, p + "self_attn.o_proj.weight");
-      bind(bw.norm2_w, bg.norm2_w, p + "post_attention_layernorm.weight");
-      bind(bw.fc_w, bg.fc_w, p + "mlp.gate_proj.weight");
-      bind(bw.out_w, bg.out_w, p + "mlp.down_proj.weight");
+      b.norm1_w = rel(p + "input_layernorm.weight", unit);
+      b.qkv_w = rel(p + "self_attn.q_proj.weight", unit);
+      b.proj_w = rel(p + "self_attn.o_proj.weight", unit);
+      b.norm2_w = rel(p + "post_attention_layernorm.weight", unit);
+      b.fc_w = rel(p + "mlp.gate_proj.weight", unit);
+      b.out_w = rel(p + "mlp.down_proj.weight", unit);
     }
-    block_w_.push_back(bw);
-    block_g_.push_back(bg);
+    block_layout_.push_back(b);
   }
   const std::string emb = gpt2 ? "wte.weight" : "model.embed_tokens.weight";
   const std::string fin = gpt2 ? "ln_f" : "model.norm";
-  wte_ = w(emb);
-  d_wte_ = g(emb);
+  const int last = final_unit();
+  wte_off_ = rel(emb, 0);
   if (gpt2) {
-    wpe_ = w("wpe.weight");
-    d_wpe_ = g("wpe.weight");
-    lnf_b_ = w(fin + ".bias");
-    d_lnf_b_ = g(fin + ".bias");
+    wpe_off_ = rel("wpe.weight", 0);
+    lnf_b_off_ = rel(fin + ".bias", last);
   }
-  lnf_w_ = w(fin + ".weight");
-  d_lnf_w_ = g(fin + ".weight");
-  const std::string head = config_.tie_embeddings ? emb : "lm_head.weight";
-  head_w_ = w(head);
-  d_head_w_ = g(head);
-
-  // Flat ranges for the grad-ready hook, from the layout order (param_layout.h): embeddings,
-  // blocks, final norm, untied head. Each group is contiguous.
-  auto span_of = [&](const std::string& first, const std::string& last) {
-    const Parameter& b = find(first);
-    const Parameter& e = find(last);
-    return Range{b.offset, e.offset + e.numel()};
-  };
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
-    const std::string p = (gpt2 ? "h." : "model.layers.") + std::to_string(i) + ".";
-    block_range_.push_back(gpt2 ? span_of(p + "ln_1.weight", p + "mlp.c_proj.bias")
-                                : span_of(p + "input_layernorm.weight", p + "mlp.down_proj.weight"));
-  }
-  embed_range_ = span_of(emb, gpt2 ? "wpe.weight" : emb);
-  final_norm_range_ = span_of(fin + ".weight", gpt2 ? fin + ".bias" : fin + ".weight");
-  if (!config_.tie_embeddings) head_range_ = span_of("lm_head.weight", "lm_head.weight");
-  int64_t covered = embed_range_.end - embed_range_.begin + final_norm_range_.end -
-                    final_norm_range_.begin + head_range_.end - head_range_.begin;
-  for (const Range& r : block_range_) covered += r.end - r.begin;
-  TESSERA_CHECK(covered == flat_params_.numel());
+  lnf_w_off_ = rel(fin + ".weight", last);
+  head_off_ = config_.tie_embeddings ? rel(emb, 0) : rel("lm_head.weight", last);
 }
 
 // Runs a training step and an evaluation step on measuring arenas (no arithmetic), then
@@ -353,28 +395,9 @@ void TransformerImpl::MeasureArenas() {
 }
 
 void TransformerImpl::InitRandom(uint64_t seed) {
-  const double std_all = config_.init_std;
-  const double std_resid = std_all / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    float* v = params_[i].value.f32();
-    const int64_t n = params_[i].numel();
-    const InitRule rule = init_rules_[i];
-    if (rule == InitRule::kZeros || rule == InitRule::kOnes) {
-      std::fill(v, v + n, rule == InitRule::kOnes ? 1.0f : 0.0f);
-      continue;
-    }
-    const double sd = rule == InitRule::kResidualNormal ? std_resid : std_all;
-    const uint64_t key = StreamKey(seed, kInitStream, i);
-    const int64_t chunks = (n + kInitChunk - 1) / kInitChunk;
-    // Element j is draw j of the parameter's stream (NextNormal takes two counters), whichever
-    // thread computes it.
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kInitChunk, end = std::min(n, begin + kInitChunk);
-      Rng rng(key, static_cast<uint64_t>(2 * begin));
-      for (int64_t j = begin; j < end; ++j) v[j] = static_cast<float>(sd * rng.NextNormal());
-    }
-  }
+  TESSERA_CHECK_MSG(own_store_ != nullptr,
+                    "a model with a ParamStore has no parameters to init: use InitParameterRange");
+  InitParameterRange(config_, seed, 0, num_params(), flat_params_.f32());
 }
 
 // Token ids come from the data pipeline; one out of range would read outside the embedding.
@@ -389,7 +412,8 @@ void TransformerImpl::CheckTokens(const int32_t* inputs, const int32_t* targets)
 }
 
 // Forward through the embeddings, the blocks and the final norm: fills resid_, saved_ and
-// final_ (h = final_norm(x_L), what the LM head reads).
+// final_ (h = final_norm(x_L), what the LM head reads). Leaves unit L + 1 acquired
+// (final_base_): the untied head and the final norm's backward read it.
 void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
   const bool live = arenas.live();
   const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
@@ -397,57 +421,84 @@ void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
   resid_.assign(L + 1, Tensor());
   saved_.assign(L, BlockSaved());
   resid_[0] = act_.Allocate(DType::kF32, {N, C});
-  if (live) cpu::EmbeddingForward(resid_[0].f32(), inputs, wte_, wpe_, B_, T_, C);
+  const float* embed = Acquire(live, 0);
+  if (live) {
+    cpu::EmbeddingForward(resid_[0].f32(), inputs, At(embed, wte_off_), At(embed, wpe_off_),
+                          B_, T_, C);
+    Round(resid_[0].f32(), N * C);
+  }
+  Release(live, 0);
   for (int64_t l = 0; l < L; ++l) {
+    const int unit = static_cast<int>(1 + l);
     resid_[l + 1] = act_.Allocate(DType::kF32, {N, C});
+    const float* weights = Acquire(live, unit);
+    Prefetch(live, unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
     block_.Forward(arenas, config_.recompute, resid_[l].f32(), resid_[l + 1].f32(), saved_[l],
-                   block_w_[l]);
+                   block_layout_[l].Weights(weights));
+    Release(live, unit);
   }
   // h = final_norm(x_L)
   final_.out = act_.Allocate(DType::kF32, {N, C});
   final_.mean = config_.family == ModelFamily::kGpt2 ? act_.Allocate(DType::kF32, {N}) : Tensor();
   final_.rstd = act_.Allocate(DType::kF32, {N});
+  final_base_ = Acquire(live, final_unit());
   if (!live) return;
   if (config_.family == ModelFamily::kGpt2) {
     cpu::LayerNormForward(final_.out.f32(), final_.mean.f32(), final_.rstd.f32(),
-                          resid_[L].f32(), lnf_w_, lnf_b_, N, C, config_.norm_eps);
+                          resid_[L].f32(), At(final_base_, lnf_w_off_),
+                          At(final_base_, lnf_b_off_), N, C, config_.norm_eps);
   } else {
-    cpu::RmsNormForward(final_.out.f32(), final_.rstd.f32(), resid_[L].f32(), lnf_w_, N, C,
-                        config_.norm_eps);
+    cpu::RmsNormForward(final_.out.f32(), final_.rstd.f32(), resid_[L].f32(),
+                        At(final_base_, lnf_w_off_), N, C, config_.norm_eps);
   }
+  Round(final_.out.f32(), N * C);
 }
 
 // Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
 // d_h sits on top of the workspace at `d_h_mark`: it is released once the final norm has read
-// it, so the blocks reuse its bytes.
+// it, so the blocks reuse its bytes. Unit L + 1 is acquired on entry and released here.
 void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
                                    size_t d_h_mark, const Tensor& d_res) {
+  const bool live = arenas.live();
   const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
   // h = final_norm(x_L)
-  if (arenas.live()) {
+  float* final_grads = Grads(live, final_unit());
+  if (live) {
+    const float* w = At(final_base_, lnf_w_off_);
     if (config_.family == ModelFamily::kGpt2) {
-      cpu::LayerNormBackward(d_res.f32(), d_lnf_w_, d_lnf_b_, d_h.f32(), resid_[L].f32(),
-                             lnf_w_, final_.mean.f32(), final_.rstd.f32(), N, C);
+      cpu::LayerNormBackward(d_res.f32(), At(final_grads, lnf_w_off_),
+                             At(final_grads, lnf_b_off_), d_h.f32(), resid_[L].f32(), w,
+                             final_.mean.f32(), final_.rstd.f32(), N, C);
     } else {
-      cpu::RmsNormBackward(d_res.f32(), d_lnf_w_, d_h.f32(), resid_[L].f32(), lnf_w_,
-                           final_.rstd.f32(), N, C);
+      cpu::RmsNormBackward(d_res.f32(), At(final_grads, lnf_w_off_), d_h.f32(), resid_[L].f32(),
+                           w, final_.rstd.f32(), N, C);
     }
+    Round(d_res.f32(), N * C);
   }
-  GradReady(arenas, final_norm_range_);
+  GradsDone(live, final_unit());
+  Release(live, final_unit());
+  final_base_ = nullptr;
   ws_.Release(d_h_mark);
   // x_{l+1} = block_l(x_l)
   for (int64_t l = L - 1; l >= 0; --l) {
+    const int unit = static_cast<int>(1 + l);
+    const float* weights = Acquire(live, unit);
+    if (l > 0) Prefetch(live, unit - 1);  // unit 0 is not acquired by backward
+    float* grads = Grads(live, unit);
     block_.Backward(arenas, config_.recompute, d_res.f32(), resid_[l].f32(), saved_[l],
-                    block_w_[l], block_g_[l]);
-    GradReady(arenas, block_range_[l]);
+                    block_layout_[l].Weights(weights), block_layout_[l].Grads(grads));
+    GradsDone(live, unit);
+    Release(live, unit);
   }
-  // x0 = embed[tokens] (+ wpe[t])
-  if (arenas.live()) {
-    cpu::EmbeddingBackward(d_wte_, d_wpe_, d_res.f32(), inputs, B_, T_, C, config_.vocab_size);
+  // x0 = embed[tokens] (+ wpe[t]): needs no weights
+  float* embed_grads = Grads(live, 0);
+  if (live) {
+    cpu::EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res.f32(),
+                           inputs, B_, T_, C, config_.vocab_size);
   }
-  GradReady(arenas, embed_range_);
+  GradsDone(live, 0);
 }
 
 double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, float grad_scale,
@@ -475,16 +526,27 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   Tensor logits = ws_.Allocate(DType::kF32, {chunk_rows_, V});
   const float loss_scale =
       counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
+  // The head's weights: unit 0's embedding when tied, else in unit L + 1 (acquired).
+  const bool tied = config_.tie_embeddings;
+  const int head_unit = tied ? 0 : final_unit();
+  const float* head_base = tied ? Acquire(live, 0) : final_base_;
+  float* head_grads = backward ? Grads(live, head_unit) : nullptr;
   double loss_sum = 0.0;
   if (live) {
     loss_sum = cpu::ClassifierForwardBackward(
-        losses.f32(), backward ? d_h.f32() : nullptr, backward ? d_head_w_ : nullptr,
-        final_.out.f32(), head_w_, targets, N, C, V, loss_scale, logits.f32(), chunk_rows_);
+        losses.f32(), backward ? d_h.f32() : nullptr, At(head_grads, head_off_),
+        final_.out.f32(), At(head_base, head_off_), targets, N, C, V, loss_scale,
+        logits.f32(), chunk_rows_);
   }
+  if (tied) Release(live, 0);
   ws_.Release(head_mark);
-  if (backward) GradReady(arenas, head_range_);
 
-  if (backward) BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
+  if (backward) {
+    BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
+  } else {
+    Release(live, final_unit());
+    final_base_ = nullptr;
+  }
   ws_.Release(0);
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
 }
@@ -492,9 +554,10 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
 }  // namespace
 
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, int64_t B,
-                                                         int64_t T, MemoryTracker* tracker) {
-  RETURN_IF_ERROR(Validate(config, B, T));
-  return std::unique_ptr<Transformer>(new TransformerImpl(config, B, T, tracker));
+                                                         int64_t T, MemoryTracker* tracker,
+                                                         const ModelOptions& options) {
+  RETURN_IF_ERROR(Validate(config, B, T, options));
+  return std::unique_ptr<Transformer>(new TransformerImpl(config, B, T, tracker, options));
 }
 
 }  // namespace tessera

@@ -1,8 +1,14 @@
 // models/transformer.h — a decoder-only transformer (GPT-2 or Llama family) with explicit
 // forward and backward, built from a ModelConfig for a fixed micro-batch shape (B, T).
 //
-// Owns: the parameter and gradient buffers (one contiguous buffer each), the activation and
-// workspace arenas sized by a measuring pass for (B, T) and the recomputation policy.
+// Owns: the activation and workspace arenas sized by a measuring pass for (B, T) and the
+// recomputation policy; and, unless a ParamStore is given (ModelOptions), the parameter and
+// gradient buffers (one contiguous fp32 buffer each).
+// With a store (param_store.h) the model owns no parameters or gradients: every step reads the
+// weights of one unit at a time from store->Acquire and accumulates into store->Grads, in the
+// order param_store.h fixes; the trainer decides where they live (sharded, low precision...).
+// Without one the model uses an internal store over its flat buffers, so both paths run the
+// same code and give the same bits.
 // Thread-safety: one thread drives a model; kernels parallelise inside.
 #pragma once
 
@@ -13,22 +19,40 @@
 #include <vector>
 
 #include "models/model_config.h"
+#include "models/param_store.h"
 #include "models/parameter.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 
+struct ModelOptions {
+  // Where parameters come from and gradients go (param_store.h); null: the model owns flat
+  // fp32 buffers. The store must outlive the model. Create never calls it (its measuring pass
+  // runs no arithmetic), so it may become ready after Create.
+  ParamStore* store = nullptr;
+  // kBF16 / kF16: activations are rounded to this type as a GPU would store them (block.h
+  // lists which), and the residual gradient after each block and the final norm backward.
+  // Compute, the logits and the loss stay fp32 (as autocast does). kF32: no rounding.
+  DType activation_dtype = DType::kF32;
+};
+
 class Transformer {
  public:
-  // Validates the config (heads divide hidden, kv heads divide heads, T <= max_seq_len) and
-  // allocates every buffer. Parameters are zero until InitRandom or a weights load.
+  // Validates the config (heads divide hidden, kv heads divide heads, T <= max_seq_len) and the
+  // options (activation_dtype f32 / bf16 / f16), allocates every buffer (not the parameters and
+  // gradients when options.store is set). Parameters are zero until InitRandom or a weights
+  // load.
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config, int64_t B,
-                                                     int64_t T, MemoryTracker* tracker);
+                                                     int64_t T, MemoryTracker* tracker,
+                                                     const ModelOptions& options = {});
   virtual ~Transformer() = default;
 
   // GPT-2-style init: weights ~ N(0, init_std), residual output projections scaled by
-  // 1/sqrt(2 * num_layers), biases 0, norm weights 1. Deterministic from `seed`.
+  // 1/sqrt(2 * num_layers), biases 0, norm weights 1. Deterministic from `seed`; element i
+  // equals InitParameterRange(config, seed, i, i + 1) (param_layout.h), which is how a
+  // trainer with a store inits. With a store: a CHECK failure.
   virtual void InitRandom(uint64_t seed) = 0;
 
   // One micro-batch: inputs(B,T) and targets(B,T) token ids (targets < 0 are ignored).
@@ -36,28 +60,36 @@ class Transformer {
   // trainer passes 1/grad_accum_steps), returns the mean loss over counted tokens.
   virtual double ForwardBackward(const int32_t* inputs, const int32_t* targets,
                                  float grad_scale) = 0;
-  // Forward only (evaluation): mean loss over counted tokens.
+  // Forward only (evaluation): mean loss over counted tokens. With a store it makes the same
+  // Acquire / Release / Prefetch calls as ForwardBackward and never asks for gradients.
   virtual double Forward(const int32_t* inputs, const int32_t* targets) = 0;
 
+  // Zeroes the flat gradient buffer. With a store: nothing (the store decides what Grads(u)
+  // holds).
   virtual void ZeroGrads() = 0;
 
   // Data-parallel hook: during ForwardBackward, called with an element range [begin, end) of
   // the flat gradient buffer as soon as the gradients in it are final for this micro-batch,
-  // so a trainer can start reducing them while backward goes on. Order: the untied LM head
-  // (after the classifier), the final norm, each block from the last to the first, then the
-  // embeddings (last: a tied embedding also collects the LM head's gradient). The ranges of
-  // one ForwardBackward cover [0, num_params) exactly once. Called on the driving thread; an
-  // empty function turns it off. Forward() never calls it.
+  // so a trainer can start reducing them while backward goes on. One call per unit
+  // (param_store.h), in the order units finish: unit L+1 (the final norm, with the untied LM
+  // head), each block from the last to the first, then unit 0, the embeddings (last: a tied
+  // embedding also collects the LM head's gradient). The ranges of one ForwardBackward cover
+  // [0, num_params) exactly once. Called on the driving thread; an empty function turns it
+  // off. Forward() never calls it. With a store, setting a non-empty callback is a CHECK
+  // failure (the store's GradsDone is the hook).
   using GradReadyCallback = std::function<void(int64_t begin, int64_t end)>;
   virtual void SetGradReadyCallback(GradReadyCallback callback) = 0;
 
   virtual const ModelConfig& config() const = 0;
   virtual int64_t batch_size() const = 0;  // B of every micro-batch this model was built for
   virtual int64_t seq_len() const = 0;     // T of every micro-batch
+  // Every parameter in flat order (param_layout.h). With a store, value and grad are empty()
+  // (null data) but keep their shape, so name, kind, offset, numel() and shape still hold.
   virtual std::span<Parameter> parameters() = 0;
-  virtual Tensor flat_params() = 0;   // (num_params) all parameters, contiguous
-  virtual Tensor flat_grads() = 0;    // (num_params) gradients at the same offsets
+  virtual Tensor flat_params() = 0;   // (num_params) all parameters, contiguous; store: empty
+  virtual Tensor flat_grads() = 0;    // (num_params) gradients at the same offsets; store: empty
   virtual int64_t num_params() const = 0;
+  virtual DType activation_dtype() const = 0;
   // Training FLOPs per token (forward + backward) for MFU: 6 * matmul params + attention.
   virtual double TrainFlopsPerToken() const = 0;
 };
