@@ -16,6 +16,7 @@ const char* MemoryKindName(MemoryKind k) {
     case MemoryKind::kOptimizerState: return "optimizer state";
     case MemoryKind::kActivations: return "activations";
     case MemoryKind::kWorkspace: return "workspace";
+    case MemoryKind::kUnitBuffers: return "unit buffers";
     case MemoryKind::kCount: break;
   }
   return "?";

@@ -25,6 +25,10 @@ enum class MemoryKind : int {
   kOptimizerState,
   kActivations,
   kWorkspace,
+  // Per-unit transient buffers of sharded / mixed-precision training (runtime/train/
+  // param_shards.h): gathered or upcast parameters of the units in use and the per-unit
+  // gradient buffers waiting for their reduction. Bounded by a few units, not the model.
+  kUnitBuffers,
   kCount,
 };
 const char* MemoryKindName(MemoryKind k);

@@ -473,6 +473,17 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
   return s.Finish();
 }
 
+Status ReadMixedPrecision(Section& s, MixedPrecisionConfig* m) {
+  RETURN_IF_ERROR(s.Enum<bool>("reduce_dtype", {{"fp32", false}, {"low", true}}, &m->reduce_in_low));
+  RETURN_IF_ERROR(s.Enum<LossScaleMode>(
+      "loss_scale", {{"dynamic", LossScaleMode::kDynamic}, {"static", LossScaleMode::kStatic}},
+      &m->loss_scale));
+  RETURN_IF_ERROR(s.Float("initial_scale", kPositive, &m->initial_scale));
+  RETURN_IF_ERROR(s.Int("growth_interval", 1, kMaxSteps, &m->growth_interval));
+  RETURN_IF_ERROR(s.Float("min_scale", kPositive, &m->min_scale));
+  return s.Finish();
+}
+
 Status ReadComm(Section& s, CommConfig* c) {
   RETURN_IF_ERROR(s.Float("timeout_s", kPositive, &c->timeout_s));
   // At least 1 KiB per bucket: smaller buckets would mean one collective per few elements.
@@ -497,6 +508,12 @@ Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
   RETURN_IF_ERROR(ReadParallel(parallel, &cfg->parallel));
   ASSIGN_OR_RETURN(Section comm, top.Child("comm"));
   RETURN_IF_ERROR(ReadComm(comm, &cfg->comm));
+  RETURN_IF_ERROR(top.Enum<Precision>(
+      "precision",
+      {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}},
+      &cfg->precision));
+  ASSIGN_OR_RETURN(Section mixed, top.Child("mixed_precision"));
+  RETURN_IF_ERROR(ReadMixedPrecision(mixed, &cfg->mixed_precision));
   RETURN_IF_ERROR(top.String("init_from", &cfg->init_from));
   return top.Finish();
 }
@@ -567,12 +584,20 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
     if (value > 1) {
       return ctx.CrossFieldError({key}, std::string(key + 9) + "=" + N(value) +
                                             ": not supported yet (only 1; data parallelism "
-                                            "with parallel.dp and parallel.zero 0..2 is)");
+                                            "with parallel.dp and parallel.zero 0..3 is)");
     }
   }
-  if (par.zero == 3) {
-    return ctx.CrossFieldError({"parallel.zero"},
-                               "zero=3 (partitioned parameters): not supported yet (use 0, 1 or 2)");
+  if (par.zero == 3 && par.dp < 2) {
+    return ctx.CrossFieldError({"parallel.zero", "parallel.dp"},
+                               "zero=3 partitions the parameters across the data-parallel ranks, "
+                               "but dp=1: with one rank there is nothing to partition (use zero "
+                               "0, or set parallel.dp and launch that many ranks)");
+  }
+  if (c.mixed_precision.min_scale > c.mixed_precision.initial_scale) {
+    return ctx.CrossFieldError({"mixed_precision.min_scale", "mixed_precision.initial_scale"},
+                               "min_scale=" + FormatConfigFloat(c.mixed_precision.min_scale) +
+                                   " exceeds initial_scale=" +
+                                   FormatConfigFloat(c.mixed_precision.initial_scale));
   }
   if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
     return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");

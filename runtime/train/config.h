@@ -12,6 +12,7 @@
 
 #include "models/model_config.h"
 #include "optimizer/optimizer_config.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -64,10 +65,15 @@ struct ParallelConfig {
   int tp = 1;    // parallel.tp: tensor-parallel ranks; only 1 is supported yet
   int pp = 1;    // parallel.pp: pipeline stages; only 1 is supported yet
   int ep = 1;    // parallel.ep: expert-parallel ranks; only 1 is supported yet
-  int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..2 (3 is not supported yet):
+  int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..3 (optimizer/shard_layout.h):
                  //   0 = replicated optimizer, gradients all-reduced in buckets during backward;
-                 //   1 = AdamW moments partitioned across dp (1/dp each), params all-gathered;
-                 //   2 = 1 + gradients reduce-scattered into the owner's partition
+                 //   1 = AdamW moments (and master weights) partitioned across dp, 1/dp each,
+                 //       updated pieces all-gathered after the step;
+                 //   2 = 1 + each unit's gradients reduce-scattered into its owners' pieces as
+                 //       soon as backward has finished the unit (no full gradient buffer);
+                 //   3 = 2 + parameters partitioned: each unit all-gathered just before its
+                 //       forward and backward (the next one prefetched) and freed after;
+                 //       needs dp >= 2
   int world_size() const { return dp * tp * pp * ep; }
 };
 
@@ -79,8 +85,32 @@ struct CommConfig {
                              //   more messages
 };
 
+// precision: what parameters and activations are stored in. fp32 master weights live in the
+// optimizer (its ZeRO partition) whenever the parameters are not fp32. On CPU every kernel
+// computes in fp32 from the rounded values, so the numerics of low-precision storage are the
+// ones a GPU run would see.
+enum class Precision { kFp32, kBf16, kFp16 };
+const char* PrecisionName(Precision p);  // "fp32" | "bf16" | "fp16"
+DType PrecisionDType(Precision p);       // kF32 | kBF16 | kF16
+
+enum class LossScaleMode { kDynamic, kStatic };
+const char* LossScaleModeName(LossScaleMode m);  // "dynamic" | "static"
+
+struct MixedPrecisionConfig {
+  bool reduce_in_low = false;       // mixed_precision.reduce_dtype: fp32 | low — gradients are
+                                    //   reduced across dp in fp32 or in the precision's type
+  LossScaleMode loss_scale = LossScaleMode::kDynamic;  // mixed_precision.loss_scale (fp16 only):
+                                    //   dynamic (skip overflowing steps, back off, regrow) | static
+  float initial_scale = 65536.0f;   // mixed_precision.initial_scale: > 0 (fp16 only)
+  int64_t growth_interval = 1000;   // mixed_precision.growth_interval: finite steps before the
+                                    //   scale doubles, >= 1 (fp16 dynamic only)
+  float min_scale = 1.0f;           // mixed_precision.min_scale: floor of the backoff, > 0
+};
+
 struct Config {
   std::string path;                // the YAML file it came from
+  Precision precision = Precision::kFp32;  // precision: fp32 | bf16 | fp16
+  MixedPrecisionConfig mixed_precision;
   ParallelConfig parallel;
   CommConfig comm;
   ModelConfig model;

@@ -150,6 +150,15 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   EmitData(out, config.data);
   EmitTrain(out, config.train);
   EmitParallel(out, config.parallel, config.comm);
+  PutName(out, "precision", PrecisionName(config.precision));
+  const MixedPrecisionConfig& mp = config.mixed_precision;
+  out << YAML::Key << "mixed_precision" << YAML::Value << YAML::BeginMap;
+  PutName(out, "reduce_dtype", mp.reduce_in_low ? "low" : "fp32");
+  PutName(out, "loss_scale", LossScaleModeName(mp.loss_scale));
+  Put(out, "initial_scale", mp.initial_scale);
+  Put(out, "growth_interval", mp.growth_interval);
+  Put(out, "min_scale", mp.min_scale);
+  out << YAML::EndMap;
   PutPath(out, "init_from", config.init_from);
   out << YAML::EndMap;
 
@@ -160,6 +169,28 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
     header += "# --set " + o + "\n";
   }
   return header + out.c_str() + "\n";
+}
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+DType PrecisionDType(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return DType::kF32;
+    case Precision::kBf16: return DType::kBF16;
+    case Precision::kFp16: return DType::kF16;
+  }
+  return DType::kF32;
+}
+
+const char* LossScaleModeName(LossScaleMode m) {
+  return m == LossScaleMode::kStatic ? "static" : "dynamic";
 }
 
 }  // namespace tessera

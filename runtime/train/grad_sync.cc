@@ -1,11 +1,11 @@
-// runtime/train/grad_sync.cc — bucketed all-reduce, ZeRO-2 reduce-scatter, partitioned norm,
-// parameter all-gather (see grad_sync.h for the contract).
+// runtime/train/grad_sync.cc — bucketed all-reduce, bounded waits, scalar gathers (see
+// grad_sync.h for the contract).
 #include "runtime/train/grad_sync.h"
 
 #include <chrono>
 #include <cstring>
 
-#include "optimizer/grad_clip.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/core/check.h"
 
 namespace tessera {
@@ -13,9 +13,8 @@ namespace {
 
 Tensor F32View(float* p, int64_t n) { return Tensor(p, DType::kF32, {n}); }
 
-// Waits for every handle, bounded by ONE timeout in all: after the first failure (a hung
-// peer makes every later op of the group time out too) the rest are only polled, so a job
-// with many buckets still fails after comm.timeout_s, not after buckets x timeout_s.
+}  // namespace
+
 Status WaitAll(std::vector<std::unique_ptr<Work>>& work) {
   Status first = Status::Ok();
   for (auto& w : work) {
@@ -27,14 +26,17 @@ Status WaitAll(std::vector<std::unique_ptr<Work>>& work) {
   return first;
 }
 
-}  // namespace
-
 // ---- BucketedAllReduce ------------------------------------------------------------------------
 
 BucketedAllReduce::BucketedAllReduce(Communicator* comm, float* grads, int64_t n,
-                                     int64_t bucket_elems)
-    : comm_(comm), grads_(grads), n_(n), bucket_(std::max<int64_t>(1, bucket_elems)) {
+                                     int64_t bucket_elems, DType wire, MemoryTracker* tracker)
+    : comm_(comm), grads_(grads), n_(n), bucket_(std::max<int64_t>(1, bucket_elems)), wire_(wire) {
   TESSERA_CHECK(comm_ != nullptr && n_ >= 0);
+  if (wire_ != DType::kF32) {
+    staging_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(n) * DTypeSize(wire) +
+                                                       Arena::kAlignment, tracker);
+    staging_ = staging_arena_.Allocate(wire_, {n});
+  }
   const int64_t buckets = (n_ + bucket_ - 1) / bucket_;
   remaining_.resize(static_cast<size_t>(buckets));
   Begin();
@@ -52,7 +54,14 @@ void BucketedAllReduce::Begin() {
 void BucketedAllReduce::Launch(int64_t k) {
   if (work_[k] != nullptr) return;
   const int64_t b = BucketBegin(k), e = BucketEnd(k);
-  Tensor view = F32View(grads_ + b, e - b);
+  if (wire_ == DType::kF32) {
+    Tensor view = F32View(grads_ + b, e - b);
+    work_[k] = comm_->AllReduce(view, ReduceOp::kSum, ReduceOrder::kRankOrder);
+    return;
+  }
+  char* stage = static_cast<char*>(staging_.data()) + b * DTypeSize(wire_);
+  cpu::ConvertFromF32(wire_, grads_ + b, stage, e - b);
+  Tensor view(stage, wire_, {e - b});
   work_[k] = comm_->AllReduce(view, ReduceOp::kSum, ReduceOrder::kRankOrder);
 }
 
@@ -77,77 +86,12 @@ Status BucketedAllReduce::Finish() {
   // Launch order must be the same on every rank: the hook's order is (same model, same code),
   // and the rest go in bucket order.
   for (int64_t k = 0; k < num_buckets(); ++k) Launch(k);
-  return WaitAll(work_);
+  RETURN_IF_ERROR(WaitAll(work_));
+  if (wire_ != DType::kF32) cpu::ConvertToF32(wire_, staging_.data(), grads_, n_);
+  return Status::Ok();
 }
 
-// ---- PartitionReduceScatter -------------------------------------------------------------------
-
-PartitionReduceScatter::PartitionReduceScatter(Communicator* comm, const Partitioning& part,
-                                               int64_t piece_elems, MemoryTracker* tracker)
-    : comm_(comm),
-      part_(part),
-      piece_(std::clamp<int64_t>(piece_elems, 1, part.padded_size())),
-      scratch_(MemoryKind::kWorkspace,
-               2 * (static_cast<size_t>(part.ranks() * piece_) * sizeof(float) + Arena::kAlignment),
-               tracker) {
-  TESSERA_CHECK(comm_ != nullptr && comm_->size() == part.ranks());
-  for (Tensor& t : pack_) t = scratch_.Allocate(DType::kF32, {part.ranks() * piece_});
-}
-
-Status PartitionReduceScatter::Run(const float* grads, float* out) {
-  const int dp = part_.ranks();
-  const int64_t P = part_.padded_size(), n = part_.num_params();
-  std::unique_ptr<Work> in_flight[2];
-  int64_t index = 0;
-  for (int64_t off = 0; off < P; off += piece_, ++index) {
-    const int64_t len = std::min(piece_, P - off);
-    const int slot = static_cast<int>(index % 2);
-    if (in_flight[slot] != nullptr) {  // the buffer is reused two pieces later
-      RETURN_IF_ERROR(in_flight[slot]->Wait());
-      in_flight[slot].reset();
-    }
-    float* pack = pack_[slot].f32();
-    for (int r = 0; r < dp; ++r) {  // piece [off, off+len) of partition r, zeros past n
-      const int64_t src = part_.begin(r) + off;
-      const int64_t real = std::clamp<int64_t>(n - src, 0, len);
-      if (real > 0) std::memcpy(pack + r * len, grads + src, real * sizeof(float));
-      if (real < len) std::memset(pack + r * len + real, 0, (len - real) * sizeof(float));
-    }
-    Tensor in = F32View(pack, dp * len);
-    Tensor dst = F32View(out + off, len);
-    in_flight[slot] = comm_->ReduceScatter(in, dst, ReduceOp::kSum, ReduceOrder::kRankOrder);
-  }
-  std::vector<std::unique_ptr<Work>> rest;
-  for (auto& w : in_flight) rest.push_back(std::move(w));
-  return WaitAll(rest);
-}
-
-// ---- norm, all-gather, scalars ------------------------------------------------------------------
-
-Result<double> PartitionedSumOfSquares(Communicator* comm, const Partitioning& part,
-                                       const float* part_grads) {
-  TESSERA_CHECK(part.padded_size() % kNormBlock == 0);
-  // This rank's real elements start block-aligned, so its partials are the global blocks
-  // [begin / B, ...) of SumOfSquares; blocks past the real end (padding) stay 0.
-  const int64_t real = part.real_size(comm->rank());
-  std::vector<double> partial(static_cast<size_t>(NumNormBlocks(part.padded_size())), 0.0);
-  BlockSumsOfSquares(part_grads, real, partial.data());
-  ASSIGN_OR_RETURN(std::vector<double> all, AllGatherDoubles(comm, partial));
-  double total = 0.0;
-  for (double p : all) total += p;  // global block order, as SumOfSquares adds them
-  return total;
-}
-
-Status GatherPartitions(Communicator* comm, const Partitioning& part, float* params) {
-  std::vector<std::unique_ptr<Work>> work;
-  for (int r = 0; r < part.ranks(); ++r) {
-    const int64_t b = part.real_begin(r), len = part.real_size(r);
-    if (len == 0) continue;  // same decision on every rank
-    Tensor view = F32View(params + b, len);
-    work.push_back(comm->Broadcast(view, r));
-  }
-  return WaitAll(work);
-}
+// ---- scalars ----------------------------------------------------------------------------------
 
 Result<std::vector<double>> AllGatherDoubles(Communicator* comm, const std::vector<double>& mine) {
   static_assert(sizeof(double) == 2 * sizeof(int32_t));

@@ -1,6 +1,6 @@
-// runtime/train/grad_sync.h — data-parallel communication of the training step: bucketed
-// gradient all-reduce overlapped with backward, the ZeRO-2 reduce-scatter into partitions,
-// the partitioned gradient norm, the ZeRO parameter all-gather, and small scalar gathers.
+// runtime/train/grad_sync.h — data-parallel communication helpers of the training step: the
+// bucketed gradient all-reduce overlapped with backward (ZeRO 0/1), bounded waits over many
+// handles, and small scalar gathers. The per-unit ZeRO collectives live in param_shards.h.
 //
 // Owns: the bucket bookkeeping and the pack buffers; never the gradients or parameters.
 // Bit-reproducibility: every reduction is ReduceOrder::kRankOrder with kSum, i.e. per element
@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "optimizer/zero.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
 
@@ -28,9 +27,14 @@ namespace tessera {
 // elements cut from the END of the buffer (backward finishes the last parameters first).
 // A bucket is launched the moment OnReady has covered all of it, so its reduction overlaps
 // the rest of backward.
+// With wire = kBF16 or kF16 (mixed_precision.reduce_dtype: low) each bucket is converted
+// into a staging buffer of that type (n elements, accounted as kGradients) when it launches,
+// reduced there (rank order, fp32 accumulation, one rounding: comm/communicator.h) and
+// converted back in Finish.
 class BucketedAllReduce {
  public:
-  BucketedAllReduce(Communicator* comm, float* grads, int64_t n, int64_t bucket_elems);
+  BucketedAllReduce(Communicator* comm, float* grads, int64_t n, int64_t bucket_elems,
+                    DType wire = DType::kF32, MemoryTracker* tracker = nullptr);
 
   // Starts a step: no bucket covered or launched.
   void Begin();
@@ -53,41 +57,19 @@ class BucketedAllReduce {
   float* grads_;
   int64_t n_;
   int64_t bucket_;
+  DType wire_;
+  Arena staging_arena_{Arena::Measuring(MemoryKind::kGradients)};
+  Tensor staging_;  // (n) in wire_, when wire_ != kF32
   std::vector<int64_t> remaining_;  // per bucket: elements not reported yet
   std::vector<std::unique_ptr<Work>> work_;  // per bucket, null until launched
   int64_t launched_early_ = 0;
 };
 
-// ZeRO-2: out (P = part.padded_size() elements) = this rank's partition of the rank-order sum
-// of every rank's grads (n = part.num_params() elements; elements past n count as zero).
-// Packs dp pieces of piece_elems per rank into one of two scratch buffers (a
-// ReduceScatter needs its input contiguous by destination rank) so that the extra memory is
-// bounded by 2 * dp * piece_elems floats whatever the model size; accounted as kWorkspace.
-class PartitionReduceScatter {
- public:
-  PartitionReduceScatter(Communicator* comm, const Partitioning& part, int64_t piece_elems,
-                         MemoryTracker* tracker);
-  Status Run(const float* grads, float* out);
-
- private:
-  Communicator* comm_;
-  Partitioning part_;
-  int64_t piece_;
-  Arena scratch_;
-  Tensor pack_[2];  // (dp * piece)
-};
-
-// The sum of squares of the full (virtual) gradient buffer when each rank holds only its
-// partition `part_grads` (P elements), bit-identical to SumOfSquares over the whole buffer on
-// one rank: part.padded_size() is a multiple of kNormBlock, so each rank computes exactly the
-// per-block partials one rank would, and every rank adds all partials in block order.
-Result<double> PartitionedSumOfSquares(Communicator* comm, const Partitioning& part,
-                                       const float* part_grads);
-
-// ZeRO-1/2 parameter all-gather, in place: every rank's real partition of params (the full
-// flat buffer) is broadcast from its owner. No staging buffer; ranks with an all-padding
-// partition send nothing.
-Status GatherPartitions(Communicator* comm, const Partitioning& part, float* params);
+// Waits for every handle, bounded by ONE comm timeout in all: after the first failure (a hung
+// peer makes every later op of the group time out too) the rest are only polled, so a job
+// with many outstanding ops still fails after comm.timeout_s, not after n x timeout_s.
+// Clears `work`. Returns the first failure.
+Status WaitAll(std::vector<std::unique_ptr<Work>>& work);
 
 // Every rank's `mine` (same length on all ranks), concatenated in rank order. Doubles travel
 // bit for bit (as pairs of int32).

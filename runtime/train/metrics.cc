@@ -73,11 +73,18 @@ std::string FormatProgressLine(const StepMetrics& m) {
     std::snprintf(v, sizeof v, " | val %.4f", *m.val_loss);
     val = v;
   }
+  std::string scale;
+  if (m.loss_scale) {
+    char v[48];
+    std::snprintf(v, sizeof v, " | scale %.*f", *m.loss_scale == std::floor(*m.loss_scale) ? 0 : 4,
+                  *m.loss_scale);
+    scale = v;
+  }
   std::snprintf(buf, sizeof buf,
-                "step %*lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.3f%s | %s tok/s | MFU %.1f%% | ETA %s",
+                "step %*lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.3f%s%s | %s tok/s | MFU %.1f%% | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(m.total_steps),
                 m.loss, floor.c_str(), val.c_str(), m.lr, m.grad_norm,
-                m.skipped ? " (skipped)" : "", FormatRate(m.tokens_per_second).c_str(),
+                m.skipped ? " (skipped)" : "", scale.c_str(), FormatRate(m.tokens_per_second).c_str(),
                 100.0 * m.mfu, FormatDuration(m.eta_seconds).c_str());
   return buf;
 }
@@ -127,6 +134,7 @@ Status MetricsFile::Append(const StepMetrics& m) {
   w.Key("lr").Double(m.lr);
   w.Key("grad_norm").Double(m.grad_norm);
   w.Key("skipped").Bool(m.skipped);
+  if (m.loss_scale) w.Key("loss_scale").Double(*m.loss_scale);
   w.Key("tokens").Int(m.total_tokens);
   w.Key("step_s").Double(m.step_seconds);
   w.Key("elapsed_s").Double(m.elapsed_seconds);

@@ -24,7 +24,9 @@ struct StepMetrics {
   std::optional<double> floor; // best achievable loss of the data, when known
   double lr = 0;
   double grad_norm = 0;        // before clipping
-  bool skipped = false;        // update skipped (non-finite gradient norm)
+  bool skipped = false;        // update skipped (non-finite gradient norm: an fp16 overflow
+                               //   under dynamic loss scaling, or a diverged run)
+  std::optional<double> loss_scale;  // fp16: the scale this step's loss was multiplied by
   int64_t tokens = 0;          // tokens processed in this step
   int64_t total_tokens = 0;    // tokens processed so far
   double step_seconds = 0;     // wall time of this step

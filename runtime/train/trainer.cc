@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "models/hf_weights.h"
+#include "models/param_layout.h"
 #include "optimizer/grad_clip.h"
 #include "optimizer/lr_schedule.h"
 #include "runtime/core/file_util.h"
@@ -51,8 +52,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     t->dp_rank_ = t->dp_->rank();
     t->dp_size_ = t->dp_->size();
   }
-  ASSIGN_OR_RETURN(t->model_, BuildModel(config, &t->memory_));
-  RETURN_IF_ERROR(t->SetUpParallel());
+  RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
                    DataLoader::Open(config.data, Split::kTrain, V, T, config.train.seed));
@@ -71,74 +71,84 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   return t;
 }
 
-// The optimizer partition, the gradient buffers and the communication of the layout.
-Status Trainer::SetUpParallel() {
-  const int64_t n = model_->num_params();
-  const int zero = config_.parallel.zero;
-  const int64_t accum = config_.train.grad_accum_steps;
-  main_grads_ = model_->flat_grads().f32();
-  if (accum > 1) {
-    // fp32 accumulation buffer: each micro-batch's gradient is computed from zero and added
-    // here, so summation order does not depend on how micro-batches are spread over ranks.
-    accum_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(n) * sizeof(float), &memory_);
-    main_grads_ = accum_arena_.Allocate(DType::kF32, {n}).f32();
-  }
-  int64_t shard_begin = 0, shard_end = n;
-  if (zero >= 1) {
-    partition_ = std::make_unique<Partitioning>(n, dp_size_, kNormBlock);
-    shard_begin = partition_->real_begin(dp_rank_);
-    shard_end = partition_->real_end(dp_rank_);
-  }
-  optimizer_ = std::make_unique<ShardedAdamW>(config_.optimizer, shard_begin, shard_end,
-                                              DecayRanges(), &memory_);
-  if (accum > 1 || dp_ != nullptr) {
-    model_->SetGradReadyCallback([this](int64_t b, int64_t e) { OnGradReady(b, e); });
-  }
-  if (dp_ == nullptr) return Status::Ok();
+namespace {
 
-  const int64_t bucket_elems =
-      std::max<int64_t>(1, static_cast<int64_t>(config_.comm.bucket_mb * 1048576.0 / sizeof(float)));
-  if (zero == 2) {
-    const int64_t P = partition_->padded_size();
-    part_grad_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(P) * sizeof(float), &memory_);
-    part_grads_ = part_grad_arena_.Allocate(DType::kF32, {P}).f32();
-    reduce_scatter_ = std::make_unique<PartitionReduceScatter>(
-        dp_, *partition_, std::max<int64_t>(1, bucket_elems / dp_size_), &memory_);
-  } else {
-    all_reduce_ = std::make_unique<BucketedAllReduce>(dp_, main_grads_, n, bucket_elems);
-  }
-  return Status::Ok();
-}
-
-// The model's hook: [begin, end) of its gradient buffer is final for micro-batch micro_.
-void Trainer::OnGradReady(int64_t begin, int64_t end) {
-  const int64_t accum = config_.train.grad_accum_steps;
-  if (accum > 1) {
-    const float* g = model_->flat_grads().f32();
-    float* acc = main_grads_;
-    if (micro_ == 0) {
-      std::memcpy(acc + begin, g + begin, static_cast<size_t>(end - begin) * sizeof(float));
-    } else {
-      cpu::AddInPlace(acc + begin, g + begin, end - begin);  // elementwise: same bits any threads
-    }
-  }
-  if (micro_ == accum - 1 && all_reduce_ != nullptr) all_reduce_->OnReady(begin, end);
-}
-
-std::vector<ParamRange> Trainer::DecayRanges() const {
+// The optimizer's view of the model's parameters: flat ranges with the decay decision.
+std::vector<ParamRange> DecayRanges(const std::vector<ParamDecl>& decls, const AdamWConfig& o) {
   std::vector<ParamRange> ranges;
-  const AdamWConfig& o = config_.optimizer;
-  for (const Parameter& p : model_->parameters()) {
+  int64_t offset = 0;
+  for (const ParamDecl& d : decls) {
     bool decay = true;
-    switch (p.kind) {
+    switch (d.kind) {
       case ParamKind::kMatrix: decay = true; break;
       case ParamKind::kNorm: decay = o.decay_norms; break;
       case ParamKind::kBias: decay = o.decay_biases; break;
       case ParamKind::kEmbedding: decay = o.decay_embeddings; break;
     }
-    ranges.push_back({p.offset, p.numel(), decay, p.name()});
+    ranges.push_back({offset, d.shape.numel(), decay, d.name});
+    offset += d.shape.numel();
   }
   return ranges;
+}
+
+// The model's parameters as views over a full flat fp32 buffer (for a weights file).
+std::vector<Parameter> ViewsOver(std::span<Parameter> params, float* base) {
+  std::vector<Parameter> views(params.begin(), params.end());
+  for (Parameter& p : views) {
+    p.value = Tensor(base + p.offset, DType::kF32, p.spec.global_shape);
+    p.grad = Tensor();
+  }
+  return views;
+}
+
+}  // namespace
+
+// The parameter state (sharded as configured), the model on top of it, and the initial
+// weights: random (each rank initialises only what it holds) or init_from.
+Status Trainer::SetUpParameters() {
+  const Config& c = config_;
+  ParamShardsOptions o;
+  o.zero = c.parallel.zero;
+  o.param_dtype = PrecisionDType(c.precision);
+  o.reduce_dtype = c.mixed_precision.reduce_in_low ? o.param_dtype : DType::kF32;
+  o.grad_accum_steps = c.train.grad_accum_steps;
+  o.bucket_elems = std::max<int64_t>(
+      1, static_cast<int64_t>(c.comm.bucket_mb * 1048576.0 / sizeof(float)));
+  // The shape (and whether it fits in memory) is checked before anything is reserved; the
+  // layout functions below assume a valid model.
+  RETURN_IF_ERROR(Transformer::Validate(c.model, c.train.micro_batch_size, c.train.seq_len));
+  ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, UnitBounds(c.model),
+                                                DecayRanges(DeclareParameters(c.model), c.optimizer),
+                                                dp_, &memory_));
+  ModelOptions mo;
+  mo.store = shards_.get();
+  mo.activation_dtype = o.param_dtype;
+  ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
+                                               c.train.seq_len, &memory_, mo));
+  if (c.init_from.empty()) {
+    shards_->Load([&](int64_t b, int64_t e, float* out) {
+      InitParameterRange(c.model, c.train.seed, b, e, out);
+    });
+  } else {
+    // The whole file is read on every rank (each keeps its pieces): a transient full fp32
+    // copy, released before training starts.
+    std::vector<float> full(static_cast<size_t>(model_->num_params()));
+    std::vector<Parameter> views = ViewsOver(model_->parameters(), full.data());
+    RETURN_IF_ERROR(LoadHfWeights(c.init_from, c.model, views));
+    shards_->Load([&](int64_t b, int64_t e, float* out) {
+      std::memcpy(out, full.data() + b, static_cast<size_t>(e - b) * sizeof(float));
+    });
+  }
+  if (c.precision == Precision::kFp16) {
+    LossScaleConfig ls;
+    ls.dynamic = c.mixed_precision.loss_scale == LossScaleMode::kDynamic;
+    ls.initial = c.mixed_precision.initial_scale;
+    ls.growth_interval = c.mixed_precision.growth_interval;
+    ls.min_scale = c.mixed_precision.min_scale;
+    ls.max_scale = std::max(ls.max_scale, ls.initial);
+    loss_scaler_.emplace(ls);
+  }
+  return Status::Ok();
 }
 
 double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches) {
@@ -158,63 +168,58 @@ Result<double> Trainer::Evaluate(int64_t batches) {
   return EvaluateLoss(*model_, *val_data_, batches);
 }
 
-// One optimizer step over the global batch: this rank's micro-batches, gradient reduction,
-// clipping, the update of this rank's partition and the parameter all-gather.
+// One optimizer step over the global batch: this rank's micro-batches (their gradients reduced
+// unit by unit as backward finishes them), unscaling and clipping, the update of this rank's
+// pieces and, for zero 1/2, their all-gather.
 Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   const TrainConfig& tc = config_.train;
   const int64_t B = tc.micro_batch_size, accum = tc.grad_accum_steps;
+  const double scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
   // Each micro-batch's loss is scaled by 1/(global micro-batches); the reduction then sums.
-  const float grad_scale = 1.0f / static_cast<float>(accum * dp_size_);
-  if (all_reduce_) all_reduce_->Begin();
+  // The fp16 loss scale is a power of two, so this product is exact.
+  const float grad_scale = static_cast<float>(scale / static_cast<double>(accum * dp_size_));
+  shards_->BeginStep();
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
   double loss_sum = 0;
-  for (micro_ = 0; micro_ < accum; ++micro_) {
-    model_->ZeroGrads();
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    shards_->BeginMicroBatch(micro);
     train_data_->NextBatch(B, inputs_.data(), targets_.data());
     loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
+    RETURN_IF_ERROR(shards_->status());
   }
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
+  RETURN_IF_ERROR(shards_->FinishGradients());
   StepResult r;
+  r.loss_scale = scale;
   if (dp_ != nullptr) {
-    if (all_reduce_) RETURN_IF_ERROR(all_reduce_->Finish());
     // Serial order of the per-rank sums = the order one rank adds its micro-batch losses.
     ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(dp_, {loss_sum}));
     loss_sum = 0;
     for (double v : sums) loss_sum += v;
   }
   r.loss = loss_sum / static_cast<double>(accum * dp_size_);
-
-  // The gradients this rank's optimizer reads: its partition (shard-relative).
-  float* shard_grads = main_grads_ + optimizer_->begin();
-  if (reduce_scatter_) {
-    RETURN_IF_ERROR(reduce_scatter_->Run(main_grads_, part_grads_));
-    shard_grads = part_grads_;
-  }
-  ASSIGN_OR_RETURN(r.grad_norm, ClipGradients(shard_grads));
+  ASSIGN_OR_RETURN(r.grad_norm, ClipGradients());
   // Every rank sees the same norm and loss, so every rank skips (or not) together.
-  r.skipped = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+  const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+  r.skipped = loss_scaler_ ? loss_scaler_->Update(overflow) : overflow;
   if (r.skipped) return r;
-  optimizer_->Step(model_->flat_params().f32(), shard_grads, lr);
-  if (partition_ && dp_ != nullptr) {
-    RETURN_IF_ERROR(GatherPartitions(dp_, *partition_, model_->flat_params().f32()));
-  }
+  RETURN_IF_ERROR(shards_->Step(lr));
   return r;
 }
 
-// clip_grad_norm_ over the global gradient (grad_clip.h), with the same bits as one rank:
-// replicated gradients (zero 0/1) sum the whole buffer locally; partitioned ones (zero 2)
-// combine per-block partials. Only this rank's shard is scaled (the rest is not read).
-Result<double> Trainer::ClipGradients(float* shard_grads) {
-  const int64_t n = model_->num_params();
-  double sum_sq = 0;
-  if (reduce_scatter_) {
-    ASSIGN_OR_RETURN(sum_sq, PartitionedSumOfSquares(dp_, *partition_, part_grads_));
-  } else {
-    sum_sq = SumOfSquares(main_grads_, n);
+// clip_grad_norm_ over the global (unscaled) gradient with the same bits as one rank
+// (ParamShards::GradSumOfSquares); only this rank's pieces are scaled.
+Result<double> Trainer::ClipGradients() {
+  ASSIGN_OR_RETURN(const double sum_sq, shards_->GradSumOfSquares());
+  double norm = std::sqrt(sum_sq);
+  if (!std::isfinite(norm)) return norm;  // the step is skipped: nothing to scale
+  if (loss_scaler_ && loss_scaler_->scale() != 1.0) {
+    // Exact: the scale is a power of two.
+    shards_->ScaleGradients(static_cast<float>(1.0 / loss_scaler_->scale()));
+    norm /= loss_scaler_->scale();
   }
-  const double norm = std::sqrt(sum_sq);
-  ClipToNorm(shard_grads, optimizer_->end() - optimizer_->begin(), norm,
-             config_.optimizer.grad_clip);
+  const double coef = ClipCoefficient(norm, config_.optimizer.grad_clip);
+  if (coef < 1.0) shards_->ScaleGradients(static_cast<float>(coef));
   return norm;
 }
 
@@ -236,6 +241,7 @@ std::string MemoryJson(const Config& c, const std::vector<double>& all, int rank
   w.BeginObject();
   w.Key("dp").Int(c.parallel.dp);
   w.Key("zero").Int(c.parallel.zero);
+  w.Key("precision").String(PrecisionName(c.precision));
   w.Key("offload").String(OptimizerOffloadName(c.optimizer.offload));
   w.Key("ranks").BeginArray();
   for (int r = 0; r < ranks; ++r) {
@@ -279,15 +285,14 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
                  static_cast<long long>(config_.model.num_layers),
                  RecomputePolicyName(config_.model.recompute));
     std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
-    if (dp_size_ > 1 || config_.parallel.zero > 0 ||
+    if (dp_size_ > 1 || config_.parallel.zero > 0 || config_.precision != Precision::kFp32 ||
         config_.optimizer.offload != OptimizerOffload::kNone) {
-      std::fprintf(out,
-                   "tessera: data parallel: dp=%d, zero=%d, optimizer offload %s, %lld gradient "
-                   "bucket(s) of %g MiB%s\n",
-                   dp_size_, config_.parallel.zero, OptimizerOffloadName(config_.optimizer.offload),
-                   static_cast<long long>(all_reduce_ ? all_reduce_->num_buckets() : 0),
-                   static_cast<double>(config_.comm.bucket_mb),
-                   reduce_scatter_ ? " (zero 2: reduce-scatter after backward)" : "");
+      std::fprintf(out, "tessera: data parallel: dp=%d, %s, optimizer offload %s\n", dp_size_,
+                   shards_->Describe().c_str(), OptimizerOffloadName(config_.optimizer.offload));
+    }
+    if (loss_scaler_) {
+      std::fprintf(out, "tessera: fp16 %s loss scaling from %g\n",
+                   LossScaleModeName(config_.mixed_precision.loss_scale), loss_scaler_->scale());
     }
     std::fprintf(out,
                  "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
@@ -312,6 +317,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     const double loss = r.loss;
     StepMetrics m;
     m.skipped = r.skipped;
+    if (loss_scaler_) m.loss_scale = r.loss_scale;
     const auto t1 = Clock::now();
 
     summary.steps = step + 1;
@@ -355,9 +361,11 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   }
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
+  ASSIGN_OR_RETURN(std::vector<float> full, shards_->GatherFull(/*root=*/0));
   if (!root) return summary;
   const std::string weights = tc.out_dir + "/model.safetensors";
-  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, model_->parameters(), DType::kF32));
+  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model,
+                                  ViewsOver(model_->parameters(), full.data()), DType::kF32));
   RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, dp_size_)));
 
   std::string report = memory_.Report();

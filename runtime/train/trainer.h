@@ -1,23 +1,28 @@
 // runtime/train/trainer.h — the training loop: data -> model -> gradient reduction -> clip ->
-// AdamW (replicated, or ZeRO-1/2 partitioned across the data-parallel ranks), with progress
-// lines, a metrics file, evaluation and an end-of-run summary.
+// AdamW over this rank's ZeRO pieces (param_shards.h), with progress lines, a metrics file,
+// evaluation and an end-of-run summary.
 //
-// Owns the model, optimizer (this rank's partition of it), data loaders, the gradient
-// accumulation buffer and the run's output directory (written by rank 0 only):
+// Owns the model (whose parameters and gradients live in ParamShards, the model's ParamStore),
+// the parameter state, the loss scaler (fp16), the data loaders and the run's output directory
+// (written by rank 0 only):
 //   <out_dir>/metrics.jsonl     one JSON object per step
 //   <out_dir>/config.yaml       the effective config (after --set overrides)
 //   <out_dir>/env.json          the environment fingerprint (tessera env)
 //   <out_dir>/memory.json       peak bytes by memory kind, per rank
-//   <out_dir>/model.safetensors final weights, Hugging Face names
+//   <out_dir>/model.safetensors final fp32 (master) weights, Hugging Face names
 // Data parallelism (config.h, TrainConfig): rank r of dp takes micro-batches
 // [r*accum, (r+1)*accum) of each global step of accum*dp micro-batches, scales its loss by
-// 1/(accum*dp), and the gradients are summed over ranks in rank order. With accum > 1 each
-// micro-batch's gradient is computed from zero and added into a separate fp32 accumulation
-// buffer (g = ((g_0 + g_1) + g_2) + ...), so a 1-rank run with accum = dp and a dp-rank run
-// with accum 1 perform the same float additions and end with bit-identical weights, under
-// ZeRO 0, 1 and 2 and with optimizer.offload cpu (tests/multirank). With accum > 1 per rank the
-// dp run adds ((g_0+g_1) + (g_2+g_3)) where one rank adds (((g_0+g_1)+g_2)+g_3): equal within
-// float rounding, not bit for bit.
+// 1/(accum*dp), and the gradients are summed over ranks in rank order. Each micro-batch's
+// gradient is computed from zero and added to the previous ones (g = ((g_0 + g_1) + g_2) +
+// ...), so a 1-rank run with accum = dp and a dp-rank run with accum 1 perform the same float
+// additions and end with bit-identical weights under ZeRO 0-3, with optimizer.offload cpu and
+// with bf16/fp16 storage when gradients are reduced in fp32 (tests/multirank). With accum > 1
+// per rank the dp run adds ((g_0+g_1) + (g_2+g_3)) where one rank adds (((g_0+g_1)+g_2)+g_3):
+// equal within float rounding, not bit for bit; likewise reductions in a low type.
+// Mixed precision: precision bf16/fp16 stores parameters (and rounds activations and
+// gradients) in that type, the optimizer keeps fp32 master weights; fp16 multiplies the loss
+// by a dynamic loss scale and skips steps whose gradients overflow (reported per step and in
+// the summary).
 // Determinism: same config, layout and seed => bit-identical weights (fixed-order kernels,
 // counter-based randomness, explicit data position, rank-order reductions).
 // Single-threaded driver; kernels parallelise inside; the comm backend moves data on its own
@@ -32,11 +37,11 @@
 
 #include "models/transformer.h"
 #include "optimizer/adamw.h"
-#include "optimizer/zero.h"
+#include "optimizer/loss_scale.h"
 #include "runtime/core/memory.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
-#include "runtime/train/grad_sync.h"
+#include "runtime/train/param_shards.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/world.h"
 
@@ -68,34 +73,26 @@ class Trainer {
     double loss = 0;  // mean over the global batch
     double grad_norm = 0;
     bool skipped = false;
+    double loss_scale = 1.0;  // what the loss was multiplied by (fp16)
   };
 
   Trainer(const Config& config) : config_(config) {}
-  std::vector<ParamRange> DecayRanges() const;
-  Status SetUpParallel();
-  void OnGradReady(int64_t begin, int64_t end);
+  Status SetUpParameters();
   Result<StepResult> TrainStep(float lr);
-  Result<double> ClipGradients(float* shard_grads);
+  // Unscales (fp16), measures the global norm and clips this rank's reduced gradients.
+  Result<double> ClipGradients();
   // Per-rank peak bytes by kind: the table for the summary and <out_dir>/memory.json.
   Result<std::vector<double>> GatherMemory();
   bool is_root() const { return dp_rank_ == 0; }
 
   Config config_;
   MemoryTracker memory_;
+  std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
   std::unique_ptr<Transformer> model_;
-  // This rank's AdamW: the whole buffer (zero 0) or its partition (zero 1/2).
-  std::unique_ptr<ShardedAdamW> optimizer_;
+  std::optional<LossScaler> loss_scaler_;  // fp16 only
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
-  std::unique_ptr<Partitioning> partition_;          // zero 1/2
-  std::unique_ptr<BucketedAllReduce> all_reduce_;    // zero 0/1 with dp > 1
-  std::unique_ptr<PartitionReduceScatter> reduce_scatter_;  // zero 2 with dp > 1
-  Arena accum_arena_{Arena::Measuring(MemoryKind::kGradients)};  // accum > 1
-  Arena part_grad_arena_{Arena::Measuring(MemoryKind::kGradients)};  // zero 2, dp > 1
-  float* main_grads_ = nullptr;  // (num_params) what is reduced: accumulation buffer or model's
-  float* part_grads_ = nullptr;  // (P) zero 2: this rank's reduced partition
-  int64_t micro_ = 0;            // micro-batch being run (for the grad-ready hook)
   std::unique_ptr<DataLoader> train_data_;
   std::unique_ptr<DataLoader> val_data_;  // may be null
   std::vector<int32_t> inputs_, targets_;  // (B*T) token ids of the current micro-batch
@@ -106,8 +103,9 @@ class Trainer {
 // `data` (it is Reset first, so every evaluation sees the same tokens). Forward only.
 double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches);
 
-// Builds the model for `config` at micro-batch shape (micro_batch_size, seq_len) and loads
-// init_from (or `weights_override` when non-empty) if given, else random init from the seed.
+// Builds a self-contained fp32 model (no sharding: for eval and export) for `config` at
+// micro-batch shape (micro_batch_size, seq_len) and loads init_from (or `weights_override`
+// when non-empty) if given, else random init from the seed.
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
                                                 const std::string& weights_override = "");
 

@@ -5,6 +5,9 @@
 #
 #   LAUNCHER...  how to start 2 ranks without the "-np 2", e.g. `mpirun --mca pml ob1 ...` or
 #                `tools/dev/mpirun.sh`; "-np 2 TESSERA train CONFIG ..." is appended.
+#   HANG_EXTRA_SETS (environment, optional): more "--set key=value" words for the job, e.g.
+#                "--set parallel.zero=3" so the stuck collective is a per-layer parameter
+#                all-gather inside forward/backward rather than a gradient reduction.
 #
 # Steps: start `tessera train` with dp=2 and comm.timeout_s=5 for far more steps than it will
 # run; wait until rank 0 has printed 3 step lines (training is in its collectives); find the
@@ -88,7 +91,7 @@ Fail() { echo "FAIL: $*"; exit 1; }
 "$@" -np 2 "$tessera" train "$config" \
   --set parallel.dp=2 --set comm.timeout_s=$kTimeoutS --set train.steps=100000 \
   --set train.log_interval=1 --set train.micro_batch_size=2 --set train.seq_len=16 \
-  --set train.eval_batches=1 --set train.out_dir="$out_dir" >"$log" 2>&1 &
+  --set train.eval_batches=1 --set train.out_dir="$out_dir" ${HANG_EXTRA_SETS:-} >"$log" 2>&1 &
 job_pid=$!
 t_launch=$(Now)
 

@@ -123,6 +123,12 @@ void ExpectSameConfig(const Config& a, const Config& b) {
   EXPECT_EQ(a.parallel.zero, b.parallel.zero);
   EXPECT_EQ(a.comm.timeout_s, b.comm.timeout_s);
   EXPECT_EQ(a.comm.bucket_mb, b.comm.bucket_mb);
+  EXPECT_EQ(a.precision, b.precision);
+  EXPECT_EQ(a.mixed_precision.reduce_in_low, b.mixed_precision.reduce_in_low);
+  EXPECT_EQ(a.mixed_precision.loss_scale, b.mixed_precision.loss_scale);
+  EXPECT_EQ(a.mixed_precision.initial_scale, b.mixed_precision.initial_scale);
+  EXPECT_EQ(a.mixed_precision.growth_interval, b.mixed_precision.growth_interval);
+  EXPECT_EQ(a.mixed_precision.min_scale, b.mixed_precision.min_scale);
 }
 
 // ---- shipped configs and defaults -------------------------------------------------------------
@@ -542,12 +548,49 @@ TEST(ConfigParallel, ReadsDpZeroCommAndOffload) {
 TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
   EXPECT_EQ(ErrorAt("parallel:\n  tp: 2\n"),
             "F:2:7: parallel.tp: tp=2: not supported yet (only 1; data parallelism with "
-            "parallel.dp and parallel.zero 0..2 is)");
+            "parallel.dp and parallel.zero 0..3 is)");
   EXPECT_STARTS_WITH(ErrorAt("parallel: {pp: 4}\n"), "F:1:16: parallel.pp: pp=4: not supported yet");
   EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
                      "--set parallel.ep=2: parallel.ep: ep=2: not supported yet");
-  EXPECT_EQ(ErrorAt("parallel:\n  dp: 4\n  zero: 3\n"),
-            "F:3:9: parallel.zero: zero=3 (partitioned parameters): not supported yet (use 0, 1 or 2)");
+  EXPECT_EQ(LoadOk("parallel:\n  dp: 4\n  zero: 3\n").parallel.zero, 3);
+}
+
+TEST(ConfigParallel, ZeroThreeWithOneRankIsAnError) {
+  EXPECT_EQ(ErrorAt("parallel:\n  zero: 3\n"),
+            "F:2:9: parallel.zero: zero=3 partitions the parameters across the data-parallel "
+            "ranks, but dp=1: with one rank there is nothing to partition (use zero 0, or set "
+            "parallel.dp and launch that many ranks)");
+}
+
+TEST(ConfigPrecision, ReadsPrecisionAndMixedPrecision) {
+  const Config d = LoadOk("train: {}\n");
+  EXPECT_EQ(d.precision, Precision::kFp32);
+  EXPECT_FALSE(d.mixed_precision.reduce_in_low);
+  EXPECT_EQ(d.mixed_precision.loss_scale, LossScaleMode::kDynamic);
+  EXPECT_EQ(d.mixed_precision.initial_scale, 65536.0f);
+  const Config c = LoadOk(
+      "precision: fp16\nmixed_precision: {reduce_dtype: low, loss_scale: static, "
+      "initial_scale: 1024, growth_interval: 50, min_scale: 2}\n");
+  EXPECT_EQ(c.precision, Precision::kFp16);
+  EXPECT_EQ(PrecisionDType(c.precision), DType::kF16);
+  EXPECT_TRUE(c.mixed_precision.reduce_in_low);
+  EXPECT_EQ(c.mixed_precision.loss_scale, LossScaleMode::kStatic);
+  EXPECT_EQ(c.mixed_precision.initial_scale, 1024.0f);
+  EXPECT_EQ(c.mixed_precision.growth_interval, 50);
+  EXPECT_EQ(c.mixed_precision.min_scale, 2.0f);
+  EXPECT_EQ(LoadOk("train: {}\n", {"precision=bf16"}).precision, Precision::kBf16);
+}
+
+TEST(ConfigPrecision, BadValuesAreNamed) {
+  EXPECT_STARTS_WITH(ErrorAt("precision: fp8\n"), "F:1:12: precision:");
+  EXPECT_STARTS_WITH(ErrorAt("mixed_precision: {reduce_dtype: f32}\n"),
+                     "F:1:33: mixed_precision.reduce_dtype:");
+  EXPECT_EQ(ErrorAt("mixed_precision: {growth_interval: 0}\n"),
+            "F:1:36: mixed_precision.growth_interval: must be >= 1, got 0");
+  EXPECT_EQ(ErrorAt("mixed_precision: {min_scale: 8, initial_scale: 4}\n"),
+            "F:1:30: mixed_precision.min_scale: min_scale=8.0 exceeds initial_scale=4.0");
+  EXPECT_EQ(ErrorAt("mixed_precision: {loss_scal: static}\n"),
+            "F:1:19: mixed_precision.loss_scal: unknown key (did you mean \"loss_scale\"?)");
 }
 
 TEST(ConfigParallel, RangeTypoAndUnknownKeyErrors) {

@@ -1,0 +1,156 @@
+// runtime/train/param_shards.h — the data-parallel state of the parameters: where they are
+// stored (replicated or ZeRO-3 partitioned, fp32 or a low-precision type), how each unit
+// reaches the model (models/param_store.h), how each unit's gradients are reduced, and this
+// rank's optimizer (ZeRO 0-3, fp32 master weights under mixed precision).
+//
+// Owns, by configuration (n = parameters, S = this rank's packed size ~ n / dp,
+// shard_layout.h; "low" = bf16 or fp16):
+//   parameters   zero 0-2: the full flat buffer in the parameter type (n);
+//                zero 3: this rank's packed pieces in the parameter type (S)
+//   gradients    zero 0/1: a full fp32 buffer (n) all-reduced in buckets during backward,
+//                plus, zero 1, the rank's pieces packed (S);
+//                zero 2/3: the rank's reduced pieces only (S, fp32)
+//   optimizer    ShardedAdamW over the rank's pieces (zero 0: every piece, one rank's layout);
+//                with low precision it keeps the fp32 master weights (S)
+//   unit buffers gathered / upcast parameters of at most four units (embeddings, final unit,
+//                two alternating blocks: the one in use and the prefetched one) and, zero 2/3
+//                or with accumulation, the per-unit gradient buffers of the same four slots.
+// The collectives per step (dp > 1):
+//   zero 0/1  BucketedAllReduce of the fp32 gradients (grad_sync.h), launched as backward
+//             finishes each bucket; zero 1 then all-gathers each unit's updated pieces
+//   zero 2    each unit's gradients reduce-scattered into its owners' pieces the moment
+//             backward finishes the unit (overlapping the rest of backward), then the pieces
+//             all-gathered after the step as zero 1
+//   zero 3    as zero 2 for gradients; each unit's parameters all-gathered just before its
+//             forward and backward (the next unit prefetched while this one computes), never
+//             after the step
+// All reductions are ReduceOrder::kRankOrder sums, so with grad_accum_steps 1 a dp-rank run
+// adds the same numbers in the same order as one rank accumulating dp micro-batches: same
+// bits. Reductions in a low type (mixed_precision.reduce_dtype: low) round once more and are
+// only close.
+// Mixed precision on CPU: parameters are stored in the low type and upcast to fp32 for the
+// kernels; each micro-batch's unit gradients are rounded to the low type (what a GPU would
+// store; fp16 overflows to inf there, which the loss scaler detects) before being reduced.
+// Failures: a collective that fails or times out inside the model's step (Acquire, GradsDone)
+// aborts the communicator (so every later wait returns at once) and is kept in status(); the
+// trainer checks it after each micro-batch and ends the job. Not thread-safe: the trainer's
+// thread drives it (the comm backend moves data on its own thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "models/param_store.h"
+#include "optimizer/shard_layout.h"
+#include "optimizer/zero.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/status.h"
+#include "runtime/train/grad_sync.h"
+
+namespace tessera {
+
+struct ParamShardsOptions {
+  int zero = 0;                       // parallel.zero (0..3); 1..3 need dp > 1 to partition
+  DType param_dtype = DType::kF32;    // precision: storage type of parameters
+  DType reduce_dtype = DType::kF32;   // wire type of gradient reductions
+  int64_t grad_accum_steps = 1;       // micro-batches per step on this rank
+  int64_t bucket_elems = 1 << 22;     // zero 0/1 all-reduce bucket (elements)
+};
+
+class ParamShards final : public ParamStore {
+ public:
+  // `bounds`: the model's unit bounds (UnitBounds); `ranges`: its flat decay ranges; `dp`: the
+  // data-parallel group or null for one process. Reserves every buffer (see the file comment).
+  static Result<std::unique_ptr<ParamShards>> Create(const ParamShardsOptions& options,
+                                                     const AdamWConfig& adamw,
+                                                     std::vector<int64_t> bounds,
+                                                     const std::vector<ParamRange>& ranges,
+                                                     Communicator* dp, MemoryTracker* tracker);
+  ~ParamShards() override;
+
+  // Sets every parameter (and master weight) from fill(begin, end, out), which must write the
+  // fp32 values of flat elements [begin, end) to out. Called with sub-ranges only.
+  using Fill = std::function<void(int64_t begin, int64_t end, float* out)>;
+  void Load(const Fill& fill);
+
+  // Training step protocol: BeginStep(); for each micro-batch k: BeginMicroBatch(k), the
+  // model's ForwardBackward, check status(); then FinishGradients(), GradSumOfSquares(),
+  // ScaleGradients() as needed, Step(lr).
+  void BeginStep();
+  void BeginMicroBatch(int64_t micro);
+  // Waits for every gradient reduction of the step. Afterwards this rank holds the reduced
+  // (summed over ranks and micro-batches) gradients of its pieces.
+  Status FinishGradients();
+  // The global sum of squares of the reduced gradient (ShardLayout's segmented definition:
+  // the same bits whatever dp and stage). Collective for zero 2/3.
+  Result<double> GradSumOfSquares();
+  // Multiplies this rank's reduced gradients by `factor` (loss-scale removal, clipping).
+  void ScaleGradients(float factor);
+  // AdamW over this rank's pieces, the rounding of master weights into low-precision
+  // parameters and (zero 1/2) the all-gather of every unit's updated pieces.
+  Status Step(float lr);
+  // The full fp32 (master) weights, gathered unit by unit; every rank must call it, only
+  // `root` gets the n values (the others get an empty vector).
+  Result<std::vector<float>> GatherFull(int root);
+
+  // The first communication failure seen inside the model's step, else OK.
+  const Status& status() const { return status_; }
+  const ShardedAdamW& optimizer() const { return *optimizer_; }
+  const ShardLayout& layout() const { return layout_; }
+  int zero() const { return zero_; }
+  // "zero 3: 4 units/rank ..., reduce fp32, params bf16" for the startup banner.
+  std::string Describe() const;
+
+  // ParamStore (models/param_store.h).
+  const float* Acquire(int unit) override;
+  void Release(int unit) override;
+  void Prefetch(int unit) override;
+  float* Grads(int unit) override;
+  void GradsDone(int unit) override;
+
+ private:
+  struct Slot;
+  ParamShards(const ParamShardsOptions& options, ShardLayout layout, Communicator* dp,
+              MemoryTracker* tracker);
+  Status Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges);
+  Tensor Reserve(MemoryKind kind, DType dtype, int64_t n);
+  int SlotOf(int unit) const;
+  void Fail(const Status& s);
+  void StartGather(int unit);
+  void LaunchReduceScatter(int unit, float* grads);
+  void CompleteReduceScatter(Slot& slot);
+  Status AllGatherUnits();
+  float* FullF32() const;                 // the full fp32 parameters (zero 0-2, fp32 storage)
+  char* Storage(int64_t flat_begin) const;  // zero 0-2: address of a flat element in full_
+  char* ShardStorage(int unit) const;       // zero 3: address of unit u's piece in shard_
+  float* ShardGrads();                      // this rank's reduced gradients (packed)
+
+  ParamShardsOptions options_;
+  ShardLayout layout_;
+  Communicator* dp_;  // null: one rank
+  int rank_ = 0, ranks_ = 1;
+  int zero_ = 0;      // effective stage: 0 when dp == 1
+  bool low_ = false;  // parameters stored in a low-precision type
+  MemoryTracker* tracker_;
+  std::vector<Arena> arenas_;  // one per reserved buffer
+  std::unique_ptr<ShardedAdamW> optimizer_;
+
+  Tensor full_;          // zero 0-2: (n) parameters in param_dtype
+  Tensor shard_;         // zero 3: (S) packed pieces in param_dtype
+  Tensor main_grads_;    // zero 0/1: (n) fp32
+  Tensor packed_grads_;  // zero 1 with dp > 1: (S) this rank's pieces of main_grads_
+  Tensor part_grads_;    // zero 2/3: (S) fp32 reduced pieces
+  std::unique_ptr<BucketedAllReduce> all_reduce_;  // zero 0/1, dp > 1
+  Tensor ag_send_, ag_recv_;  // zero 1/2: all-gather staging (max P_u, max dp*P_u)
+
+  std::vector<std::unique_ptr<Slot>> slots_;  // see SlotOf
+  std::vector<float*> grads_of_;  // per unit: this micro-batch's gradient buffer, or null
+  int64_t micro_ = 0;
+  Status status_ = Status::Ok();
+};
+
+}  // namespace tessera
