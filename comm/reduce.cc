@@ -22,9 +22,9 @@ struct Bf16Traits {
   static uint16_t FromF32(float f) { return F32ToBf16(f); }
 };
 struct F16Traits {
-  static float ToF32(uint16_t h) { return F16ToF32Fast(h); }
+  static float ToF32(uint16_t h) { return F16ToF32(h); }
   // Values beyond the f16 range (|x| >= 65520 after rounding) become +-inf, as IEEE rounding does.
-  static uint16_t FromF32(float f) { return F32ToF16Fast(f); }
+  static uint16_t FromF32(float f) { return F32ToF16(f); }
 };
 
 bool IsHalf(DType t) { return t == DType::kBF16 || t == DType::kF16; }
