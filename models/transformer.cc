@@ -63,7 +63,7 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_p
   return Status::Ok();
 }
 
-Status ValidateShape(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& options) {
+Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& options) {
   auto bad = [](const std::string& m) { return InvalidArgument("model: " + m); };
   const bool gpt2 = c.family == ModelFamily::kGpt2;
   if (c.vocab_size < 2) return bad("vocab_size=" + Num(c.vocab_size) + " must be >= 2");
@@ -556,13 +556,8 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, int64_t B,
                                                          int64_t T, MemoryTracker* tracker,
                                                          const ModelOptions& options) {
-  RETURN_IF_ERROR(ValidateShape(config, B, T, options));
+  RETURN_IF_ERROR(Validate(config, B, T, options));
   return std::unique_ptr<Transformer>(new TransformerImpl(config, B, T, tracker, options));
-}
-
-Status Transformer::Validate(const ModelConfig& config, int64_t B, int64_t T,
-                             const ModelOptions& options) {
-  return ValidateShape(config, B, T, options);
 }
 
 }  // namespace tessera

@@ -47,11 +47,6 @@ class Transformer {
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config, int64_t B,
                                                      int64_t T, MemoryTracker* tracker,
                                                      const ModelOptions& options = {});
-  // What Create checks before allocating anything, for a caller (a trainer building a store)
-  // that must know the shape is valid and fits in memory before it reserves buffers of its
-  // own. The memory estimate counts parameters and gradients unless options.store is set.
-  static Status Validate(const ModelConfig& config, int64_t B, int64_t T,
-                         const ModelOptions& options = {});
   virtual ~Transformer() = default;
 
   // GPT-2-style init: weights ~ N(0, init_std), residual output projections scaled by

@@ -137,11 +137,12 @@ int RunEval(const Args& args) {
   }
   auto data = DataLoader::Open(c.data, Split::kVal, c.model.vocab_size, c.train.seq_len, c.train.seed);
   if (!data.ok()) return Fail("eval", data.status(), Phase::kInput);
-  const double loss = EvaluateLoss(**model, **data, c.train.eval_batches);
+  auto loss = EvaluateLoss(**model, **data, c.train.eval_batches);
+  if (!loss.ok()) return Fail("eval", loss.status(), Phase::kRun);
   std::printf("eval: weights %s\n", c.init_from.c_str());
   std::printf("eval: %lld batches x %lld x %lld tokens\n", static_cast<long long>(c.train.eval_batches),
               static_cast<long long>(c.train.micro_batch_size), static_cast<long long>(c.train.seq_len));
-  std::printf("loss %.6f\n", loss);
+  std::printf("loss %.6f\n", *loss);
   return kExitOk;
 }
 

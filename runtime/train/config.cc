@@ -593,11 +593,24 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                "but dp=1: with one rank there is nothing to partition (use zero "
                                "0, or set parallel.dp and launch that many ranks)");
   }
-  if (c.mixed_precision.min_scale > c.mixed_precision.initial_scale) {
+  // Loss scales are powers of two so that multiplying the loss by one and the gradients by
+  // its inverse is exact (only the exponent changes).
+  const MixedPrecisionConfig& mp = c.mixed_precision;
+  for (const auto& [key, value] : {std::pair<const char*, float>{"mixed_precision.initial_scale",
+                                                                 mp.initial_scale},
+                                   {"mixed_precision.min_scale", mp.min_scale}}) {
+    int exponent = 0;
+    if (std::frexp(value, &exponent) != 0.5f) {
+      return ctx.CrossFieldError({key}, std::string(key + 16) + "=" + FormatConfigFloat(value) +
+                                            " must be a power of two (e.g. 65536), so that "
+                                            "removing the scale from the gradients is exact");
+    }
+  }
+  if (c.precision == Precision::kFp16 && mp.loss_scale == LossScaleMode::kDynamic &&
+      mp.min_scale > mp.initial_scale) {
     return ctx.CrossFieldError({"mixed_precision.min_scale", "mixed_precision.initial_scale"},
-                               "min_scale=" + FormatConfigFloat(c.mixed_precision.min_scale) +
-                                   " exceeds initial_scale=" +
-                                   FormatConfigFloat(c.mixed_precision.initial_scale));
+                               "min_scale=" + FormatConfigFloat(mp.min_scale) +
+                                   " exceeds initial_scale=" + FormatConfigFloat(mp.initial_scale));
   }
   if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
     return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");

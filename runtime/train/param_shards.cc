@@ -2,7 +2,10 @@
 // data-parallel parameter state (see param_shards.h for the contract).
 #include "runtime/train/param_shards.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "optimizer/grad_clip.h"
@@ -82,6 +85,23 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
   if (U < 3) return InvalidArgument("param shards: a model has at least 3 units, got " + std::to_string(U));
 
+  // This rank's share, before any of it is reserved: an absurd model gets a message, not an
+  // allocation failure. Unit buffers (a few units) and activations (the model's own check)
+  // come on top.
+  const double P = static_cast<double>(zero_ == 3 ? S : n) * DTypeSize(pdt);
+  const double G = zero_ <= 1 ? 4.0 * n + (zero_ == 1 ? 4.0 * S : 0.0) : 4.0 * S;
+  const double O = static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (P + G + O > ram) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "parameters, gradients and optimizer state need %.1f GiB on each rank (zero %d "
+                  "over %d ranks, parameters %s) but this machine has %.1f GiB: use a smaller "
+                  "model, more data-parallel ranks or a higher parallel.zero",
+                  (P + G + O) / 1073741824.0, zero_, ranks_,
+                  std::string(DTypeName(pdt)).c_str(), ram / 1073741824.0);
+    return InvalidArgument(buf);
+  }
   optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
   if (zero_ == 3) {
     shard_ = Reserve(MemoryKind::kParameters, pdt, S);

@@ -31,10 +31,13 @@
 // Mixed precision on CPU: parameters are stored in the low type and upcast to fp32 for the
 // kernels; each micro-batch's unit gradients are rounded to the low type (what a GPU would
 // store; fp16 overflows to inf there, which the loss scaler detects) before being reduced.
-// Failures: a collective that fails or times out inside the model's step (Acquire, GradsDone)
-// aborts the communicator (so every later wait returns at once) and is kept in status(); the
-// trainer checks it after each micro-batch and ends the job. Not thread-safe: the trainer's
-// thread drives it (the comm backend moves data on its own thread).
+// Failures: a collective that fails or times out inside the model's step or evaluation
+// (Acquire, GradsDone) aborts the communicator (so every later wait returns at once) and is
+// kept in status(); the trainer checks it after each micro-batch (training and evaluation)
+// and ends the job. Until then the model computes on whatever the slots hold and may write
+// buffers that a timed-out MPI operation still references (MPI cannot cancel): harmless only
+// because the process ends (AbortJob) without reusing this object. Not thread-safe: the
+// trainer's thread drives it (the comm backend moves data on its own thread).
 #pragma once
 
 #include <cstdint>

@@ -114,9 +114,8 @@ Status Trainer::SetUpParameters() {
   o.grad_accum_steps = c.train.grad_accum_steps;
   o.bucket_elems = std::max<int64_t>(
       1, static_cast<int64_t>(c.comm.bucket_mb * 1048576.0 / sizeof(float)));
-  // The shape (and whether it fits in memory) is checked before anything is reserved; the
-  // layout functions below assume a valid model.
-  RETURN_IF_ERROR(Transformer::Validate(c.model, c.train.micro_batch_size, c.train.seq_len));
+  // ParamShards checks that this rank's share of parameters, gradients and optimizer state
+  // fits before reserving it; Transformer::Create then checks the activations.
   ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, UnitBounds(c.model),
                                                 DecayRanges(DeclareParameters(c.model), c.optimizer),
                                                 dp_, &memory_));
@@ -151,7 +150,8 @@ Status Trainer::SetUpParameters() {
   return Status::Ok();
 }
 
-double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches) {
+Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches,
+                            const std::function<Status()>& after_batch) {
   const int64_t B = model.batch_size(), T = model.seq_len();
   std::vector<int32_t> inputs(B * T), targets(B * T);
   data.Reset();
@@ -159,13 +159,14 @@ double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches) {
   for (int64_t i = 0; i < batches; ++i) {
     data.NextBatch(B, inputs.data(), targets.data());
     sum += model.Forward(inputs.data(), targets.data());
+    if (after_batch) RETURN_IF_ERROR(after_batch());
   }
   return sum / static_cast<double>(batches);
 }
 
 Result<double> Trainer::Evaluate(int64_t batches) {
   if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
-  return EvaluateLoss(*model_, *val_data_, batches);
+  return EvaluateLoss(*model_, *val_data_, batches, [this] { return shards_->status(); });
 }
 
 // One optimizer step over the global batch: this rank's micro-batches (their gradients reduced
@@ -178,6 +179,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   // Each micro-batch's loss is scaled by 1/(global micro-batches); the reduction then sums.
   // The fp16 loss scale is a power of two, so this product is exact.
   const float grad_scale = static_cast<float>(scale / static_cast<double>(accum * dp_size_));
+  RETURN_IF_ERROR(shards_->status());
   shards_->BeginStep();
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
   double loss_sum = 0;

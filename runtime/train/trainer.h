@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -62,7 +63,8 @@ class Trainer {
   Result<TrainSummary> Run(FILE* out);
 
   // Mean loss over `batches` validation micro-batches from the start of the held-out split.
-  // kNotFound if the run has no held-out data.
+  // kNotFound if the run has no held-out data. A collective under ZeRO-3 (the parameter
+  // gathers): every rank must call it; a failed gather ends it with that error.
   Result<double> Evaluate(int64_t batches);
 
   Transformer& model() { return *model_; }
@@ -101,7 +103,10 @@ class Trainer {
 
 // Mean loss (nats/token) of `model` over `batches` micro-batches read from the start of
 // `data` (it is Reset first, so every evaluation sees the same tokens). Forward only.
-double EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches);
+// `after_batch`, when set, runs after each micro-batch; its first error ends the evaluation
+// and is returned (a sharded model's gathers can fail inside Forward).
+Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batches,
+                            const std::function<Status()>& after_batch = {});
 
 // Builds a self-contained fp32 model (no sharding: for eval and export) for `config` at
 // micro-batch shape (micro_batch_size, seq_len) and loads init_from (or `weights_override`

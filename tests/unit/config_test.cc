@@ -587,8 +587,16 @@ TEST(ConfigPrecision, BadValuesAreNamed) {
                      "F:1:33: mixed_precision.reduce_dtype:");
   EXPECT_EQ(ErrorAt("mixed_precision: {growth_interval: 0}\n"),
             "F:1:36: mixed_precision.growth_interval: must be >= 1, got 0");
-  EXPECT_EQ(ErrorAt("mixed_precision: {min_scale: 8, initial_scale: 4}\n"),
-            "F:1:30: mixed_precision.min_scale: min_scale=8.0 exceeds initial_scale=4.0");
+  EXPECT_EQ(ErrorAt("precision: fp16\nmixed_precision: {min_scale: 8, initial_scale: 4}\n"),
+            "F:2:30: mixed_precision.min_scale: min_scale=8.0 exceeds initial_scale=4.0");
+  EXPECT_EQ(LoadOk("mixed_precision: {min_scale: 8, initial_scale: 4}\n").mixed_precision.min_scale,
+            8.0f);  // unused unless fp16 with dynamic scaling
+  EXPECT_EQ(ErrorAt("precision: fp16\nmixed_precision:\n  initial_scale: 1000\n"),
+            "F:3:18: mixed_precision.initial_scale: initial_scale=1000.0 must be a power of two "
+            "(e.g. 65536), so that removing the scale from the gradients is exact");
+  EXPECT_STARTS_WITH(ErrorAt("mixed_precision: {min_scale: 0.3}\n"),
+                     "F:1:30: mixed_precision.min_scale: min_scale=0.3 must be a power of two");
+  EXPECT_EQ(LoadOk("mixed_precision: {min_scale: 0.25}\n").mixed_precision.min_scale, 0.25f);
   EXPECT_EQ(ErrorAt("mixed_precision: {loss_scal: static}\n"),
             "F:1:19: mixed_precision.loss_scal: unknown key (did you mean \"loss_scale\"?)");
 }
