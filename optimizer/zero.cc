@@ -52,6 +52,16 @@ void ShardedAdamW::LoadMaster(const float* full) {
 }
 
 void ShardedAdamW::Step(std::span<float* const> pieces, const float* packed_grads, float lr) {
+  std::vector<const float*> grads(static_cast<size_t>(layout_.num_units()));
+  for (int u = 0; u < layout_.num_units(); ++u) grads[u] = packed_grads + layout_.packed_offset(u);
+  Step(pieces, grads, lr);
+}
+
+void ShardedAdamW::Step(std::span<float* const> pieces, std::span<const float* const> grads,
+                        float lr) {
+  TESSERA_CHECK_MSG(static_cast<int>(grads.size()) == layout_.num_units(),
+                    "ShardedAdamW::Step: %zu gradient pieces for %d units", grads.size(),
+                    layout_.num_units());
   if (keep_master_) {
     TESSERA_CHECK_MSG(pieces.empty(), "ShardedAdamW::Step: master weights are stepped, "
                                       "pieces must be empty");
@@ -68,11 +78,10 @@ void ShardedAdamW::Step(std::span<float* const> pieces, const float* packed_grad
     float* params = keep_master_ ? master(u) : pieces[u];
     TESSERA_CHECK_MSG(params != nullptr, "ShardedAdamW::Step: no values for unit %d", u);
     const int64_t begin = layout_.packed_offset(u);
-    const float* grads = packed_grads + begin;
     if (offload) {
-      StepSliceOffloaded(adamw_, params, grads, begin, begin + real, lr, t);
+      StepSliceOffloaded(adamw_, params, grads[u], begin, begin + real, lr, t);
     } else {
-      adamw_.StepSlice(params, grads, begin, begin + real, lr, t);
+      adamw_.StepSlice(params, grads[u], begin, begin + real, lr, t);
     }
   }
   adamw_.set_step(t);

@@ -39,13 +39,16 @@ class ShardedAdamW {
   void LoadMaster(const float* full);
 
   // One AdamW step t = step() + 1 with learning rate lr over every real element of the rank's
-  // pieces. `packed_grads` (packed_size) holds the reduced gradients of the pieces.
+  // pieces. `grads[u]` points at the reduced gradients of unit u's piece (piece_real(u, rank)
+  // elements; e.g. packed + packed_offset(u), or the piece's place in a full flat buffer).
   // keep_master: updates the master weights; `pieces` must be empty.
   // otherwise: pieces.size() == num_units and pieces[u] points at the fp32 values of unit u's
   // piece (piece_real(u, rank) elements, wherever they live; may be null when that is 0),
   // updated in place. Padding (of the values, grads, moments, master) is never read or written.
   // With optimizer.offload == cpu each piece is stepped in kOffloadChunk chunks
   // (optimizer/offload.h); same bits.
+  void Step(std::span<float* const> pieces, std::span<const float* const> grads, float lr);
+  // The same with every unit's gradients in one packed buffer (packed_size elements).
   void Step(std::span<float* const> pieces, const float* packed_grads, float lr);
 
   const ShardLayout& layout() const { return layout_; }

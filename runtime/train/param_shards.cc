@@ -89,7 +89,7 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   // allocation failure. Unit buffers (a few units) and activations (the model's own check)
   // come on top.
   const double P = static_cast<double>(zero_ == 3 ? S : n) * DTypeSize(pdt);
-  const double G = zero_ <= 1 ? 4.0 * n + (zero_ == 1 ? 4.0 * S : 0.0) : 4.0 * S;
+  const double G = zero_ <= 1 ? 4.0 * n : 4.0 * S;
   const double O = static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (P + G + O > ram) {
@@ -114,15 +114,16 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
       all_reduce_ = std::make_unique<BucketedAllReduce>(dp_, main_grads_.f32(), n,
                                                         options_.bucket_elems, rdt, tracker_);
     }
-    if (zero_ == 1) packed_grads_ = Reserve(MemoryKind::kGradients, DType::kF32, S);
   } else {
     part_grads_ = Reserve(MemoryKind::kGradients, DType::kF32, S);
   }
-  int64_t max_piece = 0;
-  for (int u = 0; u < U; ++u) max_piece = std::max(max_piece, layout_.piece_size(u));
   if (zero_ == 1 || zero_ == 2) {
-    ag_send_ = Reserve(MemoryKind::kUnitBuffers, pdt, max_piece);
-    ag_recv_ = Reserve(MemoryKind::kUnitBuffers, pdt, ranks_ * max_piece);
+    int64_t max_piece = 0;
+    for (int u = 0; u < U; ++u) max_piece = std::max(max_piece, layout_.piece_size(u));
+    // All-gather chunks: about one gradient bucket received per collective.
+    ag_chunk_ = std::clamp<int64_t>(options_.bucket_elems / ranks_, 1, max_piece);
+    ag_send_ = Reserve(MemoryKind::kUnitBuffers, pdt, ag_chunk_);
+    ag_recv_ = Reserve(MemoryKind::kUnitBuffers, pdt, ranks_ * ag_chunk_);
   }
 
   // Slot capacities: the largest unit that maps to each slot.
@@ -197,9 +198,15 @@ char* ParamShards::ShardStorage(int unit) const {
          layout_.packed_offset(unit) * DTypeSize(options_.param_dtype);
 }
 
-float* ParamShards::ShardGrads() {
-  if (zero_ == 0) return main_grads_.f32();  // one piece per unit, packed == flat
-  return zero_ == 1 ? packed_grads_.f32() : part_grads_.f32();
+std::vector<float*> ParamShards::GradPieces() {
+  std::vector<float*> g(static_cast<size_t>(layout_.num_units()));
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    // zero 0/1: the piece's place in the full reduced buffer (zero 0: the whole unit).
+    g[u] = zero_ <= 1 ? main_grads_.f32() + std::min(layout_.piece_begin(u, lrank), layout_.unit_end(u))
+                      : part_grads_.f32() + layout_.packed_offset(u);
+  }
+  return g;
 }
 
 void ParamShards::Load(const Fill& fill) {
@@ -374,17 +381,6 @@ Status ParamShards::FinishGradients() {
     if (all_reduce_ && status_.ok()) {
       if (Status st = all_reduce_->Finish(); !st.ok()) Fail(st);
     }
-    if (zero_ == 1 && status_.ok()) {
-      float* packed = packed_grads_.f32();
-      for (int u = 0; u < layout_.num_units(); ++u) {
-        const int64_t real = layout_.piece_real(u, rank_);
-        if (real > 0) {
-          std::memcpy(packed + layout_.packed_offset(u),
-                      main_grads_.f32() + layout_.piece_begin(u, rank_),
-                      static_cast<size_t>(real) * sizeof(float));
-        }
-      }
-    }
   } else {
     for (auto& s : slots_) {
       if (s->rs) CompleteReduceScatter(*s);
@@ -410,7 +406,9 @@ Result<double> ParamShards::GradSumOfSquares() {
 }
 
 void ParamShards::ScaleGradients(float factor) {
-  ScaleInPlace(ShardGrads(), layout_.packed_size(), factor);
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  const std::vector<float*> g = GradPieces();
+  for (int u = 0; u < layout_.num_units(); ++u) ScaleInPlace(g[u], layout_.piece_real(u, lrank), factor);
 }
 
 Status ParamShards::Step(float lr) {
@@ -426,7 +424,8 @@ Status ParamShards::Step(float lr) {
                                                          layout_.unit_end(u)));
     }
   }
-  optimizer_->Step(pieces, ShardGrads(), lr);
+  const std::vector<float*> grads = GradPieces();
+  optimizer_->Step(pieces, std::vector<const float*>(grads.begin(), grads.end()), lr);
   if (low_) {  // the new parameters are the master weights rounded
     for (int u = 0; u < U; ++u) {
       const int64_t real = layout_.piece_real(u, lrank);
@@ -441,23 +440,33 @@ Status ParamShards::Step(float lr) {
 }
 
 // Every rank's updated pieces of every unit, into the full buffer of every rank. The full
-// buffer has no room for the padding of a unit's last piece, so each unit goes through the
-// staging pair.
+// buffer has no room for the padding of a unit's last piece, and a rank's own next piece must
+// not be overwritten before it is sent, so pieces travel through a staging pair in chunks of
+// ag_chunk_ elements per rank (chunk j of every rank's piece in one collective).
 Status ParamShards::AllGatherUnits() {
   const DType pdt = options_.param_dtype;
   const size_t es = DTypeSize(pdt);
+  char* send = static_cast<char*>(ag_send_.data());
+  const char* recv = static_cast<const char*>(ag_recv_.data());
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const int64_t P = layout_.piece_size(u), real = layout_.piece_real(u, rank_);
-    char* send = static_cast<char*>(ag_send_.data());
-    if (real > 0) std::memcpy(send, Storage(layout_.piece_begin(u, rank_)), real * es);
-    std::memset(send + real * es, 0, (P - real) * es);
-    Tensor in(send, pdt, {P});
-    Tensor out(ag_recv_.data(), pdt, {ranks_ * P});
-    if (Status st = dp_->AllGather(in, out)->Wait(); !st.ok()) {
-      Fail(st);
-      return st;
+    const int64_t P = layout_.piece_size(u), n_u = layout_.unit_size(u);
+    for (int64_t off = 0; off < P; off += ag_chunk_) {
+      const int64_t len = std::min(ag_chunk_, P - off);
+      // This rank's real elements of the chunk, zeros past the unit's end.
+      const int64_t real = std::clamp<int64_t>(n_u - rank_ * P - off, 0, len);
+      if (real > 0) std::memcpy(send, Storage(layout_.piece_begin(u, rank_) + off), real * es);
+      std::memset(send + real * es, 0, (len - real) * es);
+      Tensor in(send, pdt, {len});
+      Tensor out(ag_recv_.data(), pdt, {ranks_ * len});
+      if (Status st = dp_->AllGather(in, out)->Wait(); !st.ok()) {
+        Fail(st);
+        return st;
+      }
+      for (int r = 0; r < ranks_; ++r) {
+        const int64_t keep = std::clamp<int64_t>(n_u - r * P - off, 0, len);
+        if (keep > 0) std::memcpy(Storage(layout_.piece_begin(u, r) + off), recv + r * len * es, keep * es);
+      }
     }
-    std::memcpy(Storage(layout_.unit_begin(u)), ag_recv_.data(), layout_.unit_size(u) * es);
   }
   return Status::Ok();
 }

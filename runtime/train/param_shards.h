@@ -7,14 +7,14 @@
 // shard_layout.h; "low" = bf16 or fp16):
 //   parameters   zero 0-2: the full flat buffer in the parameter type (n);
 //                zero 3: this rank's packed pieces in the parameter type (S)
-//   gradients    zero 0/1: a full fp32 buffer (n) all-reduced in buckets during backward,
-//                plus, zero 1, the rank's pieces packed (S);
+//   gradients    zero 0/1: a full fp32 buffer (n) all-reduced in buckets during backward;
 //                zero 2/3: the rank's reduced pieces only (S, fp32)
 //   optimizer    ShardedAdamW over the rank's pieces (zero 0: every piece, one rank's layout);
 //                with low precision it keeps the fp32 master weights (S)
 //   unit buffers gathered / upcast parameters of at most four units (embeddings, final unit,
 //                two alternating blocks: the one in use and the prefetched one) and, zero 2/3
-//                or with accumulation, the per-unit gradient buffers of the same four slots.
+//                or with accumulation, the per-unit gradient buffers of the same four slots;
+//                zero 1/2: the all-gather staging, about one gradient bucket (comm.bucket_mb).
 // The collectives per step (dp > 1):
 //   zero 0/1  BucketedAllReduce of the fp32 gradients (grad_sync.h), launched as backward
 //             finishes each bucket; zero 1 then all-gathers each unit's updated pieces
@@ -130,7 +130,8 @@ class ParamShards final : public ParamStore {
   float* FullF32() const;                 // the full fp32 parameters (zero 0-2, fp32 storage)
   char* Storage(int64_t flat_begin) const;  // zero 0-2: address of a flat element in full_
   char* ShardStorage(int unit) const;       // zero 3: address of unit u's piece in shard_
-  float* ShardGrads();                      // this rank's reduced gradients (packed)
+  // Per unit: this rank's reduced gradients of its piece (piece_real elements each).
+  std::vector<float*> GradPieces();
 
   ParamShardsOptions options_;
   ShardLayout layout_;
@@ -145,10 +146,10 @@ class ParamShards final : public ParamStore {
   Tensor full_;          // zero 0-2: (n) parameters in param_dtype
   Tensor shard_;         // zero 3: (S) packed pieces in param_dtype
   Tensor main_grads_;    // zero 0/1: (n) fp32
-  Tensor packed_grads_;  // zero 1 with dp > 1: (S) this rank's pieces of main_grads_
   Tensor part_grads_;    // zero 2/3: (S) fp32 reduced pieces
   std::unique_ptr<BucketedAllReduce> all_reduce_;  // zero 0/1, dp > 1
-  Tensor ag_send_, ag_recv_;  // zero 1/2: all-gather staging (max P_u, max dp*P_u)
+  Tensor ag_send_, ag_recv_;  // zero 1/2: all-gather staging (chunk, dp * chunk)
+  int64_t ag_chunk_ = 0;
 
   std::vector<std::unique_ptr<Slot>> slots_;  // see SlotOf
   std::vector<float*> grads_of_;  // per unit: this micro-batch's gradient buffer, or null
