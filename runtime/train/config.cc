@@ -685,8 +685,9 @@ Result<std::string> ReadConfigFile(const std::string& path) {
   return text.str();
 }
 
-Result<Config> LoadConfigImpl(const std::string& path, const std::vector<std::string>& overrides) {
-  ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+// `path` names the text in errors and in Config::path (a file, or where the text came from).
+Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
+                              const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -716,17 +717,27 @@ Result<Config> LoadConfigImpl(const std::string& path, const std::vector<std::st
   return cfg;
 }
 
-}  // namespace
-
-Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+Result<Config> LoadConfigGuarded(const std::string& text, const std::string& path,
+                                 const std::vector<std::string>& overrides) {
   // yaml-cpp reports misuse by exception; none may escape (STYLE.md, Errors).
   try {
-    return LoadConfigImpl(path, overrides);
+    return LoadConfigImpl(text, path, overrides);
   } catch (const YAML::Exception& e) {
     return Internal(path + ": yaml-cpp error while reading config: " + e.what());
   } catch (const std::exception& e) {
     return Internal(path + ": error while reading config: " + e.what());
   }
+}
+
+}  // namespace
+
+Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+  return LoadConfigGuarded(text, path, overrides);
+}
+
+Result<Config> LoadConfigFromText(const std::string& text, const std::string& origin) {
+  return LoadConfigGuarded(text, origin, {});
 }
 
 }  // namespace tessera

@@ -127,5 +127,9 @@ struct Config {
 // validating. Errors: kNotFound (file), kInvalidArgument (anything else), message in the
 // "file:line:col: key: problem" form (overrides say "--set key=value: problem").
 Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same over YAML text already in memory (a checkpoint's manifest config_yaml); `origin`
+// stands for the file name in errors ("step_00000100/manifest.json config_yaml") and becomes
+// Config::path.
+Result<Config> LoadConfigFromText(const std::string& text, const std::string& origin);
 
 }  // namespace tessera
