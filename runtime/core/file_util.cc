@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 namespace tessera {
 namespace {
@@ -114,6 +115,70 @@ class PosixFileSystem final : public FileSystem {
     }
     ::close(fd);
     return out;
+  }
+
+  Status MakeDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) == 0) return Status::Ok();
+    const int err = errno;
+    struct stat st {};
+    if (err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
+    return IoError(path + ": cannot create directory: " + ErrnoText(err));
+  }
+
+  Status RemoveTree(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);  // does not follow symlinks
+    if (ec) return IoError(path + ": cannot remove: " + ec.message());
+    return Status::Ok();
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(path, ec);
+    if (ec) {
+      if (ec == std::errc::no_such_file_or_directory) return NotFound(path + ": no such directory");
+      return IoError(path + ": cannot list: " + ec.message());
+    }
+    std::vector<std::string> names;
+    for (const auto& entry : it) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  Result<int> OpenForRead(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT) return NotFound(path + ": file not found");
+      return IoError(path + ": cannot open: " + ErrnoText(err));
+    }
+    return fd;
+  }
+
+  Status ReadAt(int fd, void* data, size_t n, uint64_t offset, const std::string& path) override {
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+      const ssize_t r = ::pread(fd, p, std::min(n, kMaxIoBytes), static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return IoError(path + ": read at byte " + std::to_string(offset) + " failed: " +
+                       ErrnoText(errno));
+      }
+      if (r == 0) {
+        return DataLoss(path + ": file ends before byte " + std::to_string(offset + n) +
+                        " (truncated?)");
+      }
+      p += r;
+      n -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  Result<uint64_t> FileSize(int fd, const std::string& path) override {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return IoError(path + ": cannot stat: " + ErrnoText(errno));
+    return static_cast<uint64_t>(st.st_size);
   }
 };
 

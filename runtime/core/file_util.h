@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "runtime/core/status.h"
 
@@ -49,6 +50,20 @@ class FileSystem {
   virtual Status SyncDir(const std::string& dir) = 0;
   // The whole file. kNotFound naming `path` if missing; kDataLoss if larger than max_bytes.
   virtual Result<std::string> ReadFile(const std::string& path, uint64_t max_bytes) = 0;
+
+  // Directories and positional reads (checkpoint/ uses these).
+  // Creates one directory (mode 0755); OK if it already exists as a directory.
+  virtual Status MakeDir(const std::string& path) = 0;
+  // Removes `path` and everything below it (no symlink is followed); OK if missing.
+  virtual Status RemoveTree(const std::string& path) = 0;
+  // Names in a directory, sorted, without "." and "..". kNotFound if missing.
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  // Opens for reading; kNotFound if missing.
+  virtual Result<int> OpenForRead(const std::string& path) = 0;
+  // Exactly n bytes at `offset`; kDataLoss naming path and offset if the file ends first.
+  virtual Status ReadAt(int fd, void* data, size_t n, uint64_t offset, const std::string& path) = 0;
+  // Size in bytes of an open file.
+  virtual Result<uint64_t> FileSize(int fd, const std::string& path) = 0;
 };
 
 // The POSIX implementation; lives for the whole process.

@@ -484,6 +484,20 @@ Status ReadMixedPrecision(Section& s, MixedPrecisionConfig* m) {
   return s.Finish();
 }
 
+Status ReadCheckpoint(Section& s, CheckpointConfig* c) {
+  RETURN_IF_ERROR(s.String("dir", &c->dir));
+  RETURN_IF_ERROR(s.Int("interval_steps", 0, kMaxSteps, &c->interval_steps));
+  RETURN_IF_ERROR(s.Bool("at_end", &c->at_end));
+  RETURN_IF_ERROR(s.Int("keep_last", 1, kMaxSteps, &c->keep_last));
+  RETURN_IF_ERROR(s.Int("keep_every", 0, kMaxSteps, &c->keep_every));
+  RETURN_IF_ERROR(s.Bool("async", &c->async));
+  RETURN_IF_ERROR(s.Enum<CheckpointOnBusy>(
+      "on_busy", {{"wait", CheckpointOnBusy::kWait}, {"skip", CheckpointOnBusy::kSkip}},
+      &c->on_busy));
+  RETURN_IF_ERROR(s.Int("max_failures", 1, kMaxSteps, &c->max_failures));
+  return s.Finish();
+}
+
 Status ReadComm(Section& s, CommConfig* c) {
   RETURN_IF_ERROR(s.Float("timeout_s", kPositive, &c->timeout_s));
   // At least 1 KiB per bucket: smaller buckets would mean one collective per few elements.
@@ -514,7 +528,12 @@ Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
       &cfg->precision));
   ASSIGN_OR_RETURN(Section mixed, top.Child("mixed_precision"));
   RETURN_IF_ERROR(ReadMixedPrecision(mixed, &cfg->mixed_precision));
+  ASSIGN_OR_RETURN(Section checkpoint, top.Child("checkpoint"));
+  RETURN_IF_ERROR(ReadCheckpoint(checkpoint, &cfg->checkpoint));
+  RETURN_IF_ERROR(top.Enum<ResumeMode>("resume", {{"none", ResumeMode::kNone}, {"auto", ResumeMode::kAuto}},
+                                       &cfg->resume));
   RETURN_IF_ERROR(top.String("init_from", &cfg->init_from));
+  RETURN_IF_ERROR(top.Bool("init_optimizer", &cfg->init_optimizer));
   return top.Finish();
 }
 
@@ -614,6 +633,15 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
   }
   if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
     return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");
+  }
+  if (c.resume == ResumeMode::kAuto && c.checkpoint.dir.empty()) {
+    return ctx.CrossFieldError({"resume", "checkpoint.dir"},
+                               "resume=auto needs checkpoint.dir (where to look for checkpoints)");
+  }
+  if (c.init_optimizer && c.init_from.empty()) {
+    return ctx.CrossFieldError({"init_optimizer", "init_from"},
+                               "init_optimizer=true needs init_from (a checkpoint to take the "
+                               "optimizer state from)");
   }
   const LrScheduleConfig& s = c.schedule;
   // warmup_steps > train.steps is allowed: a short smoke run (--set train.steps=5) of a

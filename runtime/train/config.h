@@ -107,6 +107,27 @@ struct MixedPrecisionConfig {
   float min_scale = 1.0f;           // mixed_precision.min_scale: floor of the backoff, > 0
 };
 
+// checkpoint: asynchronous sharded checkpoints (checkpoint/ and runtime/train/checkpointer.h).
+enum class CheckpointOnBusy { kWait, kSkip };
+struct CheckpointConfig {
+  std::string dir;              // checkpoint.dir: root directory; empty = no checkpoints
+  int64_t interval_steps = 0;   // checkpoint.interval_steps: save every N steps, >= 0 (0 = only
+                                //   at the end of the run)
+  bool at_end = true;           // checkpoint.at_end: also save after the last step
+  int64_t keep_last = 3;        // checkpoint.keep_last: newest committed checkpoints kept, >= 1
+  int64_t keep_every = 0;       // checkpoint.keep_every: also keep steps that are multiples of
+                                //   this (milestones), >= 0 (0 = none)
+  bool async = true;            // checkpoint.async: write in the background while training
+                                //   goes on (false: the step waits until the save committed)
+  CheckpointOnBusy on_busy = CheckpointOnBusy::kWait;  // checkpoint.on_busy: wait | skip — the
+                                //   previous save is still writing when the next one is due
+  int64_t max_failures = 3;     // checkpoint.max_failures: consecutive failed saves before the
+                                //   run stops, >= 1
+};
+
+enum class ResumeMode { kNone, kAuto };
+const char* ResumeModeName(ResumeMode m);  // "none" | "auto"
+
 struct Config {
   std::string path;                // the YAML file it came from
   Precision precision = Precision::kFp32;  // precision: fp32 | bf16 | fp16
@@ -118,8 +139,17 @@ struct Config {
   LrScheduleConfig schedule;
   DataConfig data;
   TrainConfig train;
-  std::string init_from;           // init_from: safetensors file or model.safetensors.index.json
-                                   //   to start from (Hugging Face names); empty = random init
+  std::string init_from;           // init_from: safetensors file, model.safetensors.index.json
+                                   //   (Hugging Face names) or a checkpoint (a step_<N>
+                                   //   directory, or a checkpoint root: its newest committed
+                                   //   one) to start from; empty = random init
+  bool init_optimizer = false;     // init_optimizer: with a checkpoint in init_from, also take
+                                   //   its AdamW moments (continued pretraining); the step
+                                   //   counter, schedule and data position start fresh
+  CheckpointConfig checkpoint;     // checkpoint.*
+  ResumeMode resume = ResumeMode::kNone;  // resume: none | auto — auto continues from the newest
+                                   //   committed (and verified) checkpoint under checkpoint.dir,
+                                   //   or starts fresh when there is none
   std::string resolved_yaml;       // the effective config after overrides, for the record
 };
 

@@ -159,7 +159,20 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   Put(out, "growth_interval", mp.growth_interval);
   Put(out, "min_scale", mp.min_scale);
   out << YAML::EndMap;
+  const CheckpointConfig& ck = config.checkpoint;
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  PutPath(out, "dir", ck.dir);
+  Put(out, "interval_steps", ck.interval_steps);
+  Put(out, "at_end", ck.at_end);
+  Put(out, "keep_last", ck.keep_last);
+  Put(out, "keep_every", ck.keep_every);
+  Put(out, "async", ck.async);
+  PutName(out, "on_busy", ck.on_busy == CheckpointOnBusy::kSkip ? "skip" : "wait");
+  Put(out, "max_failures", ck.max_failures);
+  out << YAML::EndMap;
+  PutName(out, "resume", ResumeModeName(config.resume));
   PutPath(out, "init_from", config.init_from);
+  Put(out, "init_optimizer", config.init_optimizer);
   out << YAML::EndMap;
 
   std::string header = "# Resolved Tessera config: every key, defaults included.\n";
@@ -188,6 +201,8 @@ DType PrecisionDType(Precision p) {
   }
   return DType::kF32;
 }
+
+const char* ResumeModeName(ResumeMode m) { return m == ResumeMode::kAuto ? "auto" : "none"; }
 
 const char* LossScaleModeName(LossScaleMode m) {
   return m == LossScaleMode::kStatic ? "static" : "dynamic";

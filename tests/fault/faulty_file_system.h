@@ -3,6 +3,7 @@
 // full disk (ENOSPC) or a dying device (EIO) would. Single-threaded; test-only.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -11,13 +12,16 @@
 
 namespace tessera::testing {
 
-// Fails the N-th Write/WriteAt or Sync (1-based; 0 = never) with `err`.
+// Fails the N-th Write/WriteAt, Sync (file or directory), Rename or MakeDir (1-based; 0 =
+// never) with `err`. Counters are atomic: a checkpoint writer calls from its own thread.
 class FaultyFileSystem : public FileSystem {
  public:
   int fail_write_at = 0;  // 0 = never
   int fail_sync_at = 0;
+  int fail_rename_at = 0;
+  int fail_mkdir_at = 0;
   int err = ENOSPC;
-  int writes = 0, syncs = 0;
+  std::atomic<int> writes{0}, syncs{0}, renames{0}, mkdirs{0};
 
   Result<int> OpenForWrite(const std::string& p) override { return base_.OpenForWrite(p); }
   Status Write(int fd, const void* d, size_t n, const std::string& p) override {
@@ -33,12 +37,29 @@ class FaultyFileSystem : public FileSystem {
     return base_.Sync(fd, p);
   }
   Status Close(int fd, const std::string& p) override { return base_.Close(fd, p); }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
+  Status Rename(const std::string& a, const std::string& b) override {
+    if (++renames == fail_rename_at) return IoError(a + ": rename failed: " + std::strerror(err));
+    return base_.Rename(a, b);
+  }
   Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
+  Status SyncDir(const std::string& d) override {
+    if (++syncs == fail_sync_at) return IoError(d + ": fsync failed: " + std::strerror(err));
+    return base_.SyncDir(d);
+  }
   Result<std::string> ReadFile(const std::string& p, uint64_t max) override {
     return base_.ReadFile(p, max);
   }
+  Status MakeDir(const std::string& p) override {
+    if (++mkdirs == fail_mkdir_at) return IoError(p + ": mkdir failed: " + std::strerror(err));
+    return base_.MakeDir(p);
+  }
+  Status RemoveTree(const std::string& p) override { return base_.RemoveTree(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_.ListDir(p); }
+  Result<int> OpenForRead(const std::string& p) override { return base_.OpenForRead(p); }
+  Status ReadAt(int fd, void* d, size_t n, uint64_t off, const std::string& p) override {
+    return base_.ReadAt(fd, d, n, off, p);
+  }
+  Result<uint64_t> FileSize(int fd, const std::string& p) override { return base_.FileSize(fd, p); }
 
  private:
   FileSystem& base_ = DefaultFileSystem();

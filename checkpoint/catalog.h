@@ -1,0 +1,68 @@
+// checkpoint/catalog.h — the checkpoint catalog: a RocksDB database under the checkpoint root
+// (`<root>/catalog/`) recording every checkpoint's status, size, layout and timings, and the
+// run's events.
+//
+// One writer at a time (RocksDB allows one process to open a database for writing): the
+// coordinator of a standalone `tessera train` (rank 0); the supervisor takes this role later.
+// Readers (`tessera ckpt ls` while training runs) open it read-only. Every write is synced
+// (WriteOptions::sync, ~120 us here) so a commit recorded here survives a crash.
+// Keys: "ckpt/<step, 20 digits>" -> CheckpointEntry as JSON; "event/<unix ms, 20 digits>/<seq>"
+// -> event JSON. A missing or unreadable value is reported, not fatal: the directory on disk
+// (manifest present = committed) is the ground truth a loader trusts after verification.
+// RocksDB is used only inside catalog.cc. Thread-safety: one thread per Catalog.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+enum class CheckpointStatus { kWriting, kCommitted, kFailed, kCorrupt, kDeleted };
+const char* CheckpointStatusName(CheckpointStatus s);  // "writing", "committed", ...
+
+struct CheckpointEntry {
+  int64_t step = 0;
+  CheckpointStatus status = CheckpointStatus::kWriting;
+  std::string dir;            // absolute or root-relative directory name ("step_00000100")
+  uint64_t bytes = 0;
+  std::string layout;         // e.g. "dp=4 zero=3 precision=bf16"
+  double stall_seconds = 0;   // training stall of the save
+  double write_seconds = 0;   // background write + fsync
+  double commit_unix_s = 0;   // when it committed (0 if not)
+  std::string note;           // why it failed / was marked corrupt
+};
+
+struct CatalogEvent {
+  double unix_s = 0;
+  std::string kind;     // "save_failed", "corrupt", "resume", "commit", ...
+  std::string message;
+};
+
+class Catalog {
+ public:
+  // Opens (creating when !read_only) `<root>/catalog`. kIoError naming the path and RocksDB's
+  // message on failure (e.g. another writer holds the lock).
+  static Result<std::unique_ptr<Catalog>> Open(const std::string& root, bool read_only);
+  ~Catalog();
+
+  Status Put(const CheckpointEntry& e);
+  // kNotFound if there is no entry for `step`.
+  Result<CheckpointEntry> Get(int64_t step) const;
+  // Every entry, by step ascending.
+  Result<std::vector<CheckpointEntry>> List() const;
+  // Sets status and note of an existing entry (kNotFound if none).
+  Status SetStatus(int64_t step, CheckpointStatus status, const std::string& note);
+  Status AddEvent(const std::string& kind, const std::string& message);
+  Result<std::vector<CatalogEvent>> Events() const;
+
+ private:
+  struct Impl;
+  explicit Catalog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

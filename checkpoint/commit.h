@@ -1,0 +1,50 @@
+// checkpoint/commit.h — the directory protocol of a checkpoint root, and the commit.
+//
+// Layout of a root:
+//   <root>/step_<N, 8+ digits>/        a COMMITTED checkpoint (has manifest.json)
+//   <root>/step_<N>.tmp/                being written (shard files, no manifest yet)
+//   <root>/catalog/                     RocksDB (catalog.h)
+// Commit (the coordinator, after every rank's shard is durable): ValidateCoverage, write
+// manifest.json into the .tmp directory (temp + fsync + rename + fsync dir), rename
+// step_<N>.tmp -> step_<N>, fsync the root. A crash or an error anywhere before the final
+// rename leaves at most a .tmp directory, which no loader looks at: the previous committed
+// checkpoint is untouched, and the next save of the same step starts by removing the stale
+// .tmp. A step directory that already exists (a re-run) is replaced only after the new one is
+// complete: it is renamed aside to step_<N>.old first and removed after the commit.
+// Thread-safety: functions over a FileSystem; one coordinator per root.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+std::string StepDirName(int64_t step);     // "step_00000100"
+std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
+
+// Steps of the committed checkpoint directories under `root` (named step_<N> and holding a
+// manifest.json; nothing is verified here), newest first. An absent root has none.
+Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
+                                            FileSystem& fs = DefaultFileSystem());
+
+// Creates <root> (if needed) and a fresh, empty <root>/step_<N>.tmp for the shard writers.
+Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
+
+// The commit sequence above for manifest `m` (m.step names the directories). On error nothing
+// committed is damaged; the .tmp may remain (removed by the next PrepareStaging or AbandonStaging).
+Status CommitCheckpoint(const std::string& root, const Manifest& m,
+                        FileSystem& fs = DefaultFileSystem());
+
+// Removes <root>/step_<N>.tmp (a failed save).
+Status AbandonStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
+
+// Deletes committed checkpoint step_<N> (retention): renamed to step_<N>.deleting first, so
+// a crash midway never leaves a directory that looks committed but is incomplete.
+Status DeleteCheckpoint(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
+
+}  // namespace tessera

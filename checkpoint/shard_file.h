@@ -1,0 +1,84 @@
+// checkpoint/shard_file.h — one rank's shard file of a checkpoint: writing segments while
+// checksumming them, and reading segments back verified.
+//
+// Owns the byte layout of `shard_<rank>.bin`: segments back to back, each 64-byte aligned
+// (padding zero), no header (the manifest describes everything). A range longer than
+// kMaxSegmentBytes is cut into several segments, so a loader that needs part of a tensor
+// reads (and verifies) at most one segment's worth beyond what it needs at each end.
+// Writes go through the FileSystem seam (fault injection: ENOSPC/EIO at any write or fsync).
+// Thread-safety: a ShardWriter belongs to one thread (the background writer); ShardReader's
+// Read is const and safe from several threads (pread on one descriptor).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t{4} << 20;  // 4 MiB
+inline constexpr uint64_t kSegmentAlign = 64;
+
+// "shard_<rank>.bin".
+std::string ShardFileName(int rank);
+
+class ShardWriter {
+ public:
+  // Creates (truncates) `dir`/ShardFileName(rank).
+  static Result<std::unique_ptr<ShardWriter>> Create(const std::string& dir, int rank,
+                                                     FileSystem& fs = DefaultFileSystem());
+  ~ShardWriter();  // closes (without fsync) if Finish was not reached
+
+  // Appends elements [begin, end) of `tensor` (dtype elem_bytes wide), whose bytes are
+  // `data` ((end - begin) * elem_bytes), as one or more segments.
+  Status Append(const std::string& tensor, int64_t begin, int64_t end, size_t elem_bytes,
+                const void* data);
+  // fsyncs and closes the file; returns its record (rank, file, bytes, segments).
+  Result<ShardRecord> Finish();
+
+ private:
+  ShardWriter(FileSystem& fs, std::string path, int fd, int rank);
+  FileSystem& fs_;
+  std::string path_;
+  int fd_ = -1;
+  ShardRecord record_;
+  uint64_t offset_ = 0;
+};
+
+// Read access to one committed checkpoint directory: the validated manifest and verified reads.
+class CheckpointReader {
+ public:
+  // Reads and validates `dir`/manifest.json (ParseManifest + ValidateCoverage), opens every
+  // shard file and checks its size against the manifest. kNotFound if there is no manifest;
+  // kDataLoss for anything malformed, missing or truncated, naming the file.
+  static Result<std::unique_ptr<CheckpointReader>> Open(const std::string& dir,
+                                                         FileSystem& fs = DefaultFileSystem());
+  ~CheckpointReader();
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+
+  // Elements [begin, end) of `tensor` into out ((end - begin) * dtype size bytes), in the
+  // tensor's dtype. Reads every segment that intersects the range WHOLE and verifies its
+  // CRC before copying the intersection. kDataLoss naming shard file, tensor and segment on a
+  // mismatch; kInvalidArgument for an unknown tensor or a range outside it.
+  Status Read(const std::string& tensor, int64_t begin, int64_t end, void* out) const;
+
+  // Reads every segment of every shard and verifies it (`tessera ckpt verify`). Returns the
+  // bytes verified.
+  Result<uint64_t> VerifyAll() const;
+
+ private:
+  CheckpointReader() = default;
+  FileSystem* fs_ = nullptr;
+  std::string dir_;
+  Manifest manifest_;
+  std::vector<int> fds_;  // per shard
+};
+
+}  // namespace tessera
