@@ -14,6 +14,7 @@ int RunTrain(const Args& args);
 int RunEval(const Args& args);
 int RunExport(const Args& args);
 int RunData(const Args& args);
+int RunCkpt(const Args& args);
 int RunBench(const Args& args);
 int RunEnv(const Args& args);
 

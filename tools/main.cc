@@ -22,6 +22,7 @@ const Command kCommands[] = {
     {"eval", "print the mean loss of weights on held-out data", RunEval},
     {"export", "write weights as safetensors with Hugging Face names", RunExport},
     {"data", "prepare data: 'tessera data tokenize --input FILE... --out DIR'", RunData},
+    {"ckpt", "inspect checkpoints: 'tessera ckpt ls|verify|export|gc DIR'", RunCkpt},
     {"bench", "measure step time, tokens/s and MFU against this machine's sgemm peak", RunBench},
     {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
 };
