@@ -28,11 +28,15 @@ std::string StepDirName(int64_t step);     // "step_00000100"
 std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
 
 // Steps of the committed checkpoint directories under `root` (named step_<N> and holding a
-// manifest.json; nothing is verified here), newest first. An absent root has none.
+// manifest.json; nothing is verified here), newest first. An absent root has none. Only the
+// canonical StepDirName spelling counts ("step_1" is ignored), so no step is listed twice.
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
                                             FileSystem& fs = DefaultFileSystem());
 
 // Creates <root> (if needed) and a fresh, empty <root>/step_<N>.tmp for the shard writers.
+// First sweeps what a crash left in the root: *.deleting is removed; a step_<M>.old is
+// removed if step_<M> exists, else renamed back to step_<M> (a crash between the two renames
+// of a re-run's commit; an .old is always a complete committed directory).
 Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
 
 // The commit sequence above for manifest `m` (m.step names the directories). On error nothing
@@ -44,7 +48,8 @@ Status CommitCheckpoint(const std::string& root, const Manifest& m,
 Status AbandonStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
 
 // Deletes committed checkpoint step_<N> (retention): renamed to step_<N>.deleting first, so
-// a crash midway never leaves a directory that looks committed but is incomplete.
+// a crash midway never leaves a directory that looks committed but is incomplete. A leftover
+// step_<N>.old goes too (the sweep would otherwise restore it). kNotFound if there is no step_<N>.
 Status DeleteCheckpoint(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
 
 }  // namespace tessera

@@ -16,4 +16,10 @@ namespace tessera {
 // Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a ++ b).
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 
+// The two implementations Crc32c dispatches between, exposed so tests can compare them and
+// benchmarks can time them. Crc32cPortable (slicing-by-8 tables) runs anywhere;
+// Crc32cHardwareAvailable says whether this CPU has the SSE4.2 instruction Crc32c then uses.
+uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc = 0);
+bool Crc32cHardwareAvailable();
+
 }  // namespace tessera

@@ -6,13 +6,14 @@
 // kMaxSegmentBytes is cut into several segments, so a loader that needs part of a tensor
 // reads (and verifies) at most one segment's worth beyond what it needs at each end.
 // Writes go through the FileSystem seam (fault injection: ENOSPC/EIO at any write or fsync).
-// Thread-safety: a ShardWriter belongs to one thread (the background writer); ShardReader's
+// Thread-safety: a ShardWriter belongs to one thread (the background writer); CheckpointReader's
 // Read is const and safe from several threads (pread on one descriptor).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "checkpoint/manifest.h"
@@ -43,9 +44,12 @@ class ShardWriter {
 
  private:
   ShardWriter(FileSystem& fs, std::string path, int fd, int rank);
+  Status Fail(Status st);  // closes the file, refuses further work, returns st
+
   FileSystem& fs_;
   std::string path_;
-  int fd_ = -1;
+  int fd_ = -1;        // -1 once finished or failed
+  bool failed_ = false;
   ShardRecord record_;
   uint64_t offset_ = 0;
 };
@@ -75,10 +79,23 @@ class CheckpointReader {
 
  private:
   CheckpointReader() = default;
+  // One segment of a tensor: elements [begin, end) are manifest_.shards[shard].segments[segment].
+  struct SegmentRef {
+    int64_t begin, end;
+    size_t shard, segment;
+  };
+
   FileSystem* fs_ = nullptr;
   std::string dir_;
   Manifest manifest_;
   std::vector<int> fds_;  // per shard
+  // Per tensor name: its dtype size and segments sorted by begin (contiguous: coverage holds).
+  struct TensorSegments {
+    size_t elem_bytes = 0;
+    int64_t numel = 0;
+    std::vector<SegmentRef> segments;
+  };
+  std::unordered_map<std::string, TensorSegments> index_;
 };
 
 }  // namespace tessera

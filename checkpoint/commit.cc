@@ -1,0 +1,207 @@
+// checkpoint/commit.cc — the directory protocol of a checkpoint root. Contract in commit.h.
+//
+// Names under a root and what they mean:
+//   step_<N>            committed (complete, with manifest.json)
+//   step_<N>.tmp        staging: shard files being written; never read by a loader
+//   step_<N>.old        a committed step_<N> moved aside while a re-run of step N commits;
+//                       always complete (it only ever comes from renaming a committed dir)
+//   step_<N>.deleting   being removed; may be partial, so nothing ever reads it
+// A directory is removed only after it has been renamed to .deleting (and the rename made
+// durable), so a crash in the middle of a removal never leaves a partial directory under a
+// name that looks committed or restorable. PrepareStaging sweeps what a crash left behind:
+// .deleting is removed, and a .old is removed if its step_<N> exists or renamed back to
+// step_<N> if it does not (the crash fell between "step_<N> -> .old" and ".tmp -> step_<N>").
+// The sweep assumes no commit is in flight on the root (one coordinator per root).
+#include "checkpoint/commit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+
+#include "runtime/core/check.h"
+
+namespace tessera {
+namespace {
+
+constexpr std::string_view kOldSuffix = ".old";
+constexpr std::string_view kDeletingSuffix = ".deleting";
+
+std::string Join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+// The step of a canonical "step_<N>" name (exactly what StepDirName(N) writes), else -1.
+// Canonical only, so "step_1" and "step_00000001" can never both claim step 1.
+int64_t ParseStepDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() > 18) return -1;  // fits int64 without overflow
+  int64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return StepDirName(step) == name ? step : -1;
+}
+
+// The step of "step_<N><suffix>", else -1.
+int64_t ParseSuffixed(std::string_view name, std::string_view suffix) {
+  if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) return -1;
+  return ParseStepDirName(name.substr(0, name.size() - suffix.size()));
+}
+
+bool Contains(const std::vector<std::string>& sorted_names, const std::string& name) {
+  return std::binary_search(sorted_names.begin(), sorted_names.end(), name);
+}
+
+// Creates `path` and its missing parents.
+Status MakeDirs(const std::string& path, FileSystem& fs) {
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    RETURN_IF_ERROR(fs.MakeDir(path.substr(0, pos)));
+  }
+  return fs.MakeDir(path);
+}
+
+// Removes <root>/<name> the safe way: rename to step_<step>.deleting (durably), then remove.
+Status Discard(const std::string& root, const std::string& name, int64_t step, FileSystem& fs) {
+  const std::string deleting = Join(root, StepDirName(step) + std::string(kDeletingSuffix));
+  RETURN_IF_ERROR(fs.RemoveTree(deleting));  // stale leftover of an earlier crash
+  RETURN_IF_ERROR(fs.Rename(Join(root, name), deleting));
+  RETURN_IF_ERROR(fs.SyncDir(root));
+  return fs.RemoveTree(deleting);
+}
+
+// Cleans up after crashes (see the file comment).
+Status Sweep(const std::string& root, FileSystem& fs) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs.ListDir(root));
+  for (const std::string& name : names) {
+    if (ParseSuffixed(name, kDeletingSuffix) >= 0) {
+      RETURN_IF_ERROR(fs.RemoveTree(Join(root, name)));
+      continue;
+    }
+    const int64_t step = ParseSuffixed(name, kOldSuffix);
+    if (step < 0) continue;
+    if (Contains(names, StepDirName(step))) {
+      RETURN_IF_ERROR(Discard(root, name, step, fs));
+    } else {
+      RETURN_IF_ERROR(fs.Rename(Join(root, name), Join(root, StepDirName(step))));
+      RETURN_IF_ERROR(fs.SyncDir(root));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string StepDirName(int64_t step) {
+  TESSERA_CHECK(step >= 0);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string StagingDirName(int64_t step) { return StepDirName(step) + ".tmp"; }
+
+Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem& fs) {
+  Result<std::vector<std::string>> names = fs.ListDir(root);
+  if (!names.ok()) {
+    if (names.status().code() == StatusCode::kNotFound) return std::vector<int64_t>{};
+    return names.status();
+  }
+  std::vector<int64_t> steps;
+  for (const std::string& name : *names) {
+    const int64_t step = ParseStepDirName(name);
+    if (step < 0) continue;
+    const std::string manifest = Join(Join(root, name), "manifest.json");
+    Result<int> fd = fs.OpenForRead(manifest);
+    if (!fd.ok()) {
+      if (fd.status().code() == StatusCode::kNotFound) continue;  // not committed
+      return fd.status();
+    }
+    (void)fs.Close(*fd, manifest);
+    steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  return steps;
+}
+
+Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs) {
+  if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
+  RETURN_IF_ERROR(MakeDirs(root, fs));
+  RETURN_IF_ERROR(Sweep(root, fs));
+  const std::string staging = Join(root, StagingDirName(step));
+  RETURN_IF_ERROR(fs.RemoveTree(staging));  // a stale one from a failed or crashed save
+  return fs.MakeDir(staging);
+}
+
+Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& fs) {
+  if (m.step < 0) return InvalidArgument("checkpoint step " + std::to_string(m.step) + " < 0");
+  const std::string step_name = StepDirName(m.step);
+  const std::string staging = Join(root, StagingDirName(m.step));
+  const std::string final_dir = Join(root, step_name);
+  const std::string old_name = step_name + std::string(kOldSuffix);
+  const std::string manifest_path = Join(staging, "manifest.json");
+
+  // Never commit what a loader would reject: the manifest must read back (this includes
+  // ValidateCoverage) and every shard must be there with the size the manifest states.
+  const std::string text = SerializeManifest(m);
+  RETURN_IF_ERROR(ParseManifest(text, manifest_path).status().WithPrefix("refusing to commit"));
+  for (const ShardRecord& sh : m.shards) {
+    const std::string path = Join(staging, sh.file);
+    Result<int> fd = fs.OpenForRead(path);
+    if (!fd.ok()) return fd.status().WithPrefix("refusing to commit");
+    Result<uint64_t> size = fs.FileSize(*fd, path);
+    (void)fs.Close(*fd, path);
+    if (!size.ok()) return size.status();
+    if (*size != sh.bytes) {
+      return FailedPrecondition("refusing to commit: " + path + " has " + std::to_string(*size) +
+                                " bytes, the manifest says " + std::to_string(sh.bytes));
+    }
+  }
+
+  // manifest.json: temp + fsync + rename + fsync of the staging directory, which also makes
+  // the shard files' directory entries durable.
+  RETURN_IF_ERROR(WriteFileAtomic(manifest_path, text, fs));
+
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs.ListDir(root));
+  const bool old_exists = Contains(names, old_name);
+  bool moved_aside = false;
+  if (Contains(names, step_name)) {
+    // A re-run of this step: keep the committed one until the new one is in place.
+    if (old_exists) RETURN_IF_ERROR(Discard(root, old_name, m.step, fs));
+    RETURN_IF_ERROR(fs.Rename(final_dir, Join(root, old_name)));
+    moved_aside = true;
+  }
+  Status st = fs.Rename(staging, final_dir);
+  if (!st.ok()) {
+    // Put the previous checkpoint back; if even that fails, PrepareStaging's sweep restores it.
+    if (moved_aside) (void)fs.Rename(Join(root, old_name), final_dir);
+    return st;
+  }
+  RETURN_IF_ERROR(fs.SyncDir(root));
+  // Committed. Removing the replaced directory is housekeeping: a failure leaves a .old or
+  // .deleting that no loader reads and the next PrepareStaging sweeps.
+  if (moved_aside || old_exists) (void)Discard(root, old_name, m.step, fs);
+  return Status::Ok();
+}
+
+Status AbandonStaging(const std::string& root, int64_t step, FileSystem& fs) {
+  if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
+  return fs.RemoveTree(Join(root, StagingDirName(step)));
+}
+
+Status DeleteCheckpoint(const std::string& root, int64_t step, FileSystem& fs) {
+  if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
+  const std::string name = StepDirName(step);
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs.ListDir(root));
+  if (!Contains(names, name)) return NotFound(Join(root, name) + ": no such checkpoint");
+  // A leftover .old of this step first: the sweep would otherwise restore it as step_<N>.
+  const std::string old_name = name + std::string(kOldSuffix);
+  if (Contains(names, old_name)) RETURN_IF_ERROR(Discard(root, old_name, step, fs));
+  return Discard(root, name, step, fs);
+}
+
+}  // namespace tessera
