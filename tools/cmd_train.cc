@@ -19,8 +19,12 @@ namespace {
 enum class Phase { kConfig, kInput, kRun };
 
 int ExitCodeIn(Phase phase, const Status& s) {
-  // A timeout or an I/O error may pass on a restart, whatever the phase.
-  if (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kIoError) return ExitCodeFor(s);
+  // A timeout or an I/O error may pass on a restart, whatever the phase; a run with no usable
+  // checkpoint says so with its own code.
+  if (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kIoError ||
+      s.code() == StatusCode::kCorruptCheckpoint) {
+    return ExitCodeFor(s);
+  }
   if (phase == Phase::kConfig && s.code() == StatusCode::kInvalidArgument) return kExitBadConfig;
   if (phase == Phase::kConfig && s.code() == StatusCode::kNotFound) return kExitBadConfig;
   if (phase == Phase::kInput) return kExitBadInput;

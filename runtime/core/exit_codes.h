@@ -28,6 +28,7 @@ inline int ExitCodeFor(const Status& s) {
     case StatusCode::kDataLoss:
     case StatusCode::kOutOfRange: return kExitBadInput;
     case StatusCode::kTimeout: return kExitCommTimeout;
+    case StatusCode::kCorruptCheckpoint: return kExitCorruptCheckpoint;
     default: return kExitRestartable;
   }
 }

@@ -15,6 +15,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kTimeout: return "timeout";
     case StatusCode::kAborted: return "aborted";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kCorruptCheckpoint: return "corrupt checkpoint";
   }
   return "unknown";
 }

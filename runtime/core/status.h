@@ -25,6 +25,7 @@ enum class StatusCode {
   kTimeout,             // a bounded wait expired
   kAborted,             // someone aborted the operation
   kInternal,            // a bug we detected but chose not to abort on
+  kCorruptCheckpoint,   // no usable checkpoint: every candidate failed verification
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -55,6 +56,9 @@ inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status CorruptCheckpoint(std::string m) {
+  return {StatusCode::kCorruptCheckpoint, std::move(m)};
+}
 
 // A value or the Status explaining why there is none.
 template <typename T>

@@ -114,8 +114,8 @@ std::string FormatSummary(const TrainSummary& s, const std::string& memory_repor
   return out;
 }
 
-Result<std::unique_ptr<MetricsFile>> MetricsFile::Create(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
+Result<std::unique_ptr<MetricsFile>> MetricsFile::Create(const std::string& path, bool append) {
+  FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f) return IoError(path + ": cannot create metrics file: " + std::strerror(errno));
   return std::unique_ptr<MetricsFile>(new MetricsFile(path, f));
 }

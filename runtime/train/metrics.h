@@ -67,7 +67,7 @@ std::string FormatProgressLine(const StepMetrics& m);
 class MetricsFile {
  public:
   // Creates (truncates) `path`; its directory must exist.
-  static Result<std::unique_ptr<MetricsFile>> Create(const std::string& path);
+  static Result<std::unique_ptr<MetricsFile>> Create(const std::string& path, bool append = false);
   ~MetricsFile();
   Status Append(const StepMetrics& m);
   const std::string& path() const { return path_; }

@@ -513,6 +513,51 @@ Result<std::vector<float>> ParamShards::GatherFull(int root) {
   return full;
 }
 
+// ---- checkpoints -------------------------------------------------------------------------------
+
+std::vector<ParamShards::SaveSpan> ParamShards::SaveSpans() const {
+  const int U = layout_.num_units();
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  // Replicated state is still written 1/dp per rank: the pieces of a dp-rank layout.
+  std::vector<int64_t> bounds;
+  for (int u = 0; u < U; ++u) bounds.push_back(layout_.unit_begin(u));
+  bounds.push_back(layout_.num_params());
+  const ShardLayout split = layout_.ranks() > 1 ? layout_ : ShardLayout(bounds, ranks_, 1);
+  const float* m = optimizer_->adamw().exp_avg().f32();
+  const float* v = optimizer_->adamw().exp_avg_sq().f32();
+  std::vector<SaveSpan> spans;
+  for (int u = 0; u < U; ++u) {
+    const int64_t real = split.piece_real(u, rank_);
+    if (real == 0) continue;
+    const int64_t f = split.piece_begin(u, rank_);
+    // Where flat element f lives in this rank's packed state (its own layout).
+    const int64_t packed = layout_.packed_offset(u) + (f - layout_.piece_begin(u, lrank));
+    SaveSpan span;
+    span.begin = f;
+    span.end = f + real;
+    span.values = low_ ? optimizer_->master(u) + (f - layout_.piece_begin(u, lrank))
+                  : zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u)) + (f - layout_.piece_begin(u, lrank))
+                               : static_cast<const float*>(full_.data()) + f;
+    span.exp_avg = m + packed;
+    span.exp_avg_sq = v + packed;
+    spans.push_back(span);
+  }
+  return spans;
+}
+
+void ParamShards::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  float* m = optimizer_->adamw().exp_avg().f32();
+  float* v = optimizer_->adamw().exp_avg_sq().f32();
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const int64_t real = layout_.piece_real(u, lrank), b = layout_.piece_begin(u, lrank);
+    if (real == 0) continue;
+    fill_m(b, b + real, m + layout_.packed_offset(u));
+    fill_v(b, b + real, v + layout_.packed_offset(u));
+  }
+  optimizer_->adamw().set_step(adamw_step);
+}
+
 std::string ParamShards::Describe() const {
   char buf[256];
   const int64_t n = layout_.num_params();

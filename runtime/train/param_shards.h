@@ -100,6 +100,23 @@ class ParamShards final : public ParamStore {
   // `root` gets the n values (the others get an empty vector).
   Result<std::vector<float>> GatherFull(int root);
 
+  // ---- checkpoints (runtime/train/checkpointer.h) ----
+  // This rank's share of the saved state: flat ranges with the fp32 values of the
+  // parameters (master weights under mixed precision) and of both AdamW moments. The shares of
+  // all ranks cover [0, num_params) exactly once: the rank's pieces of a dp-rank layout, also
+  // when the state is replicated (ZeRO 0: every rank writes 1/dp of it).
+  struct SaveSpan {
+    int64_t begin = 0, end = 0;  // flat elements
+    const float* values = nullptr;
+    const float* exp_avg = nullptr;
+    const float* exp_avg_sq = nullptr;
+  };
+  std::vector<SaveSpan> SaveSpans() const;
+  // Sets this rank's AdamW moments from fill_m / fill_v (flat ranges, as Load) and the AdamW
+  // step counter; the parameters come from Load.
+  void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step);
+  int64_t adamw_step() const { return optimizer_->adamw().step(); }
+
   // The first communication failure seen inside the model's step, else OK.
   const Status& status() const { return status_; }
   const ShardedAdamW& optimizer() const { return *optimizer_; }

@@ -62,6 +62,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     // A held-out split that was asked for and is broken fails here, before any step runs.
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
+  ASSIGN_OR_RETURN(t->checkpointer_,
+                   Checkpointer::Create(config, t->dp_, t->is_root() ? stdout : nullptr));
+  if (config.resume == ResumeMode::kAuto) RETURN_IF_ERROR(t->ResumeFromCheckpoint());
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
@@ -128,6 +131,15 @@ Status Trainer::SetUpParameters() {
     shards_->Load([&](int64_t b, int64_t e, float* out) {
       InitParameterRange(c.model, c.train.seed, b, e, out);
     });
+  } else if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
+    // Fine-tuning / continued pretraining from a checkpoint: its weights (and with
+    // init_optimizer its moments and AdamW step); step, schedule and data start fresh.
+    ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*dir));
+    RETURN_IF_ERROR(LoadCheckpointInto(*reader, c.model, *shards_, c.init_optimizer));
+  } else if (c.init_optimizer) {
+    return InvalidArgument("init_optimizer=true: init_from " + c.init_from +
+                           " is not a checkpoint (" + dir.status().message() +
+                           "); a weights file has no optimizer state");
   } else {
     // The whole file is read on every rank (each keeps its pieces): a transient full fp32
     // copy, released before training starts.
@@ -167,6 +179,68 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 Result<double> Trainer::Evaluate(int64_t batches) {
   if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
   return EvaluateLoss(*model_, *val_data_, batches, [this] { return shards_->status(); });
+}
+
+Status Trainer::ResumeFromCheckpoint() {
+  ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded, checkpointer_->Resume(*shards_));
+  if (!loaded) return Status::Ok();
+  return RestoreState(loaded->state, loaded->dir + "/manifest.json");
+}
+
+// The manifest's state object is untrusted: every field is checked before it is used.
+Status Trainer::RestoreState(const JsonValue& state, const std::string& where) {
+  auto count = [&](const char* key) -> Result<int64_t> {
+    const JsonValue* v = state.Find(key);
+    if (v == nullptr || !v->is_integer() || v->as_int() < 0) {
+      return DataLoss(where + ": state." + key + " missing or not a non-negative integer");
+    }
+    return v->as_int();
+  };
+  ASSIGN_OR_RETURN(start_step_, count("step"));
+  ASSIGN_OR_RETURN(const int64_t epoch, count("data_epoch"));
+  ASSIGN_OR_RETURN(const int64_t index, count("data_index"));
+  if (Status s = train_data_->Seek({epoch, index}); !s.ok()) {
+    return DataLoss(where + ": data position does not fit this run's data: " + s.message());
+  }
+  if (loss_scaler_) {
+    const JsonValue* scale = state.Find("loss_scale");
+    ASSIGN_OR_RETURN(const int64_t good, count("loss_scale_good_steps"));
+    ASSIGN_OR_RETURN(const int64_t skipped, count("loss_scale_skipped"));
+    int exponent = 0;
+    if (scale == nullptr || !scale->is_number() || !(scale->as_double() > 0) ||
+        !std::isfinite(scale->as_double()) || std::frexp(scale->as_double(), &exponent) != 0.5) {
+      return DataLoss(where + ": state.loss_scale missing or not a positive power of two "
+                              "(was the checkpoint saved by an fp16 run?)");
+    }
+    loss_scaler_->Restore(scale->as_double(), good, skipped);
+  }
+  return Status::Ok();
+}
+
+JsonValue Trainer::StateJson(int64_t step) const {
+  const DataPosition pos = train_data_->position();
+  std::vector<std::pair<std::string, JsonValue>> m = {
+      {"step", JsonValue::Integer(step)},
+      {"data_epoch", JsonValue::Integer(pos.epoch)},
+      {"data_index", JsonValue::Integer(pos.index)},
+      {"adamw_step", JsonValue::Integer(shards_->adamw_step())},
+      {"seed", JsonValue::Integer(static_cast<int64_t>(config_.train.seed))}};
+  if (loss_scaler_) {
+    m.push_back({"loss_scale", JsonValue::Number(loss_scaler_->scale())});
+    m.push_back({"loss_scale_good_steps", JsonValue::Integer(loss_scaler_->good_steps())});
+    m.push_back({"loss_scale_skipped", JsonValue::Integer(loss_scaler_->skipped_steps())});
+  }
+  return JsonValue::Object(std::move(m));
+}
+
+JsonValue Trainer::LayoutJson() const {
+  const ParallelConfig& p = config_.parallel;
+  return JsonValue::Object({{"dp", JsonValue::Integer(p.dp)},
+                            {"tp", JsonValue::Integer(p.tp)},
+                            {"pp", JsonValue::Integer(p.pp)},
+                            {"ep", JsonValue::Integer(p.ep)},
+                            {"zero", JsonValue::Integer(p.zero)},
+                            {"precision", JsonValue::String(PrecisionName(config_.precision))}});
 }
 
 // One optimizer step over the global batch: this rank's micro-batches (their gradients reduced
@@ -274,7 +348,8 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
     RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
     RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
-    ASSIGN_OR_RETURN(metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl"));
+    // A resumed run continues the metrics of the run it resumes.
+    ASSIGN_OR_RETURN(metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl", start_step_ > 0));
   }
 
   const int64_t B = tc.micro_batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
@@ -312,7 +387,11 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   int64_t interval_steps = 0;
   const auto start = Clock::now();
 
-  for (int64_t step = 0; step < tc.steps; ++step) {
+  if (root && start_step_ > 0) {
+    std::fprintf(out, "tessera: resumed at step %lld of %lld\n", static_cast<long long>(start_step_),
+                 static_cast<long long>(tc.steps));
+  }
+  for (int64_t step = start_step_; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
     const float lr = LearningRate(config_.schedule, config_.optimizer.lr, step, tc.steps);
     ASSIGN_OR_RETURN(StepResult r, TrainStep(lr));
@@ -322,7 +401,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     if (loss_scaler_) m.loss_scale = r.loss_scale;
     const auto t1 = Clock::now();
 
-    summary.steps = step + 1;
+    summary.steps = step + 1 - start_step_;
     summary.tokens += tokens_per_step;
     summary.skipped_steps += m.skipped;
     summary.best_loss = std::min(summary.best_loss, loss);
@@ -333,6 +412,11 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
       ASSIGN_OR_RETURN(double val, Evaluate(tc.eval_batches));
       m.val_loss = val;
       summary.val_loss = val;
+    }
+    // Checkpoints: complete a save whose writers are done; start one when due (every rank).
+    RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/false));
+    if (checkpointer_->Due(step + 1, tc.steps)) {
+      RETURN_IF_ERROR(checkpointer_->Save(step + 1, *shards_, StateJson(step + 1), LayoutJson()));
     }
     if (!root) continue;
 
@@ -350,7 +434,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     m.tokens_per_second = summary.tokens / m.elapsed_seconds;
     // Against the peak of every rank of the job (rank 0's measurement times the ranks).
     m.mfu = peak_flops_ > 0 ? m.tokens_per_second * flops_per_token / (peak_flops_ * dp_size_) : 0;
-    m.eta_seconds = m.elapsed_seconds / m.step * (tc.steps - m.step);
+    m.eta_seconds = m.elapsed_seconds / (m.step - start_step_) * (tc.steps - m.step);
     RETURN_IF_ERROR(metrics->Append(m));
     if (m.step % tc.log_interval == 0 || last || m.step == 1) {
       std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());
@@ -361,6 +445,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
       interval_steps = 0;
     }
   }
+  RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
   ASSIGN_OR_RETURN(std::vector<float> full, shards_->GatherFull(/*root=*/0));
@@ -373,6 +458,15 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   std::string report = memory_.Report();
   if (dp_size_ > 1) report += FormatMemoryTable(memory, dp_size_);
   std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
+  if (checkpointer_->enabled()) {
+    const CheckpointStats& cs = checkpointer_->stats();
+    std::fprintf(out,
+                 "  checkpoints      %lld committed, %lld failed, %lld skipped under %s; training "
+                 "stalled %.1f ms for them in all\n",
+                 static_cast<long long>(cs.committed), static_cast<long long>(cs.failed),
+                 static_cast<long long>(cs.skipped), config_.checkpoint.dir.c_str(),
+                 1e3 * cs.stall_seconds);
+  }
   std::fflush(out);
   return summary;
 }

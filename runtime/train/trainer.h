@@ -10,6 +10,8 @@
 //   <out_dir>/env.json          the environment fingerprint (tessera env)
 //   <out_dir>/memory.json       peak bytes by memory kind, per rank
 //   <out_dir>/model.safetensors final fp32 (master) weights, Hugging Face names
+// and, with checkpoint.dir, asynchronous sharded checkpoints there (checkpointer.h);
+// resume: auto continues from the newest usable one with bit-identical results.
 // Data parallelism (config.h, TrainConfig): rank r of dp takes micro-batches
 // [r*accum, (r+1)*accum) of each global step of accum*dp micro-batches, scales its loss by
 // 1/(accum*dp), and the gradients are summed over ranks in rank order. Each micro-batch's
@@ -40,6 +42,7 @@
 #include "optimizer/adamw.h"
 #include "optimizer/loss_scale.h"
 #include "runtime/core/memory.h"
+#include "runtime/train/checkpointer.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
 #include "runtime/train/param_shards.h"
@@ -80,6 +83,12 @@ class Trainer {
 
   Trainer(const Config& config) : config_(config) {}
   Status SetUpParameters();
+  // resume: auto — the newest usable checkpoint's tensors and state (step, data position,
+  // loss scale); a fresh start when there is none.
+  Status ResumeFromCheckpoint();
+  Status RestoreState(const JsonValue& state, const std::string& where);
+  JsonValue StateJson(int64_t step) const;
+  JsonValue LayoutJson() const;
   Result<StepResult> TrainStep(float lr);
   // Unscales (fp16), measures the global norm and clips this rank's reduced gradients.
   Result<double> ClipGradients();
@@ -92,6 +101,8 @@ class Trainer {
   std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
   std::unique_ptr<Transformer> model_;
   std::optional<LossScaler> loss_scaler_;  // fp16 only
+  std::unique_ptr<Checkpointer> checkpointer_;
+  int64_t start_step_ = 0;  // steps already done (resumed from a checkpoint)
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;

@@ -1,0 +1,504 @@
+// runtime/train/checkpointer.cc — asynchronous sharded saves, the cross-rank commit, and
+// verified loading (see checkpointer.h for the contract).
+#include "runtime/train/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "checkpoint/commit.h"
+#include "checkpoint/retention.h"
+#include "runtime/train/env_info.h"
+#include "runtime/train/grad_sync.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// "dp=4 zero=3 precision=bf16" from the layout object (for `tessera ckpt ls`).
+std::string SerializeLayout(const JsonValue& layout) {
+  std::string out;
+  for (const auto& [k, v] : layout.members()) {
+    out += (out.empty() ? "" : " ") + k + "=";
+    out += v.is_string() ? v.as_string() : v.is_integer() ? std::to_string(v.as_int()) : "?";
+  }
+  return out;
+}
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::vector<int64_t> Dims(const Shape& shape) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
+  return dims;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The three saved tensors of parameter `name`, in canonical order (index 3*i + k).
+const char* const kKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
+
+// Calls visit(decl index, first flat element, last flat element + 1) for each parameter that
+// intersects the flat range [begin, end), clipped to it.
+template <typename Visit>
+void ForEachParam(const std::vector<int64_t>& offsets, const std::vector<ParamDecl>& decls,
+                  int64_t begin, int64_t end, Visit visit) {
+  // offsets is sorted: find the first parameter ending after `begin`.
+  size_t i = std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin();
+  i = i == 0 ? 0 : i - 1;
+  for (; i < decls.size() && offsets[i] < end; ++i) {
+    const int64_t pb = offsets[i], pe = pb + decls[i].shape.numel();
+    const int64_t b = std::max(begin, pb), e = std::min(end, pe);
+    if (e > b) visit(i, b, e);
+  }
+}
+
+}  // namespace
+
+// The save in flight: what the writer thread writes and what it reports.
+struct Checkpointer::Pending {
+  int64_t step = 0;
+  std::string staging_dir;
+  struct Segment {
+    int tensor = 0;          // canonical tensor index
+    int64_t begin = 0, end = 0;
+    size_t offset = 0;       // in staging_
+  };
+  std::vector<Segment> segments;
+  JsonValue state, layout;
+  double stall_seconds = 0;
+  Clock::time_point write_start;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  Status status = Status::Ok();  // written by the thread before `done`
+  ShardRecord record;
+  double write_seconds = 0;
+};
+
+Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs)
+    : config_(config), root_(config.checkpoint.dir), dp_(dp), log_(log), fs_(fs) {
+  rank_ = dp != nullptr ? dp->rank() : 0;
+  ranks_ = dp != nullptr ? dp->size() : 1;
+  decls_ = DeclareParameters(config.model);
+  int64_t off = 0;
+  for (const ParamDecl& d : decls_) {
+    offsets_.push_back(off);
+    off += d.shape.numel();
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+}
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config, Communicator* dp,
+                                                           FILE* log, FileSystem& fs) {
+  std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs));
+  for (size_t i = 0; i < c->decls_.size(); ++i) {
+    for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
+  }
+  if (c->enabled() && c->rank_ == 0) {
+    // Only the coordinator writes the catalog (RocksDB allows one writer process).
+    RETURN_IF_ERROR(fs.MakeDir(c->root_));
+    ASSIGN_OR_RETURN(c->catalog_, Catalog::Open(c->root_, /*read_only=*/false));
+  }
+  return c;
+}
+
+bool Checkpointer::Due(int64_t step, int64_t total) const {
+  if (!enabled()) return false;
+  const int64_t every = config_.checkpoint.interval_steps;
+  if (every > 0 && step % every == 0) return true;
+  return step == total && config_.checkpoint.at_end;
+}
+
+Result<std::vector<double>> Checkpointer::Gather(const std::vector<double>& mine) {
+  if (dp_ == nullptr) return mine;
+  return AllGatherDoubles(dp_, mine);
+}
+
+void Checkpointer::Event(const std::string& kind, const std::string& message) {
+  if (rank_ != 0) return;
+  if (log_ != nullptr) {
+    std::fprintf(log_, "checkpoint: %s\n", message.c_str());
+    std::fflush(log_);
+  }
+  if (catalog_) {
+    if (Status s = catalog_->AddEvent(kind, message); !s.ok() && log_ != nullptr) {
+      std::fprintf(log_, "checkpoint: catalog: %s\n", s.ToString().c_str());
+    }
+  }
+}
+
+Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& state,
+                          const JsonValue& layout) {
+  const auto t0 = Clock::now();
+  if (pending_) {
+    if (config_.checkpoint.on_busy == CheckpointOnBusy::kSkip) {
+      ++stats_.skipped;
+      Event("save_skipped", "step " + std::to_string(step) + ": skipped, the save of step " +
+                                std::to_string(pending_->step) + " is still writing");
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(Poll(/*block=*/true));
+  }
+  ++stats_.saves;
+  // Rank 0 prepares the staging directory; everyone learns whether it could.
+  Status prep = Status::Ok();
+  if (rank_ == 0) {
+    prep = PrepareStaging(root_, step, fs_);
+    if (prep.ok() && catalog_) {
+      CheckpointEntry e;
+      e.step = step;
+      e.status = CheckpointStatus::kWriting;
+      e.dir = StepDirName(step);
+      if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
+  if (prepared[0] == 0.0) {
+    ++stats_.failed;
+    ++consecutive_failures_;
+    Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
+    if (consecutive_failures_ >= config_.checkpoint.max_failures) {
+      return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
+                     " consecutive saves failed (last: " + prep.ToString() + ")");
+    }
+    return Status::Ok();
+  }
+
+  // The stall: this rank's spans into the staging buffer, param / m / v per parameter.
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->staging_dir = root_ + "/" + StagingDirName(step);
+  p->state = state;
+  p->layout = layout;
+  size_t bytes = 0;
+  const std::vector<ParamShards::SaveSpan> spans = shards.SaveSpans();
+  for (const auto& span : spans) bytes += 3 * static_cast<size_t>(span.end - span.begin) * sizeof(float);
+  if (staging_.size() < bytes) staging_.resize(bytes);  // zero-filled once: pre-faulted after
+  size_t off = 0;
+  for (const auto& span : spans) {
+    ForEachParam(offsets_, decls_, span.begin, span.end, [&](size_t i, int64_t b, int64_t e) {
+      const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
+      for (int k = 0; k < 3; ++k) {
+        const size_t n = static_cast<size_t>(e - b) * sizeof(float);
+        std::memcpy(staging_.data() + off, src[k] + (b - span.begin), n);
+        p->segments.push_back({static_cast<int>(3 * i + k), b - offsets_[i], e - offsets_[i], off});
+        off += n;
+      }
+    });
+  }
+  p->stall_seconds = Since(t0);
+  stats_.stall_seconds += p->stall_seconds;
+
+  // The writer: checksums and fsyncs in the background.
+  p->write_start = Clock::now();
+  Pending* raw = p.get();
+  p->thread = std::thread([this, raw] {
+    auto run = [&]() -> Status {
+      ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
+      for (const Pending::Segment& s : raw->segments) {
+        const ParamDecl& d = decls_[s.tensor / 3];
+        RETURN_IF_ERROR(writer->Append(kKinds[s.tensor % 3] + d.name, s.begin, s.end,
+                                       sizeof(float), staging_.data() + s.offset));
+      }
+      ASSIGN_OR_RETURN(raw->record, writer->Finish());
+      return Status::Ok();
+    };
+    raw->status = run();
+    raw->write_seconds = Since(raw->write_start);
+    raw->done.store(true, std::memory_order_release);
+  });
+  pending_ = std::move(p);
+  if (!config_.checkpoint.async) return Poll(/*block=*/true);
+  return Status::Ok();
+}
+
+Status Checkpointer::Poll(bool block) {
+  if (!pending_) return Status::Ok();
+  const auto t0 = Clock::now();
+  if (block && pending_->thread.joinable()) pending_->thread.join();
+  const bool done = pending_->done.load(std::memory_order_acquire);
+  const double mine = !done ? 0.0 : pending_->status.ok() ? 1.0 : 2.0;
+  ASSIGN_OR_RETURN(std::vector<double> flags, Gather({mine}));
+  if (block) stats_.stall_seconds += Since(t0);
+  if (std::find(flags.begin(), flags.end(), 0.0) != flags.end()) return Status::Ok();
+  if (pending_->thread.joinable()) pending_->thread.join();
+  return Complete();
+}
+
+Status Checkpointer::Complete() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  const int64_t step = p->step;
+  // Each rank's outcome and shard record, flattened to doubles (all integers < 2^53):
+  // [ok, stall, write, bytes, nseg, (tensor, begin, end, offset, crc) x nseg].
+  std::vector<double> mine = {p->status.ok() ? 1.0 : 0.0, p->stall_seconds, p->write_seconds,
+                              static_cast<double>(p->record.bytes),
+                              static_cast<double>(p->record.segments.size())};
+  if (p->status.ok()) {
+    for (const SegmentRecord& s : p->record.segments) {
+      const auto it = tensor_index_.find(s.tensor);
+      const int index = it == tensor_index_.end() ? -1 : it->second;
+      mine.insert(mine.end(), {static_cast<double>(index), static_cast<double>(s.begin),
+                               static_cast<double>(s.end), static_cast<double>(s.offset),
+                               static_cast<double>(s.crc32c)});
+    }
+  } else if (rank_ != 0) {
+    std::fprintf(stderr, "tessera: rank %d: checkpoint step %lld: %s\n", rank_,
+                 static_cast<long long>(step), p->status.ToString().c_str());
+  }
+  ASSIGN_OR_RETURN(std::vector<double> lens, Gather({static_cast<double>(mine.size())}));
+  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  mine.resize(width, 0.0);
+  ASSIGN_OR_RETURN(std::vector<double> all, Gather(mine));
+
+  Status outcome = Status::Ok();
+  std::vector<int> failed_ranks;
+  for (int r = 0; r < ranks_; ++r) {
+    if (all[r * width] != 1.0) failed_ranks.push_back(r);
+  }
+  if (!failed_ranks.empty()) {
+    std::string who;
+    for (int r : failed_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    outcome = p->status.ok() ? IoError("shard write failed on rank(s) " + who + " (see their messages)")
+                             : p->status;
+  } else if (rank_ == 0) {
+    std::vector<ShardRecord> shards;
+    double stall = 0, write = 0;
+    for (int r = 0; r < ranks_; ++r) {
+      const double* v = all.data() + r * width;
+      stall = std::max(stall, v[1]);
+      write = std::max(write, v[2]);
+      ShardRecord rec;
+      rec.rank = r;
+      rec.file = ShardFileName(r);
+      rec.bytes = static_cast<uint64_t>(v[3]);
+      const int64_t nseg = static_cast<int64_t>(v[4]);
+      for (int64_t k = 0; k < nseg; ++k) {
+        const double* s = v + 5 + 5 * k;
+        const int index = static_cast<int>(s[0]);
+        if (index < 0) {
+          outcome = Internal("shard " + std::to_string(r) + ": a segment of unknown tensor");
+          break;
+        }
+        rec.segments.push_back({kKinds[index % 3] + decls_[index / 3].name,
+                                static_cast<int64_t>(s[1]), static_cast<int64_t>(s[2]),
+                                static_cast<uint64_t>(s[3]), static_cast<uint32_t>(s[4])});
+      }
+      shards.push_back(std::move(rec));
+    }
+    if (outcome.ok()) {
+      Manifest m;
+      m.step = step;
+      m.shards = std::move(shards);
+      m.state = p->state;
+      m.layout = p->layout;
+      m.stall_seconds = stall;
+      m.write_seconds = write;
+      outcome = Commit(std::move(m));
+    }
+  }
+  // Rank 0's verdict for everyone (a failed commit counts like a failed write).
+  ASSIGN_OR_RETURN(std::vector<double> verdict, Gather({outcome.ok() ? 1.0 : 0.0}));
+  if (verdict[0] == 1.0 && failed_ranks.empty()) {
+    consecutive_failures_ = 0;
+    ++stats_.committed;
+    return Status::Ok();
+  }
+  ++stats_.failed;
+  ++consecutive_failures_;
+  if (rank_ == 0) {
+    if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());
+    if (catalog_) {
+      CheckpointEntry e;
+      e.step = step;
+      e.status = CheckpointStatus::kFailed;
+      e.dir = StepDirName(step);
+      e.note = outcome.ToString();
+      (void)catalog_->Put(e);
+    }
+    Event("save_failed", "save of step " + std::to_string(step) + " failed: " + outcome.ToString() +
+                             " (" + std::to_string(consecutive_failures_) + " in a row; training goes on)");
+  }
+  if (consecutive_failures_ >= config_.checkpoint.max_failures) {
+    return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
+                   " consecutive saves failed (last: " + outcome.ToString() +
+                   "); stopping rather than training on without checkpoints");
+  }
+  return Status::Ok();
+}
+
+// Rank 0, every shard durable: the manifest, the directory rename, the catalog, retention.
+Status Checkpointer::Commit(Manifest m) {
+  for (size_t i = 0; i < decls_.size(); ++i) {
+    for (const char* kind : kKinds) {
+      m.tensors.push_back({kind + decls_[i].name, Dims(decls_[i].shape), DType::kF32});
+    }
+  }
+  m.config_yaml = config_.resolved_yaml;
+  if (auto env = ParseJson(EnvironmentFingerprintJson()); env.ok()) m.environment = *env;
+  for (const ShardRecord& s : m.shards) m.total_bytes += s.bytes;
+  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_));
+  stats_.last_bytes = m.total_bytes;
+  stats_.last_write_seconds = m.write_seconds;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %lld committed: %.1f MiB in %d shard(s), stall %.1f ms, write %.2f s (%.0f MiB/s)",
+                static_cast<long long>(m.step), m.total_bytes / 1048576.0,
+                static_cast<int>(m.shards.size()), 1e3 * m.stall_seconds, m.write_seconds,
+                m.write_seconds > 0 ? m.total_bytes / 1048576.0 / m.write_seconds : 0.0);
+  if (catalog_) {
+    CheckpointEntry e;
+    e.step = m.step;
+    e.status = CheckpointStatus::kCommitted;
+    e.dir = StepDirName(m.step);
+    e.bytes = m.total_bytes;
+    e.stall_seconds = m.stall_seconds;
+    e.write_seconds = m.write_seconds;
+    e.commit_unix_s = UnixSeconds();
+    e.layout = SerializeLayout(m.layout);
+    // The directory is the ground truth; a catalog that cannot record it is reported only.
+    if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+  }
+  Event("commit", line);
+  // Retention, only now that a newer checkpoint is durable; never the newest.
+  ASSIGN_OR_RETURN(std::vector<int64_t> committed, CommittedSteps(root_, fs_));
+  RetentionPolicy policy;
+  policy.keep_last = config_.checkpoint.keep_last;
+  policy.keep_every = config_.checkpoint.keep_every;
+  for (int64_t old : StepsToDelete(committed, policy)) {
+    Status s = DeleteCheckpoint(root_, old, fs_);
+    if (s.ok() && catalog_) (void)catalog_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
+    if (!s.ok()) Event("retention_failed", s.ToString());
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
+  if (steps.empty()) {
+    Event("resume", "no committed checkpoint under " + root_ + ": starting from step 0");
+    return std::optional<LoadedCheckpoint>();
+  }
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const std::string dir = root_ + "/" + StepDirName(steps[k]);
+    LoadedCheckpoint loaded;
+    Status st = Status::Ok();
+    auto reader = CheckpointReader::Open(dir, fs_);
+    if (!reader.ok()) {
+      st = reader.status();
+    } else {
+      st = LoadCheckpointInto(**reader, config_.model, shards, /*with_optimizer=*/true);
+      loaded.step = (*reader)->manifest().step;
+      loaded.dir = dir;
+      loaded.state = (*reader)->manifest().state;
+    }
+    ASSIGN_OR_RETURN(std::vector<double> ok, Gather({st.ok() ? 1.0 : 0.0}));
+    if (std::find(ok.begin(), ok.end(), 0.0) == ok.end()) {
+      Event("resume", "resuming from " + dir + " (step " + std::to_string(loaded.step) + ")");
+      return std::optional<LoadedCheckpoint>(std::move(loaded));
+    }
+    if (!st.ok() && rank_ != 0) {
+      std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
+    }
+    std::string who;
+    for (int r = 0; r < ranks_; ++r) {
+      if (ok[r] == 0.0) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    const std::string why = st.ok() ? "failed on rank(s) " + who : st.ToString();
+    if (rank_ == 0 && catalog_) {
+      (void)catalog_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why);
+    }
+    Event("corrupt", dir + " is unusable (" + why + ")" +
+                         (k + 1 < steps.size() ? "; falling back to step " + std::to_string(steps[k + 1])
+                                               : ""));
+  }
+  return CorruptCheckpoint("no usable checkpoint under " + root_ + ": all " +
+                           std::to_string(steps.size()) +
+                           " committed checkpoint(s) failed verification (messages above); "
+                           "move them aside to start from scratch");
+}
+
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
+                          ParamShards& shards, bool with_optimizer) {
+  const Manifest& m = reader.manifest();
+  const std::vector<ParamDecl> decls = DeclareParameters(model);
+  std::vector<int64_t> offsets;
+  int64_t off = 0;
+  for (const ParamDecl& d : decls) {
+    offsets.push_back(off);
+    off += d.shape.numel();
+    for (int k = 0; k < (with_optimizer ? 3 : 1); ++k) {
+      const std::string name = kKinds[k] + d.name;
+      const TensorRecord* t = m.FindTensor(name);
+      if (t == nullptr) {
+        return InvalidArgument(reader.dir() + ": has no tensor " + name +
+                               " that this config's model needs (a different model family, "
+                               "layer count or tying?)");
+      }
+      if (t->shape != Dims(d.shape) || t->dtype != DType::kF32) {
+        return InvalidArgument(reader.dir() + ": tensor " + name + " is " +
+                               std::string(DTypeName(t->dtype)) + " " + ShapeText(t->shape) +
+                               " there but f32 " + ShapeText(Dims(d.shape)) +
+                               " in this config's model");
+      }
+    }
+  }
+  for (const TensorRecord& t : m.tensors) {  // a larger model's extra parameters
+    if (t.name.rfind("param/", 0) != 0) continue;
+    const std::string name = t.name.substr(6);
+    if (std::none_of(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.name == name; })) {
+      return InvalidArgument(reader.dir() + ": has parameter " + name +
+                             " that this config's model does not (a different model?)");
+    }
+  }
+  // Reads flat range [b, e) of tensor kind k into out; the first error is kept.
+  Status first = Status::Ok();
+  auto fill = [&](int k) {
+    return [&, k](int64_t b, int64_t e, float* out) {
+      ForEachParam(offsets, decls, b, e, [&](size_t i, int64_t pb, int64_t pe) {
+        if (!first.ok()) return;
+        first = reader.Read(kKinds[k] + decls[i].name, pb - offsets[i], pe - offsets[i],
+                            out + (pb - b));
+      });
+    };
+  };
+  shards.Load(fill(0));
+  RETURN_IF_ERROR(first);
+  if (with_optimizer) {
+    const JsonValue* t = m.state.Find("adamw_step");
+    if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
+      return DataLoss(reader.dir() + "/manifest.json: state.adamw_step missing or not a count");
+    }
+    shards.LoadMoments(fill(1), fill(2), t->as_int());
+    RETURN_IF_ERROR(first);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs) {
+  if (auto fd = fs.OpenForRead(path + "/manifest.json"); fd.ok()) {
+    (void)fs.Close(*fd, path);
+    return path;
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(path, fs));
+  if (steps.empty()) {
+    return NotFound(path + ": neither a checkpoint (no manifest.json) nor a checkpoint root "
+                           "with a committed step_<N> directory");
+  }
+  return path + "/" + StepDirName(steps.front());
+}
+
+}  // namespace tessera

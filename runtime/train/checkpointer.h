@@ -1,0 +1,131 @@
+// runtime/train/checkpointer.h — the trainer's side of checkpoints: what goes in, the
+// asynchronous save with its commit protocol across ranks, and loading (resume, init_from).
+//
+// Contents (checkpoint/manifest.h): for every model parameter <name> (Hugging Face names) three
+// fp32 global tensors "param/<name>" (the fp32 parameters, or the fp32 master weights under
+// mixed precision: the low-precision parameters are their rounding), "exp_avg/<name>" and
+// "exp_avg_sq/<name>"; the trainer's state (a JSON object: step, data position, AdamW step,
+// loss scale), the layout, the resolved config and the environment fingerprint. Each rank
+// writes its pieces (ParamShards::SaveSpans), so the shares of all ranks cover every tensor
+// exactly once; the loader reads global ranges, so a checkpoint loads under any dp and ZeRO
+// stage (and any precision: master weights are fp32).
+//
+// Save (at step N, on every rank at the same point of the loop):
+//   1. the previous save is still writing: wait for it (checkpoint.on_busy: wait) or skip;
+//   2. rank 0 prepares <root>/step_N.tmp (checkpoint/commit.h), records "writing" in the
+//      catalog; every rank learns whether that worked (one small collective);
+//   3. the STALL: each rank copies its spans into a reused, pre-faulted staging buffer;
+//   4. a background thread writes the staging buffer as shard_<rank>.bin (checksummed),
+//      fsyncs it and stops; training goes on (checkpoint.async: false waits right here).
+// Poll (every step end, all ranks): when every rank's writer has finished (a small all-gather
+// of flags), each rank's shard record goes to rank 0, which validates coverage, writes the
+// manifest, renames the directory into place, fsyncs the root, records the commit and applies
+// retention (checkpoint/retention.h). A failed write or commit on any rank abandons the
+// staging directory, records "failed" and training goes on; checkpoint.max_failures
+// consecutive failures stop the run (Status). The previous committed checkpoint is never
+// touched by a save.
+// Load: CheckpointReader (verified reads). Resume tries the newest committed checkpoint;
+// if any rank finds it corrupt (checksum, truncation, missing shard, malformed manifest), it is
+// marked corrupt in the catalog, the run says so and the next-newest is tried; every rank
+// decides together. No valid checkpoint among several is an error, not a fresh start.
+// Thread-safety: driven by the trainer's thread; the writer thread only touches the staging
+// buffer and its own result.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "checkpoint/catalog.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard_file.h"
+#include "comm/communicator.h"
+#include "models/param_layout.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/json.h"
+#include "runtime/train/config.h"
+#include "runtime/train/param_shards.h"
+
+namespace tessera {
+
+struct CheckpointStats {
+  int64_t saves = 0, committed = 0, failed = 0, skipped = 0;
+  double stall_seconds = 0;  // total training stall for saves (copies, and waits)
+  double last_write_seconds = 0;
+  uint64_t last_bytes = 0;   // all ranks' shards of the last committed checkpoint
+};
+
+// What a loaded checkpoint brings besides the tensors.
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::string dir;
+  JsonValue state;  // as saved
+};
+
+class Checkpointer {
+ public:
+  // `dp`: the data-parallel group (null: one process); rank 0 of it coordinates and owns the
+  // catalog. Writes go through `fs` (tests inject faults). `log` gets rank 0's event lines.
+  static Result<std::unique_ptr<Checkpointer>> Create(const Config& config, Communicator* dp,
+                                                      FILE* log, FileSystem& fs = DefaultFileSystem());
+  ~Checkpointer();  // waits for a writer thread still running (never leaves it detached)
+
+  bool enabled() const { return !root_.empty(); }
+  // Whether a save is due after `step` optimizer steps (1-based count) of `total`.
+  bool Due(int64_t step, int64_t total) const;
+
+  // Starts the save of the state after `step` steps (see the file comment). `state` is the
+  // trainer's JSON object; `layout` describes dp/zero/precision.
+  Status Save(int64_t step, ParamShards& shards, const JsonValue& state, const JsonValue& layout);
+  // Completes the save in flight if every rank's writer is done (block: wait for it).
+  // Collective: every rank calls it at the same points.
+  Status Poll(bool block);
+
+  // Resume (resume: auto): loads the newest valid committed checkpoint under checkpoint.dir
+  // into `shards` (parameters and optimizer), falling back past corrupt ones. nullopt when
+  // the root holds no committed checkpoint. Collective.
+  Result<std::optional<LoadedCheckpoint>> Resume(ParamShards& shards);
+
+  const CheckpointStats& stats() const { return stats_; }
+
+ private:
+  struct Pending;
+  Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs);
+  Status Complete();  // all writers done: gather records, commit on rank 0, account
+  Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
+  void Event(const std::string& kind, const std::string& message);
+  Result<std::vector<double>> Gather(const std::vector<double>& mine);
+
+  const Config& config_;
+  std::string root_;
+  Communicator* dp_;
+  int rank_ = 0, ranks_ = 1;
+  FILE* log_;
+  FileSystem& fs_;
+  std::unique_ptr<Catalog> catalog_;  // rank 0
+  std::vector<ParamDecl> decls_;
+  std::vector<int64_t> offsets_;      // flat offset of each decl
+  std::unordered_map<std::string, int> tensor_index_;  // saved tensor name -> 3 * decl + kind
+  std::unique_ptr<Pending> pending_;  // the save in flight
+  std::vector<char> staging_;         // reused between saves
+  int64_t consecutive_failures_ = 0;
+  CheckpointStats stats_;
+};
+
+// Loads a checkpoint's parameters (and, with_optimizer, its AdamW moments and step counter)
+// into `shards`, checking that every parameter of `model` is there with the same shape (a
+// clear error naming the tensor and both shapes otherwise). Every byte read is verified.
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
+                          ParamShards& shards, bool with_optimizer);
+
+// The checkpoint directory `path` names: a step_<N> directory holding manifest.json, or a root
+// (its newest committed checkpoint). kNotFound if neither.
+Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs = DefaultFileSystem());
+
+}  // namespace tessera
