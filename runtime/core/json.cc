@@ -1,10 +1,18 @@
 // runtime/core/json.cc — recursive-descent JSON parser with a depth bound, and the writer.
+//
+// Hostile input costs time linear in its size (up to a log factor): nesting is bounded, string
+// escapes and numbers are scanned once, and duplicate keys are found through an ordered index
+// once an object grows past a handful of members (a quadratic scan let a 430 KB manifest with
+// 40k keys take seconds, and 2^20 keys hours). Find() stays a linear scan: callers look up a
+// fixed set of names per object, so a big hostile object costs them one pass per name.
+// Thread-safety: a Parser is local to one ParseJson call; nothing is shared.
 #include "runtime/core/json.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 namespace tessera {
 
@@ -43,6 +51,61 @@ JsonValue JsonValue::Object(std::vector<std::pair<std::string, JsonValue>> membe
 namespace {
 
 constexpr int kMaxDepth = 64;
+
+using Member = std::pair<std::string, JsonValue>;
+
+// Detects a repeated key among the members of one object being parsed. Objects of up to
+// kLinearScanMembers members (tensor records, shard entries: nearly every object Tessera reads)
+// are checked by a scan that allocates nothing; past that the keys move into an ordered set of
+// member indices. Indices, not string_views: `members` reallocates as it grows, and moving a
+// std::string relocates the bytes of a short (inline) key. Ordered rather than hashed so that
+// crafted colliding keys cannot degrade it: every insert and lookup is O(log n) comparisons.
+// Lives in one ParseObject frame beside `members`, whose address the comparator keeps.
+class DuplicateKeyIndex {
+ public:
+  static constexpr size_t kLinearScanMembers = 16;
+
+  explicit DuplicateKeyIndex(const std::vector<Member>* members)
+      : members_(members), sorted_(KeyLess{members}) {}
+  DuplicateKeyIndex(const DuplicateKeyIndex&) = delete;
+  DuplicateKeyIndex& operator=(const DuplicateKeyIndex&) = delete;
+
+  // Whether `key` equals the key of a member already in `members`.
+  bool Contains(std::string_view key) const {
+    if (members_->size() <= kLinearScanMembers) {
+      for (const Member& m : *members_) {
+        if (m.first == key) return true;
+      }
+      return false;
+    }
+    return sorted_.find(key) != sorted_.end();
+  }
+
+  // Call after each append to `members` (whose last key Contains() has just cleared).
+  void AddLast() {
+    const size_t n = members_->size();
+    if (n <= kLinearScanMembers) return;
+    if (sorted_.empty()) {  // crossing the threshold: index everything so far
+      for (size_t i = 0; i < n; ++i) sorted_.insert(i);
+      return;
+    }
+    sorted_.insert(n - 1);
+  }
+
+ private:
+  // Orders member indices by their keys; transparent so a bare key can be looked up.
+  struct KeyLess {
+    using is_transparent = void;
+    const std::vector<Member>* members;
+    std::string_view Key(size_t i) const { return (*members)[i].first; }
+    static std::string_view Key(std::string_view k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const { return Key(a) < Key(b); }
+  };
+
+  const std::vector<Member>* members_;
+  std::set<size_t, KeyLess> sorted_;
+};
 
 class Parser {
  public:
@@ -93,7 +156,8 @@ class Parser {
 
   Status ParseObject(int depth, JsonValue* out) {
     ++pos_;  // '{'
-    std::vector<std::pair<std::string, JsonValue>> members;
+    std::vector<Member> members;
+    DuplicateKeyIndex seen(&members);
     SkipSpace();
     if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; *out = JsonValue::Object({}); return Status::Ok(); }
     while (true) {
@@ -101,9 +165,7 @@ class Parser {
       if (pos_ >= s_.size() || s_[pos_] != '"') return Error("expected a string key");
       std::string key;
       RETURN_IF_ERROR(ParseString(&key));
-      for (const auto& m : members) {
-        if (m.first == key) return Error("duplicate key \"" + key + "\"");
-      }
+      if (seen.Contains(key)) return Error("duplicate key \"" + key + "\"");
       SkipSpace();
       if (pos_ >= s_.size() || s_[pos_] != ':') return Error("expected ':'");
       ++pos_;
@@ -111,6 +173,7 @@ class Parser {
       JsonValue v;
       RETURN_IF_ERROR(ParseValue(depth + 1, &v));
       members.emplace_back(std::move(key), std::move(v));
+      seen.AddLast();
       SkipSpace();
       if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
       if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; break; }

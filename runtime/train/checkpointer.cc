@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 
 #include "checkpoint/commit.h"
@@ -74,12 +76,16 @@ struct Checkpointer::Pending {
     int tensor = 0;          // canonical tensor index
     int64_t begin = 0, end = 0;
     size_t offset = 0;       // in staging_
+    const float* source = nullptr;  // the live state it is copied from
   };
   std::vector<Segment> segments;
   JsonValue state, layout;
   double stall_seconds = 0;
   Clock::time_point write_start;
   std::thread thread;
+  std::mutex mu;
+  std::condition_variable copied_cv;
+  bool copied = false;  // the staging copy is complete (guarded by mu)
   std::atomic<bool> done{false};
   Status status = Status::Ok();  // written by the thread before `done`
   ShardRecord record;
@@ -178,35 +184,41 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
     return Status::Ok();
   }
 
-  // The stall: this rank's spans into the staging buffer, param / m / v per parameter.
+  // What this rank saves: its spans, param / m / v per parameter, laid out in the staging
+  // buffer. The copy itself runs on the writer thread, overlapping the next step's forward
+  // and backward; the next optimizer update waits for it (WaitForStateCopy) because it is
+  // the first thing that changes this state.
   auto p = std::make_unique<Pending>();
   p->step = step;
   p->staging_dir = root_ + "/" + StagingDirName(step);
   p->state = state;
   p->layout = layout;
-  size_t bytes = 0;
-  const std::vector<ParamShards::SaveSpan> spans = shards.SaveSpans();
-  for (const auto& span : spans) bytes += 3 * static_cast<size_t>(span.end - span.begin) * sizeof(float);
-  if (staging_.size() < bytes) staging_.resize(bytes);  // zero-filled once: pre-faulted after
   size_t off = 0;
-  for (const auto& span : spans) {
+  for (const auto& span : shards.SaveSpans()) {
     ForEachParam(offsets_, decls_, span.begin, span.end, [&](size_t i, int64_t b, int64_t e) {
       const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
       for (int k = 0; k < 3; ++k) {
-        const size_t n = static_cast<size_t>(e - b) * sizeof(float);
-        std::memcpy(staging_.data() + off, src[k] + (b - span.begin), n);
-        p->segments.push_back({static_cast<int>(3 * i + k), b - offsets_[i], e - offsets_[i], off});
-        off += n;
+        p->segments.push_back({static_cast<int>(3 * i + k), b - offsets_[i], e - offsets_[i], off,
+                               src[k] + (b - span.begin)});
+        off += static_cast<size_t>(e - b) * sizeof(float);
       }
     });
   }
-  p->stall_seconds = Since(t0);
-  stats_.stall_seconds += p->stall_seconds;
+  // Grown (zero-filled, so pre-faulted) only when the state grows: reused across saves.
+  if (staging_.size() < off) staging_.resize(off);
 
-  // The writer: checksums and fsyncs in the background.
   p->write_start = Clock::now();
   Pending* raw = p.get();
   p->thread = std::thread([this, raw] {
+    for (const Pending::Segment& s : raw->segments) {
+      std::memcpy(staging_.data() + s.offset, s.source,
+                  static_cast<size_t>(s.end - s.begin) * sizeof(float));
+    }
+    {
+      std::lock_guard<std::mutex> lock(raw->mu);
+      raw->copied = true;
+    }
+    raw->copied_cv.notify_all();
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
       for (const Pending::Segment& s : raw->segments) {
@@ -221,9 +233,22 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
     raw->write_seconds = Since(raw->write_start);
     raw->done.store(true, std::memory_order_release);
   });
+  p->stall_seconds = Since(t0);
+  stats_.stall_seconds += p->stall_seconds;
   pending_ = std::move(p);
   if (!config_.checkpoint.async) return Poll(/*block=*/true);
   return Status::Ok();
+}
+
+void Checkpointer::WaitForStateCopy() {
+  if (!pending_) return;
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(pending_->mu);
+  if (pending_->copied) return;
+  pending_->copied_cv.wait(lock, [&] { return pending_->copied; });
+  const double waited = Since(t0);
+  pending_->stall_seconds += waited;
+  stats_.stall_seconds += waited;
 }
 
 Status Checkpointer::Poll(bool block) {

@@ -14,9 +14,11 @@
 //   1. the previous save is still writing: wait for it (checkpoint.on_busy: wait) or skip;
 //   2. rank 0 prepares <root>/step_N.tmp (checkpoint/commit.h), records "writing" in the
 //      catalog; every rank learns whether that worked (one small collective);
-//   3. the STALL: each rank copies its spans into a reused, pre-faulted staging buffer;
-//   4. a background thread writes the staging buffer as shard_<rank>.bin (checksummed),
-//      fsyncs it and stops; training goes on (checkpoint.async: false waits right here).
+//   3. a background thread copies this rank's spans into a reused, pre-faulted staging
+//      buffer while the next step's forward and backward run — the next optimizer update,
+//      the first thing that changes that state, waits for the copy (WaitForStateCopy): the
+//      only stall — then writes the buffer as shard_<rank>.bin (checksummed), fsyncs it and
+//      stops; training goes on (checkpoint.async: false waits for all of it right here).
 // Poll (every step end, all ranks): when every rank's writer has finished (a small all-gather
 // of flags), each rank's shard record goes to rank 0, which validates coverage, writes the
 // manifest, renames the directory into place, fsyncs the root, records the commit and applies
@@ -56,7 +58,8 @@ namespace tessera {
 
 struct CheckpointStats {
   int64_t saves = 0, committed = 0, failed = 0, skipped = 0;
-  double stall_seconds = 0;  // total training stall for saves (copies, and waits)
+  double stall_seconds = 0;  // total training stall for saves (setup, waits for the copy or
+                             //   for a previous save)
   double last_write_seconds = 0;
   uint64_t last_bytes = 0;   // all ranks' shards of the last committed checkpoint
 };
@@ -83,6 +86,9 @@ class Checkpointer {
   // Starts the save of the state after `step` steps (see the file comment). `state` is the
   // trainer's JSON object; `layout` describes dp/zero/precision.
   Status Save(int64_t step, ParamShards& shards, const JsonValue& state, const JsonValue& layout);
+  // Blocks until the save in flight has copied the state it saves (call before anything
+  // changes parameters, master weights or moments: the optimizer step). Counted as stall.
+  void WaitForStateCopy();
   // Completes the save in flight if every rank's writer is done (block: wait for it).
   // Collective: every rank calls it at the same points.
   Status Poll(bool block);

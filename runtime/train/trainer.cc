@@ -279,6 +279,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
   r.skipped = loss_scaler_ ? loss_scaler_->Update(overflow) : overflow;
   if (r.skipped) return r;
+  checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
   RETURN_IF_ERROR(shards_->Step(lr));
   return r;
 }

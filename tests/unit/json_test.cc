@@ -2,6 +2,10 @@
 // links: tessera_core
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <string>
+
 #include "runtime/core/json.h"
 
 namespace tessera {
@@ -64,6 +68,96 @@ TEST(Json, WriterRoundTrips) {
   JsonWriter w2;
   w2.Value(*r);
   EXPECT_EQ(w2.str(), w.str());
+}
+
+// {"k0":0,"k1":1,...} with `n` members, without the closing brace.
+std::string ManyKeysOpen(int n) {
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) s += ',';
+    s += "\"k" + std::to_string(i) + "\":" + std::to_string(i);
+  }
+  return s;
+}
+
+double SecondsToParse(const std::string& text, Result<JsonValue>* out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *out = ParseJson(text);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Duplicate detection used to compare each key with every earlier one: 40k keys took ~4 s.
+TEST(Json, ManyDistinctKeysParseInNearLinearTime) {
+  constexpr int kKeys = 200000;
+  const std::string text = ManyKeysOpen(kKeys) + "}";
+  Result<JsonValue> r = DataLoss("unset");
+  const double seconds = SecondsToParse(text, &r);
+  std::printf("parsed %d distinct keys (%zu bytes) in %.3f s\n", kKeys, text.size(), seconds);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_LT(seconds, 5.0);  // quadratic: minutes; near-linear: well under 0.5 s
+  ASSERT_EQ(r->members().size(), static_cast<size_t>(kKeys));
+  for (int i : {0, 1, 15, 16, 17, 99999, kKeys - 1}) {  // order kept, values attached
+    EXPECT_EQ(r->members()[i].first, "k" + std::to_string(i));
+    EXPECT_EQ(r->members()[i].second.as_int(), i);
+  }
+  EXPECT_EQ(r->Find("k123456")->as_int(), 123456);
+}
+
+TEST(Json, DuplicateAmongManyKeysIsNamedWithItsOffset) {
+  const std::string prefix = ManyKeysOpen(200000) + ",";
+  const std::string text = prefix + "\"k4242\":7}";
+  Result<JsonValue> r = DataLoss("unset");
+  const double seconds = SecondsToParse(text, &r);
+  std::printf("found the duplicate among 200000 keys in %.3f s\n", seconds);
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(seconds, 5.0);
+  // The offset is the byte just past the repeated key, as for small objects.
+  const std::string want = "JSON error at byte " + std::to_string(prefix.size() + 7) +
+                           ": duplicate key \"k4242\"";
+  EXPECT_EQ(r.status().message(), want);
+}
+
+// The switch from scanning to indexing happens past 16 members: a repeat is found on either
+// side of it, against the first key, the last, and keys only equal after unescaping.
+TEST(Json, DuplicatesAreFoundAtEverySizeAroundTheThreshold) {
+  for (int n = 1; n <= 40; ++n) {
+    for (int dup : {0, n / 2, n - 1}) {
+      const std::string prefix = ManyKeysOpen(n) + ",";
+      const std::string text = prefix + "\"k" + std::to_string(dup) + "\":0}";
+      auto r = ParseJson(text);
+      ASSERT_FALSE(r.ok()) << text;
+      EXPECT_EQ(r.status().message(),
+                "JSON error at byte " + std::to_string(prefix.size() + 3 + std::to_string(dup).size()) +
+                    ": duplicate key \"k" + std::to_string(dup) + "\"")
+          << "n=" << n << " dup=" << dup;
+    }
+    auto ok = ParseJson(ManyKeysOpen(n) + ",\"k" + std::to_string(n) + "\":0}");
+    ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+    EXPECT_EQ(ok->members().size(), static_cast<size_t>(n + 1));
+    EXPECT_EQ(ok->members().back().first, "k" + std::to_string(n));
+  }
+  // "\u006b1" is "k1" once unescaped, in a small and in a large object.
+  for (int n : {4, 30}) {
+    auto r = ParseJson(ManyKeysOpen(n) + ",\"\\u006b1\":0}");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("duplicate key \"k1\""), std::string::npos);
+  }
+}
+
+TEST(Json, SmallObjectsKeepOrderAndErrors) {
+  auto r = ParseJson(R"({"z":1,"a":2,"m":{"b":1,"a":2},"":3})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->members().size(), 4u);
+  EXPECT_EQ(r->members()[0].first, "z");
+  EXPECT_EQ(r->members()[1].first, "a");
+  EXPECT_EQ(r->members()[2].second.members()[0].first, "b");
+  EXPECT_EQ(r->members()[3].first, "");
+  // The same key in sibling objects is not a duplicate; in one object it is.
+  EXPECT_TRUE(ParseJson(R"([{"a":1},{"a":2}])").ok());
+  EXPECT_TRUE(ParseJson(R"({"a":{"a":{"a":1}}})").ok());
+  auto dup = ParseJson(R"({"a":1,"b":{"a":2},"a":3})");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().message(), "JSON error at byte 22: duplicate key \"a\"");
 }
 
 }  // namespace
