@@ -129,6 +129,16 @@ void ExpectSameConfig(const Config& a, const Config& b) {
   EXPECT_EQ(a.mixed_precision.initial_scale, b.mixed_precision.initial_scale);
   EXPECT_EQ(a.mixed_precision.growth_interval, b.mixed_precision.growth_interval);
   EXPECT_EQ(a.mixed_precision.min_scale, b.mixed_precision.min_scale);
+  EXPECT_EQ(a.checkpoint.dir, b.checkpoint.dir);
+  EXPECT_EQ(a.checkpoint.interval_steps, b.checkpoint.interval_steps);
+  EXPECT_EQ(a.checkpoint.at_end, b.checkpoint.at_end);
+  EXPECT_EQ(a.checkpoint.keep_last, b.checkpoint.keep_last);
+  EXPECT_EQ(a.checkpoint.keep_every, b.checkpoint.keep_every);
+  EXPECT_EQ(a.checkpoint.async, b.checkpoint.async);
+  EXPECT_EQ(a.checkpoint.on_busy, b.checkpoint.on_busy);
+  EXPECT_EQ(a.checkpoint.max_failures, b.checkpoint.max_failures);
+  EXPECT_EQ(a.resume, b.resume);
+  EXPECT_EQ(a.init_optimizer, b.init_optimizer);
 }
 
 // ---- shipped configs and defaults -------------------------------------------------------------
@@ -579,6 +589,40 @@ TEST(ConfigPrecision, ReadsPrecisionAndMixedPrecision) {
   EXPECT_EQ(c.mixed_precision.growth_interval, 50);
   EXPECT_EQ(c.mixed_precision.min_scale, 2.0f);
   EXPECT_EQ(LoadOk("train: {}\n", {"precision=bf16"}).precision, Precision::kBf16);
+}
+
+TEST(ConfigCheckpoint, ReadsCheckpointResumeAndInitKeys) {
+  const Config d = LoadOk("train: {}\n");
+  EXPECT_TRUE(d.checkpoint.dir.empty());
+  EXPECT_EQ(d.resume, ResumeMode::kNone);
+  EXPECT_TRUE(d.checkpoint.async);
+  const Config c = LoadOk(
+      "checkpoint: {dir: /tmp/ck, interval_steps: 50, at_end: false, keep_last: 2, keep_every: "
+      "1000, async: false, on_busy: skip, max_failures: 5}\nresume: auto\n"
+      "init_from: /tmp/ck\ninit_optimizer: true\n");
+  EXPECT_EQ(c.checkpoint.dir, "/tmp/ck");
+  EXPECT_EQ(c.checkpoint.interval_steps, 50);
+  EXPECT_FALSE(c.checkpoint.at_end);
+  EXPECT_EQ(c.checkpoint.keep_last, 2);
+  EXPECT_EQ(c.checkpoint.keep_every, 1000);
+  EXPECT_FALSE(c.checkpoint.async);
+  EXPECT_EQ(c.checkpoint.on_busy, CheckpointOnBusy::kSkip);
+  EXPECT_EQ(c.checkpoint.max_failures, 5);
+  EXPECT_EQ(c.resume, ResumeMode::kAuto);
+  EXPECT_TRUE(c.init_optimizer);
+}
+
+TEST(ConfigCheckpoint, BadValuesAreNamed) {
+  EXPECT_EQ(ErrorAt("resume: auto\n"),
+            "F:1:9: resume: resume=auto needs checkpoint.dir (where to look for checkpoints)");
+  EXPECT_EQ(ErrorAt("checkpoint: {keep_last: 0}\n"),
+            "F:1:25: checkpoint.keep_last: must be >= 1, got 0");
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {on_busy: later}\n"), "F:1:23: checkpoint.on_busy:");
+  EXPECT_EQ(ErrorAt("init_optimizer: true\n"),
+            "F:1:17: init_optimizer: init_optimizer=true needs init_from (a checkpoint to take the "
+            "optimizer state from)");
+  EXPECT_EQ(ErrorAt("checkpoint: {intervall_steps: 5}\n"),
+            "F:1:14: checkpoint.intervall_steps: unknown key (did you mean \"interval_steps\"?)");
 }
 
 TEST(ConfigPrecision, BadValuesAreNamed) {
