@@ -13,8 +13,10 @@ the learning rates). Checks:
     (a save of a later step may be in flight and never commits), then resume=auto from the
     newest committed checkpoint K: bit-identical to an uninterrupted run of K + 4 steps;
   * resharded: first half on dp=4 zero 3 (accum 1), second half on 1 rank zero 0 (accum 4):
-    the same additions in the same order, so bit-identical to 1 rank accum 4; and 1 rank ->
-    dp=2 zero 2 accum 2: within the summation-tree tolerance of dp_equivalence.py;
+    the same additions in the same order, so bit-identical to 1 rank accum 4; 1 rank ->
+    dp=2 zero 2 accum 2: within the summation-tree tolerance of dp_equivalence.py; dp=2
+    zero 1 -> dp=4 zero 3 bf16: within bf16 storage's perturbation;
+  * init_from a checkpoint (weights, weights + optimizer) trains; a different model is refused;
   * corrupt: one byte of the newest checkpoint's shard flipped: resume says the checkpoint is
     unusable, falls back to the previous one, and still ends bit-identical;
   * all checkpoints corrupt: the run refuses to start with exit code 5.
@@ -173,6 +175,22 @@ run("reshard2_first", 1, ["train.grad_accum_steps=4", "train.steps=4", "checkpoi
 out, _ = run("reshard2_second", 2, ["parallel.dp=2", "parallel.zero=2", "train.grad_accum_steps=2",
                                     "train.steps=8", "checkpoint.dir=" + ckpt2, "resume=auto"])
 close(ref4, out, "1 rank -> dp=2 zero 2 accum 2 (different summation tree)")
+ckpt3 = os.path.join(work, "reshard3_ckpt")
+run("reshard3_first", 2, ["parallel.dp=2", "parallel.zero=1", "train.grad_accum_steps=2",
+                          "train.steps=4", "checkpoint.dir=" + ckpt3])
+out, _ = run("reshard3_second", 4, ["parallel.dp=4", "parallel.zero=3", "precision=bf16",
+                                    "train.steps=8", "checkpoint.dir=" + ckpt3, "resume=auto"])
+close(ref4, out, "dp=2 zero 1 -> dp=4 zero 3 bf16 (fp32 master weights carried over)", rel=3e-2, abs_tol=1e-3)
+
+# Fine-tuning from a checkpoint: weights (and optionally moments) of another run; a model that
+# does not match is refused naming the tensor.
+out, log = run("finetune", 1, ["train.steps=2", "init_from=" + os.path.join(work, "r1_ckpt")])
+out, log = run("finetune_opt", 1, ["train.steps=2", "init_from=" + os.path.join(work, "r1_ckpt"),
+                                   "init_optimizer=true"])
+out, log = run("finetune_bad", 1, ["train.steps=2", "model.num_layers=1",
+                                   "init_from=" + os.path.join(work, "r1_ckpt")], expect=4)
+check("that this config's model does not" in log or "has no tensor" in log,
+      "a different model is refused naming the tensor")
 
 # 4. Corrupt newest checkpoint: fallback.
 ckpt = os.path.join(work, "corrupt_ckpt")
