@@ -176,6 +176,14 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   if (prepared[0] == 0.0) {
     ++stats_.failed;
     ++consecutive_failures_;
+    if (catalog_) {
+      CheckpointEntry e;
+      e.step = step;
+      e.status = CheckpointStatus::kFailed;
+      e.dir = StepDirName(step);
+      e.note = prep.ToString();
+      if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+    }
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
     if (consecutive_failures_ >= config_.checkpoint.max_failures) {
       return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
@@ -400,6 +408,14 @@ Status Checkpointer::Commit(Manifest m) {
   Event("commit", line);
   // Retention, only now that a newer checkpoint is durable; never the newest.
   ASSIGN_OR_RETURN(std::vector<int64_t> committed, CommittedSteps(root_, fs_));
+  // Checkpoints known to be corrupt are not candidates to keep: counting them would let a
+  // corrupt newer one take the place of the one just saved.
+  if (catalog_) {
+    std::erase_if(committed, [&](int64_t step) {
+      auto e = catalog_->Get(step);
+      return e.ok() && e->status == CheckpointStatus::kCorrupt;
+    });
+  }
   RetentionPolicy policy;
   policy.keep_last = config_.checkpoint.keep_last;
   policy.keep_every = config_.checkpoint.keep_every;
