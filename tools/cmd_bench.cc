@@ -1,7 +1,8 @@
 // tools/cmd_bench.cc — `tessera bench`: measured training speed with this machine's limits
 // printed beside it (sgemm peak, memory bandwidth), so a figure can be judged, not just read.
 // Also the helpers shared with the subcommands (cmd_bench.h) and their dispatch:
-// `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc).
+// `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc),
+// `tessera bench ckpt` (cmd_bench_ckpt.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,11 +144,13 @@ int RunBench(const Args& args) {
   // A subcommand is the first argument; everything else is the training benchmark.
   if (!args.empty() && args[0] == "optimizer") return RunBenchOptimizer(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "comm") return RunBenchComm(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "ckpt") return RunBenchCkpt(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n"
         "       tessera bench optimizer [--params N] [--repeats R]\n"
-        "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n\n"
+        "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n"
+        "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
         "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
@@ -162,7 +165,9 @@ int RunBench(const Args& args) {
         "subcommands (each has its own --help):\n"
         "  optimizer   host AdamW and grad-norm parameters/s on 1 and 2 threads beside the\n"
         "              memory-bandwidth bound measured in the same run\n"
-        "  comm        all-reduce and reduce-scatter bus bandwidth beside raw MPI_Allreduce\n");
+        "  comm        all-reduce and reduce-scatter bus bandwidth beside raw MPI_Allreduce\n"
+        "  ckpt        checkpoint save stall, write and verified load throughput beside the\n"
+        "              disk's sequential bandwidth measured in the same run\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
@@ -171,7 +176,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

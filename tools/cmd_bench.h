@@ -1,8 +1,8 @@
 // tools/cmd_bench.h — what the `tessera bench` subcommands share: timing helpers and the
 // in-place update bandwidth that bounds every optimizer-like loop. Defined in cmd_bench.cc.
-// The subcommands themselves (cmd_bench_optimizer.cc, cmd_bench_comm.cc) are dispatched from
-// RunBench; their entry points are declared here, not in commands.h, since only RunBench calls
-// them. Thread-safety: call from the main thread, outside OpenMP regions.
+// The subcommands themselves (cmd_bench_optimizer.cc, cmd_bench_comm.cc, cmd_bench_ckpt.cc)
+// are dispatched from RunBench; their entry points are declared here, not in commands.h, since
+// only RunBench calls them. Thread-safety: call from the main thread, outside OpenMP regions.
 #pragma once
 
 #include <chrono>
@@ -41,8 +41,10 @@ class UpdateBandwidthProbe {
 // Best GB/s of 5 passes of a fresh probe (about 0.3 s).
 double MeasureUpdateBandwidth();
 
-// `tessera bench optimizer ...` and `tessera bench comm ...`; args exclude the subcommand name.
+// `tessera bench optimizer ...`, `tessera bench comm ...` and `tessera bench ckpt ...`
+// (cmd_bench_ckpt.cc); args exclude the subcommand name.
 int RunBenchOptimizer(const Args& args);
 int RunBenchComm(const Args& args);
+int RunBenchCkpt(const Args& args);
 
 }  // namespace tessera::cli
