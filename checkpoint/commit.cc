@@ -57,14 +57,6 @@ bool Contains(const std::vector<std::string>& sorted_names, const std::string& n
   return std::binary_search(sorted_names.begin(), sorted_names.end(), name);
 }
 
-// Creates `path` and its missing parents.
-Status MakeDirs(const std::string& path, FileSystem& fs) {
-  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
-    RETURN_IF_ERROR(fs.MakeDir(path.substr(0, pos)));
-  }
-  return fs.MakeDir(path);
-}
-
 // Removes <root>/<name> the safe way: rename to step_<step>.deleting (durably), then remove.
 Status Discard(const std::string& root, const std::string& name, int64_t step, FileSystem& fs) {
   const std::string deleting = Join(root, StepDirName(step) + std::string(kDeletingSuffix));

@@ -146,11 +146,18 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Result<int> OpenForRead(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO planted where a file should be must not hang; anything but a
+    // regular file is refused.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       const int err = errno;
       if (err == ENOENT) return NotFound(path + ": file not found");
       return IoError(path + ": cannot open: " + ErrnoText(err));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return DataLoss(path + ": not a regular file");
     }
     return fd;
   }
@@ -187,6 +194,13 @@ class PosixFileSystem final : public FileSystem {
 FileSystem& DefaultFileSystem() {
   static PosixFileSystem* const fs = new PosixFileSystem();  // never destroyed: usable at exit
   return *fs;
+}
+
+Status MakeDirs(const std::string& path, FileSystem& fs) {
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    RETURN_IF_ERROR(fs.MakeDir(path.substr(0, pos)));
+  }
+  return fs.MakeDir(path);
 }
 
 Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {

@@ -71,6 +71,9 @@ FileSystem& DefaultFileSystem();
 
 inline constexpr uint64_t kNoSizeLimit = std::numeric_limits<uint64_t>::max();
 
+// Creates `path` and its missing parents (each through fs.MakeDir).
+Status MakeDirs(const std::string& path, FileSystem& fs = DefaultFileSystem());
+
 // Reads the whole file (through DefaultFileSystem()). kNotFound naming the path when missing,
 // kIoError (with strerror) when the OS refuses, kDataLoss when it exceeds max_bytes.
 Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes = kNoSizeLimit);

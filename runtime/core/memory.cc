@@ -17,6 +17,7 @@ const char* MemoryKindName(MemoryKind k) {
     case MemoryKind::kActivations: return "activations";
     case MemoryKind::kWorkspace: return "workspace";
     case MemoryKind::kUnitBuffers: return "unit buffers";
+    case MemoryKind::kCheckpointStaging: return "ckpt staging";
     case MemoryKind::kCount: break;
   }
   return "?";

@@ -29,6 +29,8 @@ enum class MemoryKind : int {
   // param_shards.h): gathered or upcast parameters of the units in use and the per-unit
   // gradient buffers waiting for their reduction. Bounded by a few units, not the model.
   kUnitBuffers,
+  // The host copy of this rank's state an asynchronous checkpoint writes from (reused).
+  kCheckpointStaging,
   kCount,
 };
 const char* MemoryKindName(MemoryKind k);

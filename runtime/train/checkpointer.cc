@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <cstdlib>
 #include <cstring>
 
 #include "checkpoint/commit.h"
@@ -86,14 +87,17 @@ struct Checkpointer::Pending {
   std::mutex mu;
   std::condition_variable copied_cv;
   bool copied = false;  // the staging copy is complete (guarded by mu)
+  size_t copied_segments = 0;  // segments[0, copied_segments) are in staging_ (guarded by mu)
+  std::thread copier;          // joined by `thread` before it reports done
   std::atomic<bool> done{false};
   Status status = Status::Ok();  // written by the thread before `done`
   ShardRecord record;
   double write_seconds = 0;
 };
 
-Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs)
-    : config_(config), root_(config.checkpoint.dir), dp_(dp), log_(log), fs_(fs) {
+Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
+                           MemoryTracker* tracker)
+    : config_(config), root_(config.checkpoint.dir), dp_(dp), log_(log), fs_(fs), tracker_(tracker) {
   rank_ = dp != nullptr ? dp->rank() : 0;
   ranks_ = dp != nullptr ? dp->size() : 1;
   decls_ = DeclareParameters(config.model);
@@ -109,14 +113,15 @@ Checkpointer::~Checkpointer() {
 }
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config, Communicator* dp,
-                                                           FILE* log, FileSystem& fs) {
-  std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs));
+                                                           FILE* log, FileSystem& fs,
+                                                           MemoryTracker* tracker) {
+  std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs, tracker));
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
   if (c->enabled() && c->rank_ == 0) {
     // Only the coordinator writes the catalog (RocksDB allows one writer process).
-    RETURN_IF_ERROR(fs.MakeDir(c->root_));
+    RETURN_IF_ERROR(MakeDirs(c->root_, fs));
     ASSIGN_OR_RETURN(c->catalog_, Catalog::Open(c->root_, /*read_only=*/false));
   }
   return c;
@@ -149,7 +154,6 @@ void Checkpointer::Event(const std::string& kind, const std::string& message) {
 
 Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& state,
                           const JsonValue& layout) {
-  const auto t0 = Clock::now();
   if (pending_) {
     if (config_.checkpoint.on_busy == CheckpointOnBusy::kSkip) {
       ++stats_.skipped;
@@ -157,8 +161,9 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
                                 std::to_string(pending_->step) + " is still writing");
       return Status::Ok();
     }
-    RETURN_IF_ERROR(Poll(/*block=*/true));
+    RETURN_IF_ERROR(Poll(/*block=*/true));  // counts its own wait as stall
   }
+  const auto t_setup = Clock::now();
   ++stats_.saves;
   // Rank 0 prepares the staging directory; everyone learns whether it could.
   Status prep = Status::Ok();
@@ -212,24 +217,49 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
       }
     });
   }
-  // Grown (zero-filled, so pre-faulted) only when the state grows: reused across saves.
-  if (staging_.size() < off) staging_.resize(off);
+  const size_t staging_bytes = off;
+  if (tracker_ != nullptr && staging_bytes > staged_bytes_) {  // accounted here: one thread
+    const int64_t grow = static_cast<int64_t>(staging_bytes - staged_bytes_);
+    tracker_->OnReserve(MemoryKind::kCheckpointStaging, grow);
+    tracker_->OnUse(MemoryKind::kCheckpointStaging, grow);
+    staged_bytes_ = staging_bytes;
+  }
 
   p->write_start = Clock::now();
   Pending* raw = p.get();
-  p->thread = std::thread([this, raw] {
-    for (const Pending::Segment& s : raw->segments) {
+  // Two threads so that the disk is busy while the copy goes on: the copier fills the
+  // staging buffer segment by segment (and says when all of it is copied: the optimizer may
+  // then go on), the writer checksums and writes each segment as soon as it is copied.
+  p->copier = std::thread([this, raw, staging_bytes] {
+    // Grown only when the state grows (zero-filled: the page faults are paid here, on this
+    // thread, once), then reused across saves.
+    if (staging_.size() < staging_bytes) staging_.resize(staging_bytes);
+    for (size_t k = 0; k < raw->segments.size(); ++k) {
+      const Pending::Segment& s = raw->segments[k];
       std::memcpy(staging_.data() + s.offset, s.source,
                   static_cast<size_t>(s.end - s.begin) * sizeof(float));
+      {
+        std::lock_guard<std::mutex> lock(raw->mu);
+        raw->copied_segments = k + 1;
+        raw->copied = k + 1 == raw->segments.size();
+      }
+      raw->copied_cv.notify_all();
     }
-    {
+    if (raw->segments.empty()) {
       std::lock_guard<std::mutex> lock(raw->mu);
       raw->copied = true;
     }
     raw->copied_cv.notify_all();
+  });
+  p->thread = std::thread([this, raw] {
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
-      for (const Pending::Segment& s : raw->segments) {
+      for (size_t k = 0; k < raw->segments.size(); ++k) {
+        {
+          std::unique_lock<std::mutex> lock(raw->mu);
+          raw->copied_cv.wait(lock, [&] { return raw->copied_segments > k; });
+        }
+        const Pending::Segment& s = raw->segments[k];
         const ParamDecl& d = decls_[s.tensor / 3];
         RETURN_IF_ERROR(writer->Append(kKinds[s.tensor % 3] + d.name, s.begin, s.end,
                                        sizeof(float), staging_.data() + s.offset));
@@ -238,10 +268,12 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
       return Status::Ok();
     };
     raw->status = run();
+    // Whatever happened, the copy finishes (the training thread may be waiting for it).
+    raw->copier.join();
     raw->write_seconds = Since(raw->write_start);
     raw->done.store(true, std::memory_order_release);
   });
-  p->stall_seconds = Since(t0);
+  p->stall_seconds = Since(t_setup);
   stats_.stall_seconds += p->stall_seconds;
   pending_ = std::move(p);
   if (!config_.checkpoint.async) return Poll(/*block=*/true);
@@ -273,6 +305,14 @@ Status Checkpointer::Poll(bool block) {
 }
 
 Status Checkpointer::Complete() {
+  // The commit runs on rank 0's training thread and the others wait for its verdict: all of
+  // this is training stall.
+  const auto t_complete = Clock::now();
+  struct CountStall {
+    CheckpointStats& stats;
+    Clock::time_point t;
+    ~CountStall() { stats.stall_seconds += Since(t); }
+  } count_stall{stats_, t_complete};
   std::unique_ptr<Pending> p = std::move(pending_);
   const int64_t step = p->step;
   // Each rank's outcome and shard record, flattened to doubles (all integers < 2^53):
@@ -383,7 +423,14 @@ Status Checkpointer::Commit(Manifest m) {
   m.config_yaml = config_.resolved_yaml;
   if (auto env = ParseJson(EnvironmentFingerprintJson()); env.ok()) m.environment = *env;
   for (const ShardRecord& s : m.shards) m.total_bytes += s.bytes;
-  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_));
+  if (Status c = CommitCheckpoint(root_, m, fs_); !c.ok()) {
+    // After the final rename the checkpoint is committed, whatever failed later (the root's
+    // fsync): the directory is the ground truth.
+    auto fd = fs_.OpenForRead(root_ + "/" + StepDirName(m.step) + "/manifest.json");
+    if (!fd.ok()) return c;
+    (void)fs_.Close(*fd, root_);
+    Event("commit_warning", "step " + std::to_string(m.step) + " is committed, but: " + c.ToString());
+  }
   stats_.last_bytes = m.total_bytes;
   stats_.last_write_seconds = m.write_seconds;
   char line[256];
@@ -407,15 +454,21 @@ Status Checkpointer::Commit(Manifest m) {
   }
   Event("commit", line);
   // Retention, only now that a newer checkpoint is durable; never the newest.
-  ASSIGN_OR_RETURN(std::vector<int64_t> committed, CommittedSteps(root_, fs_));
-  // Checkpoints known to be corrupt are not candidates to keep: counting them would let a
-  // corrupt newer one take the place of the one just saved.
-  if (catalog_) {
-    std::erase_if(committed, [&](int64_t step) {
-      auto e = catalog_->Get(step);
-      return e.ok() && e->status == CheckpointStatus::kCorrupt;
-    });
+  auto listed = CommittedSteps(root_, fs_);
+  if (!listed.ok()) {
+    Event("retention_failed", listed.status().ToString());
+    return Status::Ok();
   }
+  std::vector<int64_t> committed = std::move(*listed);
+  // Only this run's line of checkpoints up to the one just committed is retention's business:
+  // never a newer-numbered one, and never one the catalog knows to be corrupt (either could
+  // otherwise take the place of the checkpoint just saved).
+  std::erase_if(committed, [&](int64_t step) {
+    if (step > m.step) return true;
+    if (!catalog_) return false;
+    auto e = catalog_->Get(step);
+    return e.ok() && e->status == CheckpointStatus::kCorrupt;
+  });
   RetentionPolicy policy;
   policy.keep_last = config_.checkpoint.keep_last;
   policy.keep_every = config_.checkpoint.keep_every;
@@ -427,12 +480,42 @@ Status Checkpointer::Commit(Manifest m) {
   return Status::Ok();
 }
 
+// Names under the root that look like checkpoints but are not committed ones: a step_<N>
+// without manifest (the protocol never leaves one: damage) and step_<N>.corrupt (set aside by
+// an earlier resume). Either means checkpoints existed, so "none" must not become a fresh start.
+std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& committed) const {
+  std::vector<std::string> out;
+  auto names = fs_.ListDir(root_);
+  if (!names.ok()) return out;
+  for (const std::string& name : *names) {
+    const bool aside = name.size() > 8 && name.compare(name.size() - 8, 8, ".corrupt") == 0;
+    const std::string base = aside ? name.substr(0, name.size() - 8) : name;
+    if (base.size() < 6 || base.compare(0, 5, "step_") != 0) continue;
+    if (!std::all_of(base.begin() + 5, base.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const int64_t step = std::strtoll(base.c_str() + 5, nullptr, 10);
+    if (aside || (base == StepDirName(step) &&
+                  std::find(committed.begin(), committed.end(), step) == committed.end())) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
 Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
+  const std::vector<std::string> unusable = UnusableDirs(steps);
+  std::string unusable_list;
+  for (const std::string& n : unusable) unusable_list += (unusable_list.empty() ? "" : ", ") + n;
   if (steps.empty()) {
+    if (!unusable.empty()) {
+      return CorruptCheckpoint("no usable checkpoint under " + root_ + ", only unusable ones (" +
+                               unusable_list + "): repair or remove them, or set resume: none "
+                               "with another checkpoint.dir to start from scratch");
+    }
     Event("resume", "no committed checkpoint under " + root_ + ": starting from step 0");
     return std::optional<LoadedCheckpoint>();
   }
+  if (!unusable.empty()) Event("resume", "not considered (unusable): " + unusable_list);
   for (size_t k = 0; k < steps.size(); ++k) {
     const std::string dir = root_ + "/" + StepDirName(steps[k]);
     LoadedCheckpoint loaded;
@@ -446,30 +529,47 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
       loaded.dir = dir;
       loaded.state = (*reader)->manifest().state;
     }
-    ASSIGN_OR_RETURN(std::vector<double> ok, Gather({st.ok() ? 1.0 : 0.0}));
-    if (std::find(ok.begin(), ok.end(), 0.0) == ok.end()) {
+    // 1 = loaded; 0 = the checkpoint is damaged (bytes, truncation, missing file, manifest);
+    // 2 = anything else (a model that does not match, an I/O error): not the checkpoint's fault.
+    const bool damaged = st.code() == StatusCode::kDataLoss || st.code() == StatusCode::kNotFound;
+    const double mine = st.ok() ? 1.0 : damaged ? 0.0 : 2.0;
+    ASSIGN_OR_RETURN(std::vector<double> flags, Gather({mine}));
+    if (std::all_of(flags.begin(), flags.end(), [](double f) { return f == 1.0; })) {
       Event("resume", "resuming from " + dir + " (step " + std::to_string(loaded.step) + ")");
       return std::optional<LoadedCheckpoint>(std::move(loaded));
+    }
+    std::string who;
+    for (int r = 0; r < ranks_; ++r) {
+      if (flags[r] != 1.0) who += (who.empty() ? "" : ", ") + std::to_string(r);
     }
     if (!st.ok() && rank_ != 0) {
       std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
     }
-    std::string who;
-    for (int r = 0; r < ranks_; ++r) {
-      if (ok[r] == 0.0) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    if (std::find(flags.begin(), flags.end(), 2.0) != flags.end()) {
+      if (mine == 2.0) return st;
+      return FailedPrecondition(dir + ": loading failed on rank(s) " + who +
+                                " for a reason other than damage (see their messages); nothing "
+                                "was marked corrupt");
     }
-    const std::string why = st.ok() ? "failed on rank(s) " + who : st.ToString();
-    if (rank_ == 0 && catalog_) {
-      (void)catalog_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why);
+    const std::string why = st.ok() ? "failed verification on rank(s) " + who : st.ToString();
+    std::string moved;
+    if (rank_ == 0) {
+      // Out of the committed namespace, kept for inspection: never tried or counted again.
+      const std::string aside = dir + ".corrupt";
+      Status mv = fs_.RemoveTree(aside);
+      if (mv.ok()) mv = fs_.Rename(dir, aside);
+      if (mv.ok()) mv = fs_.SyncDir(root_);
+      moved = mv.ok() ? "; moved to " + StepDirName(steps[k]) + ".corrupt" : "; " + mv.ToString();
+      if (catalog_) (void)catalog_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why + moved);
     }
-    Event("corrupt", dir + " is unusable (" + why + ")" +
+    Event("corrupt", dir + " is unusable (" + why + ")" + moved +
                          (k + 1 < steps.size() ? "; falling back to step " + std::to_string(steps[k + 1])
                                                : ""));
   }
   return CorruptCheckpoint("no usable checkpoint under " + root_ + ": all " +
                            std::to_string(steps.size()) +
-                           " committed checkpoint(s) failed verification (messages above); "
-                           "move them aside to start from scratch");
+                           " committed checkpoint(s) failed verification and were moved aside as "
+                           "step_<N>.corrupt (messages above)");
 }
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,

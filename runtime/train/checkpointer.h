@@ -27,9 +27,14 @@
 // consecutive failures stop the run (Status). The previous committed checkpoint is never
 // touched by a save.
 // Load: CheckpointReader (verified reads). Resume tries the newest committed checkpoint;
-// if any rank finds it corrupt (checksum, truncation, missing shard, malformed manifest), it is
-// marked corrupt in the catalog, the run says so and the next-newest is tried; every rank
-// decides together. No valid checkpoint among several is an error, not a fresh start.
+// if any rank finds it damaged (checksum, truncation, missing shard, malformed manifest), it is
+// marked corrupt in the catalog, moved aside to step_<N>.corrupt, the run says so and the
+// next-newest is tried; every rank decides together. Other load errors (a model that does not
+// match, an I/O error) are returned as they are and mark nothing. Damaged checkpoints and no
+// usable one is an error (kCorruptCheckpoint), never a fresh start; so is a root holding only
+// step_<N> directories without manifest or set-aside ones.
+// Retention after a commit only considers committed checkpoints up to the one just saved
+// that the catalog does not know to be corrupt.
 // Thread-safety: driven by the trainer's thread; the writer thread only touches the staging
 // buffer and its own result.
 #pragma once
@@ -75,8 +80,10 @@ class Checkpointer {
  public:
   // `dp`: the data-parallel group (null: one process); rank 0 of it coordinates and owns the
   // catalog. Writes go through `fs` (tests inject faults). `log` gets rank 0's event lines.
+  // The staging buffer is accounted to `tracker` (may be null) as kCheckpointStaging.
   static Result<std::unique_ptr<Checkpointer>> Create(const Config& config, Communicator* dp,
-                                                      FILE* log, FileSystem& fs = DefaultFileSystem());
+                                                      FILE* log, FileSystem& fs = DefaultFileSystem(),
+                                                      MemoryTracker* tracker = nullptr);
   ~Checkpointer();  // waits for a writer thread still running (never leaves it detached)
 
   bool enabled() const { return !root_.empty(); }
@@ -102,9 +109,11 @@ class Checkpointer {
 
  private:
   struct Pending;
-  Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs);
+  Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
+               MemoryTracker* tracker);
   Status Complete();  // all writers done: gather records, commit on rank 0, account
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
+  std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   void Event(const std::string& kind, const std::string& message);
   Result<std::vector<double>> Gather(const std::vector<double>& mine);
 
@@ -119,7 +128,9 @@ class Checkpointer {
   std::vector<int64_t> offsets_;      // flat offset of each decl
   std::unordered_map<std::string, int> tensor_index_;  // saved tensor name -> 3 * decl + kind
   std::unique_ptr<Pending> pending_;  // the save in flight
-  std::vector<char> staging_;         // reused between saves
+  std::vector<char> staging_;         // reused between saves; resized by the writer thread
+  MemoryTracker* tracker_;
+  size_t staged_bytes_ = 0;           // accounted to tracker_
   int64_t consecutive_failures_ = 0;
   CheckpointStats stats_;
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
 #include "runtime/core/memory.h"
 
@@ -112,6 +113,24 @@ std::string FormatSummary(const TrainSummary& s, const std::string& memory_repor
   out += "  peak memory by kind:\n" + memory_report;
   out += "  outputs          " + out_dir + "/{metrics.jsonl,model.safetensors,config.yaml,env.json}\n";
   return out;
+}
+
+Status TruncateMetrics(const std::string& path, int64_t last_step) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().code() == StatusCode::kNotFound ? Status::Ok() : text.status();
+  std::string kept;
+  size_t begin = 0;
+  while (begin < text->size()) {
+    size_t end = text->find('\n', begin);
+    if (end == std::string::npos) end = text->size();
+    const std::string line = text->substr(begin, end - begin);
+    begin = end + 1;
+    auto v = ParseJson(line, 256);
+    if (!v.ok()) continue;  // a line cut by the crash
+    const JsonValue* step = v->Find("step");
+    if (step != nullptr && step->is_integer() && step->as_int() <= last_step) kept += line + "\n";
+  }
+  return WriteFileAtomic(path, kept);
 }
 
 Result<std::unique_ptr<MetricsFile>> MetricsFile::Create(const std::string& path, bool append) {

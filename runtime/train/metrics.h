@@ -37,6 +37,10 @@ struct StepMetrics {
   std::optional<double> val_loss;  // set on steps that ran an evaluation
 };
 
+// Keeps the lines of `path` (a metrics.jsonl) whose "step" is <= last_step and drops the rest,
+// atomically; a missing file is fine (nothing to keep).
+Status TruncateMetrics(const std::string& path, int64_t last_step);
+
 struct TrainSummary {
   int64_t steps = 0;
   int64_t tokens = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint/commit.h"
 #include "models/hf_weights.h"
 #include "models/param_layout.h"
 #include "optimizer/grad_clip.h"
@@ -63,8 +64,22 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
   ASSIGN_OR_RETURN(t->checkpointer_,
-                   Checkpointer::Create(config, t->dp_, t->is_root() ? stdout : nullptr));
-  if (config.resume == ResumeMode::kAuto) RETURN_IF_ERROR(t->ResumeFromCheckpoint());
+                   Checkpointer::Create(config, t->dp_, t->is_root() ? stdout : nullptr,
+                                        DefaultFileSystem(), &t->memory_));
+  if (config.resume == ResumeMode::kAuto) {
+    RETURN_IF_ERROR(t->ResumeFromCheckpoint());
+  } else if (t->checkpointer_->enabled()) {
+    // A fresh run must not mix its checkpoints with another run's: a later resume would pick
+    // whichever has the highest step number.
+    auto steps = CommittedSteps(config.checkpoint.dir);
+    if (steps.ok() && !steps->empty()) {
+      return InvalidArgument("checkpoint.dir " + config.checkpoint.dir +
+                             " already holds committed checkpoints (newest: step " +
+                             std::to_string(steps->front()) +
+                             "): set resume: auto to continue from them, or use another "
+                             "checkpoint.dir for a fresh run");
+    }
+  }
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
@@ -197,12 +212,22 @@ Status Trainer::RestoreState(const JsonValue& state, const std::string& where) {
     return v->as_int();
   };
   ASSIGN_OR_RETURN(start_step_, count("step"));
+  ASSIGN_OR_RETURN(const int64_t seed, count("seed"));
+  if (static_cast<uint64_t>(seed) != config_.train.seed) {
+    return InvalidArgument(where + ": saved with train.seed=" + std::to_string(seed) +
+                           " but this config has " + std::to_string(config_.train.seed) +
+                           ": the data order would differ from the run being resumed");
+  }
   ASSIGN_OR_RETURN(const int64_t epoch, count("data_epoch"));
   ASSIGN_OR_RETURN(const int64_t index, count("data_index"));
   if (Status s = train_data_->Seek({epoch, index}); !s.ok()) {
     return DataLoss(where + ": data position does not fit this run's data: " + s.message());
   }
-  if (loss_scaler_) {
+  if (loss_scaler_ && state.Find("loss_scale") == nullptr) {
+    // Saved by an fp32 or bf16 run: fp16 starts from the configured scale.
+    std::printf("tessera: %s has no fp16 loss scale (saved in another precision): starting from "
+                "mixed_precision.initial_scale %g\n", where.c_str(), loss_scaler_->scale());
+  } else if (loss_scaler_) {
     const JsonValue* scale = state.Find("loss_scale");
     ASSIGN_OR_RETURN(const int64_t good, count("loss_scale_good_steps"));
     ASSIGN_OR_RETURN(const int64_t skipped, count("loss_scale_skipped"));
@@ -349,8 +374,11 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
     RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
     RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
-    // A resumed run continues the metrics of the run it resumes.
-    ASSIGN_OR_RETURN(metrics, MetricsFile::Create(tc.out_dir + "/metrics.jsonl", start_step_ > 0));
+    // A resumed run continues the metrics of the run it resumes, from the resumed step: lines
+    // the interrupted run wrote past its checkpoint are dropped (they are redone).
+    const std::string metrics_path = tc.out_dir + "/metrics.jsonl";
+    if (start_step_ > 0) RETURN_IF_ERROR(TruncateMetrics(metrics_path, start_step_));
+    ASSIGN_OR_RETURN(metrics, MetricsFile::Create(metrics_path, start_step_ > 0));
   }
 
   const int64_t B = tc.micro_batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
@@ -389,8 +417,9 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   const auto start = Clock::now();
 
   if (root && start_step_ > 0) {
-    std::fprintf(out, "tessera: resumed at step %lld of %lld\n", static_cast<long long>(start_step_),
-                 static_cast<long long>(tc.steps));
+    std::fprintf(out, "tessera: resumed at step %lld of %lld%s\n", static_cast<long long>(start_step_),
+                 static_cast<long long>(tc.steps),
+                 start_step_ >= tc.steps ? " (nothing left to train: raise train.steps to go on)" : "");
   }
   for (int64_t step = start_step_; step < tc.steps; ++step) {
     const auto t0 = Clock::now();
