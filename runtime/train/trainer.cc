@@ -64,7 +64,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
   ASSIGN_OR_RETURN(t->checkpointer_,
-                   Checkpointer::Create(config, t->dp_, t->is_root() ? stdout : nullptr,
+                   Checkpointer::Create(t->config_, t->dp_, t->is_root() ? stdout : nullptr,
                                         DefaultFileSystem(), &t->memory_));
   if (config.resume == ResumeMode::kAuto) {
     RETURN_IF_ERROR(t->ResumeFromCheckpoint());
