@@ -78,8 +78,9 @@ struct LoadedCheckpoint {
 
 class Checkpointer {
  public:
-  // `config` must outlive the Checkpointer (it is kept by reference). `dp`: the data-parallel group (null: one process); rank 0 of it coordinates and owns the
-  // catalog. Writes go through `fs` (tests inject faults). `log` gets rank 0's event lines.
+  // `config` must outlive the Checkpointer (it is kept by reference). `dp`: the data-parallel
+  // group (null: one process); rank 0 of it coordinates and owns the catalog. Writes go
+  // through `fs` (tests inject faults). `log` gets rank 0's event lines.
   // The staging buffer is accounted to `tracker` (may be null) as kCheckpointStaging.
   static Result<std::unique_ptr<Checkpointer>> Create(const Config& config, Communicator* dp,
                                                       FILE* log, FileSystem& fs = DefaultFileSystem(),
