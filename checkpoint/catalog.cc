@@ -251,6 +251,9 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& root, bool rea
       msg += " (another process, e.g. a running `tessera train`, holds it open for writing; "
              "only one writer at a time — readers open it read-only)";
     }
+    // A damaged database (as opposed to a held lock or an OS error) is kDataLoss, so a
+    // writer can set it aside and start a new one: the directories are the ground truth.
+    if (s.IsCorruption() || s.IsInvalidArgument()) return DataLoss(msg);
     return IoError(msg);
   }
   impl->db.reset(db);

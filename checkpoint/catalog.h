@@ -44,8 +44,9 @@ struct CatalogEvent {
 
 class Catalog {
  public:
-  // Opens (creating when !read_only) `<root>/catalog`. kIoError naming the path and RocksDB's
-  // message on failure (e.g. another writer holds the lock).
+  // Opens (creating when !read_only) `<root>/catalog`. kDataLoss when the database is damaged;
+  // kIoError naming the path and RocksDB's message on other failures (e.g. another writer
+  // holds the lock).
   static Result<std::unique_ptr<Catalog>> Open(const std::string& root, bool read_only);
   ~Catalog();
 

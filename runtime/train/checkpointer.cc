@@ -122,7 +122,21 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   if (c->enabled() && c->rank_ == 0) {
     // Only the coordinator writes the catalog (RocksDB allows one writer process).
     RETURN_IF_ERROR(MakeDirs(c->root_, fs));
-    ASSIGN_OR_RETURN(c->catalog_, Catalog::Open(c->root_, /*read_only=*/false));
+    auto catalog = Catalog::Open(c->root_, /*read_only=*/false);
+    std::string recreated;
+    if (!catalog.ok() && catalog.status().code() == StatusCode::kDataLoss) {
+      // A damaged catalog must not stop training (the checkpoint directories are the ground
+      // truth): set it aside for inspection and start a new one.
+      const std::string aside = c->root_ + "/catalog.damaged-" +
+                                std::to_string(static_cast<int64_t>(UnixSeconds()));
+      RETURN_IF_ERROR(fs.Rename(c->root_ + "/catalog", aside));
+      recreated = "the catalog was damaged (" + catalog.status().ToString() + "): moved to " +
+                  aside + ", started a new one";
+      catalog = Catalog::Open(c->root_, /*read_only=*/false);
+    }
+    RETURN_IF_ERROR(catalog.status());
+    c->catalog_ = std::move(*catalog);
+    if (!recreated.empty()) c->Event("catalog_recreated", recreated);
   }
   return c;
 }

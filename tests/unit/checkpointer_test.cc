@@ -1292,3 +1292,40 @@ TEST(Checkpointer, LoadIntoADifferentModelNamesTheTensorAndBothShapes) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A damaged catalog does not stop training: the writer sets it aside and starts a new one;
+// the committed checkpoints on disk are still found.
+TEST(Checkpointer, ADamagedCatalogIsSetAsideAndRecreated) {
+  cpu::SetNumThreads(1);
+  const ModelConfig mc = TinyModel();
+  ScopedTempDir tmp("ckpt_catalog");
+  const std::string root = tmp / "ckpt";
+  const Config cfg = MakeConfig(root, mc);
+  auto r = Build(mc, 0, DType::kF32, nullptr);
+  ASSERT_NE(r, nullptr);
+  {
+    auto ck = MakeCheckpointer(cfg);
+    ASSERT_NE(ck, nullptr);
+    SaveAndCommit(*ck, 1, *r->shards);
+  }
+  WriteText(root + "/catalog/CURRENT", "garbage");
+  auto ck = MakeCheckpointer(cfg);
+  ASSERT_NE(ck, nullptr);
+  bool aside = false;
+  for (const auto& e : fs::directory_iterator(root)) {
+    aside |= e.path().filename().string().rfind("catalog.damaged-", 0) == 0;
+  }
+  EXPECT_TRUE(aside);
+  SaveAndCommit(*ck, 2, *r->shards);
+  EXPECT_EQ(Committed(root), (std::vector<int64_t>{2, 1}));
+  ck.reset();
+  auto cat = ReadCatalog(root);
+  ASSERT_NE(cat, nullptr);
+  EXPECT_EQ(CatalogStatus(*cat, 2), "committed");
+}
+
+}  // namespace
+}  // namespace tessera
