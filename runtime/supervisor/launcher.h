@@ -1,0 +1,76 @@
+// runtime/supervisor/launcher.h — the mpirun command line for one incarnation of a job.
+//
+// Owns: MpirunSpec (what the supervisor wants launched), ParseHostfile (an Open MPI hostfile,
+// checked before launch) and BuildMpirunCommand (spec -> argv + environment additions). Pure:
+// nothing here starts a process; ProcessSession (process_session.h) runs the result.
+//
+// The argv is
+//   <mpirun> -np N [--hostfile F] --mca pml ob1 --mca btl self,vader
+//            --mca odls_base_sigkill_timeout 0 --output-filename LOG_DIR <program> <args...>
+// and the environment additions are the ones ../shared/PLATFORM.md requires: run as root,
+// oversubscription and yield_when_idle always; OPENBLAS_NUM_THREADS=1 when there is more than
+// one rank; OMP_NUM_THREADS=1 when ranks outnumber the cores. Then MpirunSpec::extra_env
+// (names non-empty, without '='), which may override any of them. Why each flag:
+// odls_base_sigkill_timeout 0 makes mpirun kill the surviving ranks in ~0.06 s when one dies
+// (else ~1 s); --output-filename keeps per-rank logs even when mpirun itself is SIGKILLed.
+//
+// Invariants: a command is only built from a spec that validates — num_ranks >= 1, program
+// and log_dir non-empty, and a hostfile (when given) that exists, parses, and offers at least
+// num_ranks slots. "A hostfile that cannot work fails before launch": errors name file:line.
+// Thread-safety: free functions over values; safe from any thread.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+using EnvList = std::vector<std::pair<std::string, std::string>>;  // (name, value), in order
+
+struct MpirunSpec {
+  // Number of ranks (mpirun -np). Range: >= 1.
+  int num_ranks = 1;
+  // Open MPI hostfile ("host slots=K" lines); empty: every rank on this machine.
+  std::string hostfile;
+  // Directory for per-rank logs (--output-filename); mpirun writes
+  // LOG_DIR/1/rank.<r>/{stdout,stderr}. Required.
+  std::string log_dir;
+  // The rank program and its arguments. Required (program).
+  std::string program;
+  std::vector<std::string> program_args;
+  // Environment entries added after the platform ones (the supervisor's control address and
+  // per-run secret, for instance); a name given here wins over a platform default.
+  EnvList extra_env;
+  // Cores available to the ranks on one machine; decides whether ranks share cores.
+  // 0 (default): std::thread::hardware_concurrency().
+  int cores = 0;
+  // The launcher binary; looked up in PATH when it has no '/'. Default "mpirun".
+  std::string mpirun = "mpirun";
+};
+
+struct MpirunCommand {
+  std::vector<std::string> argv;  // argv[0] is spec.mpirun
+  EnvList env;                    // additions to the supervisor's own environment
+};
+
+struct HostfileEntry {
+  std::string host;
+  int slots = 0;       // >= 1
+  int line = 0;        // 1-based line in the file, for messages
+};
+
+// Parses an Open MPI hostfile restricted to what Tessera can check: one "HOST slots=K" per
+// line (K >= 1, optional "max_slots=M" with M >= K), '#' comments and blank lines ignored.
+// kNotFound: missing file; kIoError: unreadable; kInvalidArgument "FILE:LINE: why" for a line
+// that does not parse, a duplicate host, or a file with no host at all.
+Result<std::vector<HostfileEntry>> ParseHostfile(const std::string& path);
+
+// Validates `spec` (see the contract above) and builds the command. kInvalidArgument for a
+// bad spec or a hostfile with fewer slots than ranks ("FILE: 3 slots for 4 ranks"), plus the
+// errors of ParseHostfile.
+Result<MpirunCommand> BuildMpirunCommand(const MpirunSpec& spec);
+
+}  // namespace tessera
