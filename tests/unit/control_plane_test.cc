@@ -1,0 +1,522 @@
+// links: tessera_supervisor
+// tests/unit/control_plane_test.cc — the control plane over real loopback TCP: protocol
+// encode/decode, registration, heartbeats, commits, broadcast commands, hostile clients
+// (wrong secret, garbage, oversized frames, silence, duplicate rank, stale incarnation) and
+// how fast a dead rank's closed connection is reported.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/supervisor/control_client.h"
+#include "runtime/supervisor/control_protocol.h"
+#include "runtime/supervisor/control_server.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kRunId[] = "run-test";
+constexpr char kSecret[] = "s3cret-0123456789";
+constexpr int64_t kIncarnation = 3;
+
+// Collects events from the io thread; tests wait on predicates over them.
+class EventLog {
+ public:
+  void Add(const ControlEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    cv_.notify_all();
+  }
+  // Waits until an event satisfying `pred` exists; returns it (kind kRejected, rank -2 if not).
+  template <typename Pred>
+  ControlEvent WaitFor(Pred pred, milliseconds timeout = milliseconds(1500)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ControlEvent found;
+    found.rank = -2;
+    cv_.wait_for(lock, timeout, [&] {
+      for (const ControlEvent& e : events_) {
+        if (pred(e)) {
+          found = e;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+  int Count(ControlEventKind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const ControlEvent& e : events_) n += e.kind == kind ? 1 : 0;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ControlEvent> events_;
+};
+
+struct Fixture {
+  EventLog log;
+  std::unique_ptr<ControlServer> server;
+
+  explicit Fixture(int world_size = 2, int hello_timeout_ms = 1000) {
+    ControlServerOptions o;
+    o.run_id = kRunId;
+    o.secret = kSecret;
+    o.incarnation = kIncarnation;
+    o.world_size = world_size;
+    o.hello_timeout_ms = hello_timeout_ms;
+    Result<std::unique_ptr<ControlServer>> s =
+        ControlServer::Start(o, [this](const ControlEvent& e) { log.Add(e); });
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    server = std::move(s).value();
+  }
+
+  ControlClientOptions ClientOptions(int rank) const {
+    ControlClientOptions o;
+    o.port = server->port();
+    o.hello = Hello(rank);
+    o.heartbeat_interval_ms = 20;
+    o.connect_timeout_ms = 1000;
+    return o;
+  }
+  HelloMsg Hello(int rank) const {
+    HelloMsg h;
+    h.run_id = kRunId;
+    h.incarnation = kIncarnation;
+    h.rank = rank;
+    h.world_size = static_cast<int>(server->Snapshot().size());
+    h.pid = 1000 + rank;
+    h.host = "node" + std::to_string(rank);
+    h.secret = kSecret;
+    return h;
+  }
+  std::unique_ptr<ControlClient> Connect(int rank) { return Connect(ClientOptions(rank)); }
+  std::unique_ptr<ControlClient> Connect(const ControlClientOptions& o) {
+    Result<std::unique_ptr<ControlClient>> c = ControlClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  ControlEvent WaitRegistered(int rank) {
+    return log.WaitFor([rank](const ControlEvent& e) {
+      return e.kind == ControlEventKind::kRegistered && e.rank == rank;
+    });
+  }
+  ControlEvent WaitRejected() {
+    return log.WaitFor([](const ControlEvent& e) { return e.kind == ControlEventKind::kRejected; });
+  }
+};
+
+// A raw loopback socket for clients that do not follow the protocol.
+int RawConnect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+void RawSend(int fd, const std::string& bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+// True when the server closed `fd` (read returns EOF or reset) within the timeout.
+bool ClosedByServer(int fd, int timeout_ms = 1500) {
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[64];
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// The other rank keeps heartbeating after a hostile connection is thrown out.
+void ExpectRankUnharmed(Fixture& f, int rank) {
+  const int64_t before = f.server->Snapshot()[rank].heartbeats;
+  std::this_thread::sleep_for(milliseconds(100));
+  const RankState s = f.server->Snapshot()[rank];
+  EXPECT_TRUE(s.connected);
+  EXPECT_GT(s.heartbeats, before);
+}
+
+TEST(ControlProtocol, RoundTrips) {
+  HelloMsg h{"run-1", 7, 2, 4, 4242, "host-a", "sec"};
+  Result<std::string> f = EncodeHello(h);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const auto* hdr = reinterpret_cast<const unsigned char*>(f->data());
+  ASSERT_EQ(*DecodeFrameLength(hdr), f->size() - 4);
+  Result<RankMessage> m = DecodeRankMessage(f->substr(4));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->type, RankMessageType::kHello);
+  EXPECT_EQ(m->hello.run_id, "run-1");
+  EXPECT_EQ(m->hello.incarnation, 7);
+  EXPECT_EQ(m->hello.rank, 2);
+  EXPECT_EQ(m->hello.world_size, 4);
+  EXPECT_EQ(m->hello.pid, 4242);
+  EXPECT_EQ(m->hello.host, "host-a");
+  EXPECT_EQ(m->hello.secret, "sec");
+
+  for (int p = 0; p <= static_cast<int>(RankPhase::kIdle); ++p) {
+    HeartbeatMsg hb{123456789012, static_cast<RankPhase>(p), 99, 1700000000000};
+    Result<RankMessage> d = DecodeRankMessage(EncodeHeartbeat(hb)->substr(4));
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->heartbeat.step, 123456789012);
+    EXPECT_EQ(d->heartbeat.phase, static_cast<RankPhase>(p));
+    EXPECT_EQ(d->heartbeat.collective_seq, 99);
+    EXPECT_EQ(d->heartbeat.unix_ms, 1700000000000);
+  }
+  Result<RankMessage> c = DecodeRankMessage(EncodeCommit(CommitMsg{40})->substr(4));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->type, RankMessageType::kCommit);
+  EXPECT_EQ(c->commit.step, 40);
+  Result<RankMessage> b = DecodeRankMessage(EncodeBye(ByeMsg{75})->substr(4));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->bye.exit_code, 75);
+  for (SupervisorCommand cmd : {SupervisorCommand::kStop, SupervisorCommand::kCheckpointNow}) {
+    Result<SupervisorCommand> d = DecodeCommand(EncodeCommand(cmd).substr(4));
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(*d, cmd);
+  }
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", ""));
+}
+
+TEST(ControlProtocol, RejectsMalformedMessages) {
+  const char* bad[] = {
+      "not json",
+      "[1,2]",
+      R"({"step":1})",
+      R"({"type":"launch_missiles"})",
+      R"({"type":"heartbeat","step":1,"phase":"dancing","collective_seq":0,"unix_ms":0})",
+      R"({"type":"heartbeat","step":-1,"phase":"forward","collective_seq":0,"unix_ms":0})",
+      R"({"type":"heartbeat","step":"1","phase":"forward","collective_seq":0,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1.5,"phase":"forward","collective_seq":0,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"unix_ms":0,"x":1})",
+      R"({"type":"commit","step":-5})",
+      R"({"type":"bye","exit_code":300})",
+      R"({"type":"hello","run_id":"r","incarnation":0,"rank":4,"world_size":4,"pid":1,"host":"h","secret":"s"})",
+      R"({"type":"hello","run_id":"r","incarnation":0,"rank":0,"world_size":4,"pid":0,"host":"h","secret":"s"})",
+      R"({"type":"hello","run_id":"","incarnation":0,"rank":0,"world_size":4,"pid":1,"host":"h","secret":"s"})",
+      R"({"type":"hello","run_id":"r","incarnation":-1,"rank":0,"world_size":4,"pid":1,"host":"h","secret":"s"})",
+      R"({"type":"hello","run_id":"r","incarnation":0,"rank":0,"world_size":4,"pid":1,"host":"h\n","secret":"s"})",
+      R"({"type":"hello","run_id":"r","incarnation":0,"rank":0,"world_size":4,"pid":1,"host":"h","secret":""})",
+      R"({"type":"hello","run_id":"r","incarnation":0,"rank":99999999999,"world_size":4,"pid":1,"host":"h","secret":"s"})",
+      R"({"type":"commit","step":1,"step":2})",
+  };
+  for (const char* body : bad) {
+    Result<RankMessage> m = DecodeRankMessage(body);
+    EXPECT_FALSE(m.ok()) << body;
+    if (!m.ok()) {
+      EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << body;
+    }
+  }
+  for (const char* body :
+       {R"({"cmd":"reboot"})", R"({"cmd":"stop","x":1})", R"({"cmd":1})", "[]"}) {
+    EXPECT_FALSE(DecodeCommand(body).ok()) << body;
+  }
+  const unsigned char zero[4] = {0, 0, 0, 0};
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0xff};
+  const unsigned char just_over[4] = {0x01, 0x00, 0x01, 0x00};  // 65537
+  EXPECT_FALSE(DecodeFrameLength(zero).ok());
+  EXPECT_FALSE(DecodeFrameLength(huge).ok());
+  EXPECT_FALSE(DecodeFrameLength(just_over).ok());
+  const unsigned char at_limit[4] = {0x00, 0x00, 0x01, 0x00};  // 65536
+  EXPECT_TRUE(DecodeFrameLength(at_limit).ok());
+  // Encoders refuse what decoders would refuse.
+  EXPECT_FALSE(EncodeHello(HelloMsg{"r", 0, 5, 4, 1, "h", "s"}).ok());
+  EXPECT_FALSE(EncodeCommit(CommitMsg{-1}).ok());
+  EXPECT_FALSE(EncodeFrame(std::string(kControlMaxFrameBytes + 1, 'x')).ok());
+}
+
+TEST(ControlPlane, RegisterAndHeartbeats) {
+  Fixture f;
+  auto client = f.Connect(1);
+  ASSERT_NE(client, nullptr);
+  client->SetStep(17);
+  client->SetPhase(RankPhase::kBackward);
+  client->SetCollectiveSeq(5);
+  EXPECT_EQ(f.WaitRegistered(1).kind, ControlEventKind::kRegistered);
+  ControlEvent hb = f.log.WaitFor(
+      [](const ControlEvent& e) { return e.kind == ControlEventKind::kHeartbeat && e.step == 17; });
+  ASSERT_EQ(hb.kind, ControlEventKind::kHeartbeat);
+  EXPECT_EQ(hb.rank, 1);
+  EXPECT_EQ(hb.phase, RankPhase::kBackward);
+  EXPECT_EQ(hb.collective_seq, 5);
+  const RankState s = f.server->Snapshot()[1];
+  EXPECT_TRUE(s.connected);
+  EXPECT_EQ(s.pid, 1001);
+  EXPECT_EQ(s.host, "node1");
+  EXPECT_EQ(s.step, 17);
+  EXPECT_EQ(s.phase, RankPhase::kBackward);
+  EXPECT_FALSE(f.server->Snapshot()[0].connected);
+
+  EXPECT_TRUE(client->Shutdown(0).ok());
+  ControlEvent bye = f.log.WaitFor([](const ControlEvent& e) {
+    return e.kind == ControlEventKind::kDisconnected && e.rank == 1;
+  });
+  EXPECT_EQ(bye.exit_code, 0);
+  EXPECT_TRUE(f.server->Snapshot()[1].said_bye);
+  EXPECT_FALSE(f.server->Snapshot()[1].connected);
+}
+
+TEST(ControlPlane, CommitReported) {
+  Fixture f;
+  auto client = f.Connect(0);
+  ASSERT_NE(client, nullptr);
+  client->ReportCommit(100);
+  ControlEvent e =
+      f.log.WaitFor([](const ControlEvent& e) { return e.kind == ControlEventKind::kCommit; });
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.step, 100);
+  EXPECT_EQ(f.server->Snapshot()[0].last_commit_step, 100);
+}
+
+TEST(ControlPlane, BroadcastReachesEveryRank) {
+  Fixture f;
+  std::mutex mu;
+  std::vector<SupervisorCommand> seen;
+  auto opts = f.ClientOptions(0);
+  opts.on_command = [&](SupervisorCommand c) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(c);
+  };
+  auto c0 = f.Connect(opts);
+  auto c1 = f.Connect(1);
+  ASSERT_NE(c0, nullptr);
+  ASSERT_NE(c1, nullptr);
+  f.WaitRegistered(0);
+  f.WaitRegistered(1);
+  EXPECT_EQ(f.server->Broadcast(SupervisorCommand::kCheckpointNow), 2);
+  EXPECT_EQ(f.server->Broadcast(SupervisorCommand::kStop), 2);
+  const auto deadline = Clock::now() + milliseconds(1500);
+  while (Clock::now() < deadline && !(c0->stop_requested() && c1->stop_requested())) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  EXPECT_TRUE(c0->stop_requested());
+  EXPECT_TRUE(c1->stop_requested());
+  EXPECT_TRUE(c1->checkpoint_requested());
+  EXPECT_TRUE(c1->ConsumeCheckpointRequest());
+  EXPECT_FALSE(c1->checkpoint_requested());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], SupervisorCommand::kCheckpointNow);
+  EXPECT_EQ(seen[1], SupervisorCommand::kStop);
+}
+
+TEST(ControlPlane, WrongSecretRejectedOthersUnharmed) {
+  Fixture f;
+  auto good = f.Connect(0);
+  ASSERT_NE(good, nullptr);
+  f.WaitRegistered(0);
+  auto opts = f.ClientOptions(1);
+  opts.hello.secret = "guess";
+  auto bad = f.Connect(opts);
+  ASSERT_NE(bad, nullptr);  // hello sent; the answer is a closed connection
+  ControlEvent e = f.WaitRejected();
+  EXPECT_EQ(e.reason, "wrong secret");
+  EXPECT_EQ(e.rank, -1);
+  const auto deadline = Clock::now() + milliseconds(1000);
+  while (Clock::now() < deadline && !bad->supervisor_lost())
+    std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_TRUE(bad->supervisor_lost());
+  EXPECT_FALSE(f.server->Snapshot()[1].connected);
+  ExpectRankUnharmed(f, 0);
+  EXPECT_EQ(f.server->rejected_connections(), 1);
+}
+
+TEST(ControlPlane, GarbageBytesRejected) {
+  Fixture f;
+  auto good = f.Connect(0);
+  f.WaitRegistered(0);
+  // A well-formed length around a body that is not JSON.
+  int fd = RawConnect(f.server->port());
+  RawSend(fd, *EncodeFrame("\x01\x02garbage\xff{{{"));
+  EXPECT_NE(f.WaitRejected().reason.find("protocol error"), std::string::npos);
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  // Something that is not this protocol at all (its first 4 bytes read as a huge length).
+  fd = RawConnect(f.server->port());
+  RawSend(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  EXPECT_EQ(f.server->rejected_connections(), 2);
+  ExpectRankUnharmed(f, 0);
+}
+
+TEST(ControlPlane, OversizedLengthPrefixRejected) {
+  Fixture f;
+  int fd = RawConnect(f.server->port());
+  RawSend(fd, std::string("\xff\xff\xff\x7f", 4));  // ~2 GiB announced
+  ControlEvent e = f.WaitRejected();
+  EXPECT_NE(e.reason.find("exceeds the limit"), std::string::npos) << e.reason;
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+}
+
+TEST(ControlPlane, HelloThatNeverComesTimesOut) {
+  Fixture f(2, /*hello_timeout_ms=*/200);
+  const auto t0 = Clock::now();
+  int fd = RawConnect(f.server->port());
+  RawSend(fd, std::string("\x10\x00", 2));  // half a header, then silence
+  ControlEvent e = f.WaitRejected();
+  EXPECT_NE(e.reason.find("no hello within 200 ms"), std::string::npos) << e.reason;
+  EXPECT_GE(e.time - t0, milliseconds(190));
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+}
+
+TEST(ControlPlane, FirstFrameMustBeHello) {
+  Fixture f;
+  int fd = RawConnect(f.server->port());
+  RawSend(fd, *EncodeHeartbeat(HeartbeatMsg{1, RankPhase::kForward, 0, 0}));
+  EXPECT_EQ(f.WaitRejected().reason, "first frame is not a hello");
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+}
+
+TEST(ControlPlane, DuplicateRankRejected) {
+  Fixture f;
+  auto first = f.Connect(1);
+  f.WaitRegistered(1);
+  auto second = f.Connect(1);
+  ControlEvent e = f.WaitRejected();
+  EXPECT_NE(e.reason.find("duplicate rank 1"), std::string::npos) << e.reason;
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(f.server->Snapshot()[1].pid, 1001);
+  ExpectRankUnharmed(f, 1);
+  EXPECT_EQ(f.log.Count(ControlEventKind::kDisconnected), 0);
+}
+
+TEST(ControlPlane, StaleIncarnationAndForeignRunRejected) {
+  Fixture f;
+  auto opts = f.ClientOptions(0);
+  opts.hello.incarnation = kIncarnation - 1;
+  auto stale = f.Connect(opts);
+  ControlEvent e = f.WaitRejected();
+  EXPECT_NE(e.reason.find("stale incarnation 2 (current 3)"), std::string::npos) << e.reason;
+  opts = f.ClientOptions(0);
+  opts.hello.run_id = "other-run";
+  auto foreign = f.Connect(opts);
+  e = f.log.WaitFor([](const ControlEvent& e) {
+    return e.kind == ControlEventKind::kRejected && e.reason.find("run_id") != std::string::npos;
+  });
+  EXPECT_EQ(e.kind, ControlEventKind::kRejected);
+  EXPECT_FALSE(f.server->Snapshot()[0].ever_registered);
+}
+
+// The crash-detection path: a rank process dies (SIGKILL), the kernel closes its socket, the
+// server must report kDisconnected in well under a second.
+TEST(ControlPlane, KilledRankDetectedQuickly) {
+  Fixture f;
+  const std::string hello = *EncodeHello(f.Hello(0));
+  const uint16_t port = f.server->port();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only raw syscalls here: the parent is multi-threaded.
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(1);
+    if (::write(fd, hello.data(), hello.size()) != static_cast<ssize_t>(hello.size())) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ASSERT_EQ(f.WaitRegistered(0).kind, ControlEventKind::kRegistered);
+  const auto killed_at = Clock::now();
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  ControlEvent e = f.log.WaitFor([](const ControlEvent& e) {
+    return e.kind == ControlEventKind::kDisconnected && e.rank == 0;
+  });
+  int wstatus = 0;
+  ::waitpid(child, &wstatus, 0);
+  ASSERT_EQ(e.kind, ControlEventKind::kDisconnected);
+  const double latency_ms = std::chrono::duration<double, std::milli>(e.time - killed_at).count();
+  std::printf("disconnect detection latency after SIGKILL: %.3f ms (%s)\n", latency_ms,
+              e.reason.c_str());
+  EXPECT_LT(latency_ms, 500.0);
+  EXPECT_EQ(e.exit_code, -1);  // no bye: an abnormal end
+  EXPECT_FALSE(f.server->Snapshot()[0].connected);
+}
+
+TEST(ControlPlane, ClosedSocketDetectedQuickly) {
+  Fixture f;
+  int fd = RawConnect(f.server->port());
+  RawSend(fd, *EncodeHello(f.Hello(1)));
+  f.WaitRegistered(1);
+  const auto closed_at = Clock::now();
+  ::close(fd);
+  ControlEvent e = f.log.WaitFor(
+      [](const ControlEvent& e) { return e.kind == ControlEventKind::kDisconnected; });
+  ASSERT_EQ(e.kind, ControlEventKind::kDisconnected);
+  const double latency_ms = std::chrono::duration<double, std::milli>(e.time - closed_at).count();
+  std::printf("disconnect detection latency after close(): %.3f ms\n", latency_ms);
+  EXPECT_LT(latency_ms, 500.0);
+}
+
+TEST(ControlPlane, ClientNotesSupervisorGoneAndNeverBlocks) {
+  Fixture f;
+  auto client = f.Connect(0);
+  f.WaitRegistered(0);
+  f.server->Stop();
+  const auto deadline = Clock::now() + milliseconds(1000);
+  while (Clock::now() < deadline && !client->supervisor_lost())
+    std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_TRUE(client->supervisor_lost());
+  EXPECT_FALSE(client->lost_reason().empty());
+  const auto t0 = Clock::now();
+  client->SetStep(5);
+  client->ReportCommit(5);
+  Status s = client->Shutdown(0);
+  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  EXPECT_LT(Clock::now() - t0, milliseconds(200));
+}
+
+TEST(ControlPlane, ConnectFailsFastWithoutListener) {
+  uint16_t port = 0;
+  {
+    Fixture f;
+    port = f.server->port();
+  }  // stopped: nothing listens on the port now
+  ControlClientOptions o;
+  o.port = port;
+  o.hello = HelloMsg{kRunId, kIncarnation, 0, 1, 1, "h", kSecret};
+  Result<std::unique_ptr<ControlClient>> c = ControlClient::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kIoError);
+  o.hello.rank = 3;  // invalid hello never leaves the process
+  EXPECT_EQ(ControlClient::Connect(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ControlPlane, BadServerOptionsRefused) {
+  ControlServerOptions o;
+  o.run_id = kRunId;
+  o.secret = kSecret;
+  o.bind_address = "not-an-ip";
+  EXPECT_EQ(ControlServer::Start(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+  o.bind_address = "127.0.0.1";
+  o.secret.clear();
+  EXPECT_EQ(ControlServer::Start(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
