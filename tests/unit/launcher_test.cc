@@ -299,6 +299,8 @@ TEST(ProcessSessionTest, DestructorLeavesNothing) {
 }
 
 // ---- real mpirun ----
+// mpirun can take seconds to start its ranks on a loaded 2-core CI machine (other multi-rank
+// tests run beside these), so waits are generous; only "bounded" is asserted, not speed.
 
 MpirunSpec TwoRanks(const std::string& dir, std::string program, std::vector<std::string> args) {
   MpirunSpec spec;
@@ -316,7 +318,7 @@ TEST(MpirunSessionTest, StopKillsMpirunAndBothRanks) {
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   ProcessSession s;
   ASSERT_TRUE(s.Start(cmd->argv, cmd->env, dir + "/mpirun.log").ok());
-  std::vector<pid_t> ranks = WaitForMembers(s, "sleep", 2, milliseconds(4000));
+  std::vector<pid_t> ranks = WaitForMembers(s, "sleep", 2, milliseconds(60000));
   ASSERT_EQ(ranks.size(), 2u) << ReadAll(dir + "/mpirun.log");
   for (pid_t r : ranks) {
     std::optional<ProcStat> st = ReadProcStat(r);
@@ -328,7 +330,7 @@ TEST(MpirunSessionTest, StopKillsMpirunAndBothRanks) {
   SCOPED_TRACE(r.ToString());
   std::printf("mpirun -np 2: %s\n", r.ToString().c_str());
   EXPECT_TRUE(r.stragglers.empty());
-  EXPECT_LT(r.elapsed_ms, milliseconds(3000));
+  EXPECT_LT(r.elapsed_ms, milliseconds(15000));  // bounded, with room for a loaded CI machine
   ASSERT_TRUE(r.leader_outcome.has_value());
   EXPECT_TRUE(s.Members().empty());
   EXPECT_TRUE(IsDead(s.pid()));
@@ -345,15 +347,15 @@ TEST(MpirunSessionTest, StopReachesRanksOrphanedByKilledMpirun) {
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   ProcessSession s;
   ASSERT_TRUE(s.Start(cmd->argv, cmd->env, dir + "/mpirun.log").ok());
-  std::vector<pid_t> ranks = WaitForMembers(s, "sleep", 2, milliseconds(4000));
+  std::vector<pid_t> ranks = WaitForMembers(s, "sleep", 2, milliseconds(60000));
   ASSERT_EQ(ranks.size(), 2u) << ReadAll(dir + "/mpirun.log");
   ASSERT_TRUE(s.Signal(SIGKILL).ok());
-  ASSERT_TRUE(s.WaitFor(milliseconds(2000)).has_value());
+  ASSERT_TRUE(s.WaitFor(milliseconds(30000)).has_value());
   StopReport r = s.Stop(milliseconds(0));
   SCOPED_TRACE(r.ToString());
   std::printf("after mpirun SIGKILL: %s\n", r.ToString().c_str());
   EXPECT_TRUE(r.stragglers.empty());
-  EXPECT_LT(r.elapsed_ms, milliseconds(500));
+  EXPECT_LT(r.elapsed_ms, milliseconds(10000));  // bounded (measured: 3-6 ms)
   EXPECT_TRUE(s.Members().empty());
   for (pid_t p : ranks) EXPECT_TRUE(IsDead(p)) << p;
 }
@@ -366,7 +368,7 @@ TEST(MpirunSessionTest, FailingRanksGiveNonZeroExitAndPerRankLogs) {
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   ProcessSession s;
   ASSERT_TRUE(s.Start(cmd->argv, cmd->env, dir + "/mpirun.log").ok());
-  std::optional<ProcessOutcome> out = s.WaitFor(milliseconds(4000));
+  std::optional<ProcessOutcome> out = s.WaitFor(milliseconds(60000));
   ASSERT_TRUE(out.has_value()) << ReadAll(dir + "/mpirun.log");
   EXPECT_NE(out->ShellCode(), 0) << out->ToString();
   std::printf("mpirun of exit 5: %s\n", out->ToString().c_str());
