@@ -364,7 +364,9 @@ TEST(MpirunSessionTest, FailingRanksGiveNonZeroExitAndPerRankLogs) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun not installed";
   const std::string dir = MakeTempDir();
   Result<MpirunCommand> cmd = BuildMpirunCommand(
-      TwoRanks(dir, "sh", {"-c", "echo hello-$OMPI_COMM_WORLD_RANK; exit 5"}));
+      // The sleep lets both ranks' output reach mpirun's log files before the first non-zero
+      // exit makes mpirun kill the other rank (seen in CI: a rank killed before its echo).
+      TwoRanks(dir, "sh", {"-c", "echo hello-$OMPI_COMM_WORLD_RANK; sleep 2; exit 5"}));
   ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
   ProcessSession s;
   ASSERT_TRUE(s.Start(cmd->argv, cmd->env, dir + "/mpirun.log").ok());
