@@ -126,44 +126,36 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
     ag_recv_ = Reserve(MemoryKind::kUnitBuffers, pdt, ranks_ * ag_chunk_);
   }
 
-  // Slot capacities: the largest unit that maps to each slot.
+  // Slot capacities, over the units that map to each slot: `padded` is a whole unit's padded
+  // pieces (ranks * P_u: what an all-gather or reduce-scatter of it spans), `unit` its real
+  // size, `piece` one piece.
   const bool param_slots = zero_ == 3 || low_;
   const bool grad_slots = zero_ >= 2 || options_.grad_accum_steps > 1;
   const bool accum = options_.grad_accum_steps > 1;
   for (int k = 0; k < 4; ++k) {
-    int64_t cap = 0, piece = 0;
+    int64_t padded = 0, unit = 0, piece = 0;
     for (int u = 0; u < U; ++u) {
       if (SlotOf(u) != k) continue;
-      cap = std::max(cap, zero_ >= 2 || zero_ == 3 ? ranks_ * layout_.piece_size(u)
-                                                   : layout_.unit_size(u));
+      padded = std::max(padded, ranks_ * layout_.piece_size(u));
+      unit = std::max(unit, layout_.unit_size(u));
       piece = std::max(piece, layout_.piece_size(u));
     }
     auto slot = std::make_unique<Slot>();
-    if (cap > 0 && param_slots) {
-      const int64_t pcap = zero_ == 3 ? cap : [&] {
-        int64_t m = 0;
-        for (int u = 0; u < U; ++u) {
-          if (SlotOf(u) == k) m = std::max(m, layout_.unit_size(u));
-        }
-        return m;
-      }();
-      slot->values = Reserve(MemoryKind::kUnitBuffers, DType::kF32, pcap);
-      if (zero_ == 3 && low_) slot->gathered = Reserve(MemoryKind::kUnitBuffers, pdt, pcap);
+    if (unit > 0 && param_slots) {
+      const int64_t cap = zero_ == 3 ? padded : unit;  // gathered, or upcast from full_
+      slot->values = Reserve(MemoryKind::kUnitBuffers, DType::kF32, cap);
+      if (zero_ == 3 && low_) slot->gathered = Reserve(MemoryKind::kUnitBuffers, pdt, cap);
     }
-    if (cap > 0 && grad_slots) {
-      if (zero_ >= 2) {
-        slot->grads = Reserve(MemoryKind::kUnitBuffers, DType::kF32, cap);
-        if (rdt != DType::kF32) slot->wire = Reserve(MemoryKind::kUnitBuffers, rdt, cap);
+    if (unit > 0 && grad_slots) {
+      if (zero_ >= 2) {  // the reduce-scatter's input, padding included
+        slot->grads = Reserve(MemoryKind::kUnitBuffers, DType::kF32, padded);
+        if (rdt != DType::kF32) slot->wire = Reserve(MemoryKind::kUnitBuffers, rdt, padded);
         if (accum || rdt != DType::kF32) slot->piece = Reserve(MemoryKind::kUnitBuffers, rdt, piece);
         if (accum && rdt != DType::kF32) {
           slot->piece_f32 = Reserve(MemoryKind::kUnitBuffers, DType::kF32, piece);
         }
-      } else {
-        int64_t m = 0;
-        for (int u = 0; u < U; ++u) {
-          if (SlotOf(u) == k) m = std::max(m, layout_.unit_size(u));
-        }
-        slot->grads = Reserve(MemoryKind::kUnitBuffers, DType::kF32, m);
+      } else {  // a later micro-batch's scratch, added into main_grads_
+        slot->grads = Reserve(MemoryKind::kUnitBuffers, DType::kF32, unit);
       }
     }
     slots_.push_back(std::move(slot));
