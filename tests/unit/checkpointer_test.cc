@@ -43,6 +43,7 @@
 #include "runtime/train/param_shards.h"
 #include "tests/fault/faulty_file_system.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tiny_replica.h"
 
 namespace tessera {
 namespace {
@@ -51,78 +52,26 @@ namespace fs = std::filesystem;
 using testing::FaultyFileSystem;
 using testing::ScopedTempDir;
 
-constexpr int64_t kB = 2, kT = 8;
-
 // hidden 16: every unit is smaller than one norm block (kNormBlock, 16384 elements), so ZeRO
 // puts all of it on rank 0. Multi-rank tests use kShardedHidden, whose blocks (~28k elements)
 // are split between two ranks, so both shards hold state.
 constexpr int64_t kShardedHidden = 48;
 
+using testing::Replica;
+
 ModelConfig TinyModel(int layers = 2, int64_t hidden = 16) {
-  ModelConfig c;
-  c.family = ModelFamily::kGpt2;
-  c.vocab_size = 40;
-  c.max_seq_len = kT;
-  c.num_layers = layers;
-  c.hidden_size = hidden;
-  c.num_heads = 2;
-  c.tie_embeddings = true;
-  return c;
+  return testing::TinyGpt2(layers, hidden, /*tied=*/true);
 }
 
-std::vector<ParamRange> Ranges(const ModelConfig& c) {
-  std::vector<ParamRange> r;
-  int64_t off = 0;
-  for (const ParamDecl& d : DeclareParameters(c)) {
-    r.push_back({off, d.shape.numel(), d.kind == ParamKind::kMatrix, d.name});
-    off += d.shape.numel();
-  }
-  return r;
-}
-
-int64_t NumParams(const ModelConfig& c) {
-  int64_t n = 0;
-  for (const ParamDecl& d : DeclareParameters(c)) n += d.shape.numel();
-  return n;
-}
+int64_t NumParams(const ModelConfig& c) { return UnitBounds(c).back(); }
 
 void Tokens(int64_t k, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
-  in.resize(kB * kT);
-  tgt.resize(kB * kT);
-  for (int64_t i = 0; i < kB * kT; ++i) {
-    in[i] = static_cast<int32_t>((i * 7 + k * 13 + 3) % 40);
-    tgt[i] = static_cast<int32_t>((i * 11 + k * 5 + 1) % 40);
-  }
+  testing::TinyTokens(k, in, tgt);
 }
 
-struct Replica {
-  MemoryTracker memory;
-  std::unique_ptr<ParamShards> shards;
-  std::unique_ptr<Transformer> model;
-};
-
 std::unique_ptr<Replica> Build(const ModelConfig& c, int zero, DType dtype, Communicator* comm,
-                               uint64_t seed = 5) {
-  auto r = std::make_unique<Replica>();
-  ParamShardsOptions o;
-  o.zero = zero;
-  o.param_dtype = dtype;
-  o.bucket_elems = 300;
-  AdamWConfig adamw;
-  adamw.lr = 1e-2f;
-  auto shards = ParamShards::Create(o, adamw, UnitBounds(c), Ranges(c), comm, &r->memory);
-  EXPECT_TRUE(shards.ok()) << shards.status().ToString();
-  if (!shards.ok()) return nullptr;
-  r->shards = std::move(*shards);
-  r->shards->Load([&](int64_t b, int64_t e, float* out) { InitParameterRange(c, seed, b, e, out); });
-  ModelOptions mo;
-  mo.store = r->shards.get();
-  mo.activation_dtype = dtype;
-  auto model = Transformer::Create(c, kB, kT, &r->memory, mo);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  if (!model.ok()) return nullptr;
-  r->model = std::move(*model);
-  return r;
+                               uint64_t seed = testing::kTinySeed) {
+  return testing::BuildReplica(c, zero, dtype, comm, /*accum=*/1, seed);
 }
 
 // One optimizer step on micro-batch `micro`, loss scaled by 1/ranks.

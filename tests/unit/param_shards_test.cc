@@ -16,72 +16,23 @@
 #include "optimizer/grad_clip.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/param_shards.h"
+#include "tests/testing/tiny_replica.h"
 
 namespace tessera {
 namespace {
 
-constexpr int64_t kB = 2, kT = 8;
-constexpr uint64_t kSeed = 5;
+using testing::BuildReplica;
+using testing::Replica;
 
-ModelConfig TinyModel(bool tied) {
-  ModelConfig c;
-  c.family = ModelFamily::kGpt2;
-  c.vocab_size = 40;
-  c.max_seq_len = kT;
-  c.num_layers = 3;
-  c.hidden_size = 16;
-  c.num_heads = 2;
-  c.tie_embeddings = tied;
-  return c;
-}
+ModelConfig TinyModel(bool tied) { return testing::TinyGpt2(3, 16, tied); }
 
-std::vector<ParamRange> Ranges(const ModelConfig& c) {
-  std::vector<ParamRange> r;
-  int64_t off = 0;
-  for (const ParamDecl& d : DeclareParameters(c)) {
-    r.push_back({off, d.shape.numel(), d.kind == ParamKind::kMatrix, d.name});
-    off += d.shape.numel();
-  }
-  return r;
-}
-
-// Micro-batch k's tokens (deterministic).
 void Tokens(int64_t k, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
-  in.resize(kB * kT);
-  tgt.resize(kB * kT);
-  for (int64_t i = 0; i < kB * kT; ++i) {
-    in[i] = static_cast<int32_t>((i * 7 + k * 13 + 3) % 40);
-    tgt[i] = static_cast<int32_t>((i * 11 + k * 5 + 1) % 40);
-  }
+  testing::TinyTokens(k, in, tgt);
 }
-
-struct Replica {
-  MemoryTracker memory;
-  std::unique_ptr<ParamShards> shards;
-  std::unique_ptr<Transformer> model;
-};
 
 std::unique_ptr<Replica> Build(const ModelConfig& c, int zero, DType dtype, int64_t accum,
                                Communicator* comm) {
-  auto r = std::make_unique<Replica>();
-  ParamShardsOptions o;
-  o.zero = zero;
-  o.param_dtype = dtype;
-  o.grad_accum_steps = accum;
-  o.bucket_elems = 300;  // several buckets for zero 0/1
-  AdamWConfig adamw;
-  adamw.lr = 1e-2f;
-  auto shards = ParamShards::Create(o, adamw, UnitBounds(c), Ranges(c), comm, &r->memory);
-  EXPECT_TRUE(shards.ok()) << shards.status().ToString();
-  r->shards = std::move(*shards);
-  r->shards->Load([&](int64_t b, int64_t e, float* out) { InitParameterRange(c, kSeed, b, e, out); });
-  ModelOptions mo;
-  mo.store = r->shards.get();
-  mo.activation_dtype = dtype;
-  auto model = Transformer::Create(c, kB, kT, &r->memory, mo);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  r->model = std::move(*model);
-  return r;
+  return BuildReplica(c, zero, dtype, comm, accum);
 }
 
 // One optimizer step over micro-batches [first, first + accum) with loss scale 1/total.
