@@ -22,63 +22,24 @@ the learning rates). Checks:
   * all checkpoints corrupt: the run refuses to start with exit code 5.
 Prints each run's wall time; exits non-zero on the first failure.
 """
-import json, os, signal, struct, subprocess, sys, time
-from array import array
+import os, signal, subprocess, sys, time
 
-tessera, mpiexec, config, work = sys.argv[1:5]
-mpiflags = sys.argv[5:]
-COMMON = ["train.micro_batch_size=2", "train.seq_len=16", "train.log_interval=1",
-          "train.eval_batches=1", "comm.timeout_s=300", "schedule.warmup_steps=2",
-          "schedule.decay_steps=8", "checkpoint.keep_last=10"]
+from tessera_runs import Runner, close_to, same_bits as _same_bits
+
+runner = Runner(sys.argv, ["train.micro_batch_size=2", "train.seq_len=16", "train.log_interval=1",
+                           "train.eval_batches=1", "comm.timeout_s=300", "schedule.warmup_steps=2",
+                           "schedule.decay_steps=8", "checkpoint.keep_last=10"])
+tessera, work = runner.tessera, runner.work
+cmd_for, run = runner.command, runner.run
 failures = []
 
 
-def cmd_for(name, np, sets):
-    out = os.path.join(work, name)
-    cmd = [tessera, "train", config] + sum((["--set", s] for s in COMMON + sets), []) + [
-        "--set", "train.out_dir=" + out]
-    if np > 1:
-        cmd = [mpiexec, "-np", str(np)] + mpiflags + cmd
-    return out, cmd
-
-
-def run(name, np, sets, expect=0):
-    out, cmd = cmd_for(name, np, sets)
-    t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    print(f"{name}: np={np} {' '.join(sets)}: exit {p.returncode} in {time.time() - t0:.2f} s")
-    if p.returncode != expect:
-        print(p.stdout)
-        sys.exit(f"FAIL: {name} exited {p.returncode}, expected {expect}")
-    return out, p.stdout
-
-
-def weights(out):
-    with open(os.path.join(out, "model.safetensors"), "rb") as f:
-        data = f.read()
-    (hlen,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + hlen])
-    return {n: array("f", data[8 + hlen + i["data_offsets"][0]:8 + hlen + i["data_offsets"][1]])
-            for n, i in header.items() if n != "__metadata__"}
-
-
 def same_bits(ref, out, what):
-    a = open(os.path.join(ref, "model.safetensors"), "rb").read()
-    b = open(os.path.join(out, "model.safetensors"), "rb").read()
-    ok = a == b
-    print(f"  {what}: {'bit-identical' if ok else 'DIFFERENT'}")
-    if not ok:
-        failures.append(what)
+    _same_bits(ref, out, what, failures)
 
 
 def close(ref, out, what, rel=1e-4, abs_tol=1e-5):
-    wa, wb = weights(ref), weights(out)
-    worst = max(abs(x - y) for n in wa for x, y in zip(wa[n], wb[n]))
-    scale = max(abs(x) for n in wa for x in wa[n])
-    ok = worst <= abs_tol + rel * scale
-    print(f"  {what}: max |diff| {worst:.3g} (tolerance {abs_tol + rel * scale:.3g}) {'ok' if ok else 'TOO LARGE'}")
-    if not ok:
-        failures.append(what)
+    close_to(ref, out, what, rel, abs_tol, failures)
 
 
 def check(cond, what):

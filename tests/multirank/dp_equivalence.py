@@ -26,68 +26,26 @@ files (fp32 master weights):
 Per-rank memory under ZeRO is checked by zero_memory.py on a larger model.
 Prints each run's wall time; exits non-zero on the first failure.
 """
-import json, os, struct, subprocess, sys, time
-from array import array
+import json, os, sys
 
-tessera, mpiexec, config, work = sys.argv[1:5]
-mpiflags = sys.argv[5:]
-COMMON = ["--set", "train.steps=6", "--set", "train.micro_batch_size=2", "--set",
-          "train.seq_len=16", "--set", "train.log_interval=6", "--set", "train.eval_batches=1",
-          "--set", "comm.bucket_mb=0.1", "--set", "comm.timeout_s=300", "--set", "schedule.warmup_steps=2"]
+from tessera_runs import Runner, close_to as _close_to, same_bits as _same_bits, weights
+
+runner = Runner(sys.argv, ["train.steps=6", "train.micro_batch_size=2", "train.seq_len=16",
+                           "train.log_interval=6", "train.eval_batches=1", "comm.bucket_mb=0.1",
+                           "comm.timeout_s=300", "schedule.warmup_steps=2"])
 failures = []
 
 
 def run(name, np, sets):
-    out = os.path.join(work, name)
-    cmd = [tessera, "train", config] + COMMON + sum((["--set", s] for s in sets), []) + [
-        "--set", "train.out_dir=" + out]
-    if np > 1:
-        cmd = [mpiexec, "-np", str(np)] + mpiflags + cmd
-    t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    print(f"{name}: np={np} {' '.join(sets)}: exit {p.returncode} in {time.time() - t0:.2f} s")
-    if p.returncode != 0:
-        print(p.stdout)
-        sys.exit(f"FAIL: {name} exited {p.returncode}")
-    return out
-
-
-def weights(out):
-    with open(os.path.join(out, "model.safetensors"), "rb") as f:
-        data = f.read()
-    (hlen,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + hlen])
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", info
-        b, e = info["data_offsets"]
-        tensors[name] = array("f", data[8 + hlen + b:8 + hlen + e])
-    return tensors
+    return runner.run(name, np, sets)[0]
 
 
 def same_bits(ref, out, what):
-    a = open(os.path.join(ref, "model.safetensors"), "rb").read()
-    b = open(os.path.join(out, "model.safetensors"), "rb").read()
-    ok = a == b
-    print(f"  {what}: {'bit-identical' if ok else 'DIFFERENT'}")
-    if not ok:
-        failures.append(what)
+    _same_bits(ref, out, what, failures)
 
 
 def close_to(ref, out, what, rel, abs_tol):
-    wa, wb = weights(ref), weights(out)
-    worst, scale = 0.0, 0.0
-    for name in wa:
-        for x, y in zip(wa[name], wb[name]):
-            worst = max(worst, abs(x - y))
-            scale = max(scale, abs(x))
-    tol = abs_tol + rel * scale
-    ok = worst <= tol and wa.keys() == wb.keys()
-    print(f"  {what}: max |diff| {worst:.3g} (tolerance {tol:.3g}) {'ok' if ok else 'TOO LARGE'}")
-    if not ok:
-        failures.append(what)
+    _close_to(ref, out, what, rel, abs_tol, failures)
 
 
 def close_rms(ref, out, what, rel=0.005):

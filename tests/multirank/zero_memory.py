@@ -15,10 +15,10 @@ reads memory.json (peak reserved bytes per rank and kind):
   * zero 3 bf16: parameters take 2 bytes per element and the optimizer 12 (fp32 master + m + v)
 Padding allowance: units x 16384 elements x bytes per element of the kind, + 4 KiB alignment.
 """
-import json, os, subprocess, sys, time
+import json, os, sys
 
-tessera, mpiexec, config, work = sys.argv[1:5]
-mpiflags = sys.argv[5:]
+from tessera_runs import Runner
+
 LAYERS = 2
 UNITS = LAYERS + 2
 MODEL = ["model.family=gpt2", "model.hidden_size=512", "model.num_heads=8",
@@ -27,21 +27,13 @@ MODEL = ["model.family=gpt2", "model.hidden_size=512", "model.num_heads=8",
          "train.seq_len=16", "train.eval_batches=1", "train.log_interval=1",
          "comm.timeout_s=300"]
 PAD = UNITS * 16384
+runner = Runner(sys.argv, MODEL)
 failures = []
 
 
 def run(name, np, sets):
-    out = os.path.join(work, name)
-    cmd = [tessera, "train", config] + sum((["--set", s] for s in MODEL + sets), []) + [
-        "--set", "train.out_dir=" + out]
-    if np > 1:
-        cmd = [mpiexec, "-np", str(np)] + mpiflags + cmd
-    t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    print(f"{name}: np={np} {' '.join(sets)}: exit {p.returncode} in {time.time() - t0:.2f} s")
-    if p.returncode != 0:
-        print(p.stdout)
-        sys.exit(f"FAIL: {name} exited {p.returncode}")
+    """memory.json's per-rank records of the run."""
+    out, _ = runner.run(name, np, sets)
     with open(os.path.join(out, "memory.json")) as f:
         return json.load(f)["ranks"]
 

@@ -1,0 +1,75 @@
+"""Shared by the multirank test scripts: start `tessera train` on one rank or under mpirun,
+read the final weights, and compare two runs' weights (bit for bit or within a tolerance).
+Comparisons append a description to `failures` instead of stopping, so a script reports
+every mismatch of a run before it fails."""
+import json, os, struct, subprocess, sys, time
+from array import array
+
+
+class Runner:
+    """`run(name, np, sets)` trains CONFIG with `--set` for COMMON + sets into WORK/name."""
+
+    def __init__(self, argv, common):
+        self.tessera, self.mpiexec, self.config, self.work = argv[1:5]
+        self.mpiflags = argv[5:]
+        self.common = common
+
+    def command(self, name, np, sets):
+        out = os.path.join(self.work, name)
+        cmd = [self.tessera, "train", self.config] + sum(
+            (["--set", s] for s in self.common + sets), []) + ["--set", "train.out_dir=" + out]
+        if np > 1:
+            cmd = [self.mpiexec, "-np", str(np)] + self.mpiflags + cmd
+        return out, cmd
+
+    def run(self, name, np, sets, expect=0):
+        """Returns (out_dir, output); exits the script if the exit code is not `expect`."""
+        out, cmd = self.command(name, np, sets)
+        t0 = time.time()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=600)
+        print(f"{name}: np={np} {' '.join(sets)}: exit {p.returncode} in {time.time() - t0:.2f} s")
+        if p.returncode != expect:
+            print(p.stdout)
+            sys.exit(f"FAIL: {name} exited {p.returncode}, expected {expect}")
+        return out, p.stdout
+
+
+def weights(out):
+    """The fp32 tensors of OUT/model.safetensors by name."""
+    with open(os.path.join(out, "model.safetensors"), "rb") as f:
+        data = f.read()
+    (hlen,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + hlen])
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", info
+        b, e = info["data_offsets"]
+        tensors[name] = array("f", data[8 + hlen + b:8 + hlen + e])
+    return tensors
+
+
+def same_bits(ref, out, what, failures):
+    a = open(os.path.join(ref, "model.safetensors"), "rb").read()
+    b = open(os.path.join(out, "model.safetensors"), "rb").read()
+    ok = a == b
+    print(f"  {what}: {'bit-identical' if ok else 'DIFFERENT'}")
+    if not ok:
+        failures.append(what)
+
+
+def close_to(ref, out, what, rel, abs_tol, failures):
+    """max |diff| <= abs_tol + rel * max|w|."""
+    wa, wb = weights(ref), weights(out)
+    worst, scale = 0.0, 0.0
+    for name in wa:
+        for x, y in zip(wa[name], wb[name]):
+            worst = max(worst, abs(x - y))
+            scale = max(scale, abs(x))
+    tol = abs_tol + rel * scale
+    ok = worst <= tol and wa.keys() == wb.keys()
+    print(f"  {what}: max |diff| {worst:.3g} (tolerance {tol:.3g}) {'ok' if ok else 'TOO LARGE'}")
+    if not ok:
+        failures.append(what)
