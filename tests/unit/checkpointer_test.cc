@@ -208,7 +208,8 @@ void WriteText(const std::string& path, const std::string& text) {
 
 // A POSIX-forwarding FileSystem whose writes can all fail (fail_writes) or wait at a gate the
 // test opens (close_gate / open_gate). Writer-thread safe: flags are atomic, the gate a mutex.
-class ControlledFileSystem : public FileSystem {
+// Every other operation is FaultyFileSystem's (forwarding to the POSIX one, no faults armed).
+class ControlledFileSystem : public FaultyFileSystem {
  public:
   std::atomic<bool> fail_writes{false};
   std::atomic<int> blocked{0};  // writes waiting at the gate now
@@ -232,31 +233,14 @@ class ControlledFileSystem : public FileSystem {
     return blocked.load() > 0;
   }
 
-  Result<int> OpenForWrite(const std::string& p) override { return base_.OpenForWrite(p); }
   Status Write(int fd, const void* d, size_t n, const std::string& p) override {
     RETURN_IF_ERROR(BeforeWrite(p));
-    return base_.Write(fd, d, n, p);
+    return FaultyFileSystem::Write(fd, d, n, p);
   }
   Status WriteAt(int fd, const void* d, size_t n, uint64_t off, const std::string& p) override {
     RETURN_IF_ERROR(BeforeWrite(p));
-    return base_.WriteAt(fd, d, n, off, p);
+    return FaultyFileSystem::WriteAt(fd, d, n, off, p);
   }
-  Status Sync(int fd, const std::string& p) override { return base_.Sync(fd, p); }
-  Status Close(int fd, const std::string& p) override { return base_.Close(fd, p); }
-  Status Rename(const std::string& a, const std::string& b) override { return base_.Rename(a, b); }
-  Status Remove(const std::string& p) override { return base_.Remove(p); }
-  Status SyncDir(const std::string& d) override { return base_.SyncDir(d); }
-  Result<std::string> ReadFile(const std::string& p, uint64_t max) override {
-    return base_.ReadFile(p, max);
-  }
-  Status MakeDir(const std::string& p) override { return base_.MakeDir(p); }
-  Status RemoveTree(const std::string& p) override { return base_.RemoveTree(p); }
-  Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_.ListDir(p); }
-  Result<int> OpenForRead(const std::string& p) override { return base_.OpenForRead(p); }
-  Status ReadAt(int fd, void* d, size_t n, uint64_t off, const std::string& p) override {
-    return base_.ReadAt(fd, d, n, off, p);
-  }
-  Result<uint64_t> FileSize(int fd, const std::string& p) override { return base_.FileSize(fd, p); }
 
  private:
   Status BeforeWrite(const std::string& p) {
@@ -272,7 +256,6 @@ class ControlledFileSystem : public FileSystem {
     return Status::Ok();
   }
 
-  FileSystem& base_ = DefaultFileSystem();
   std::mutex mu_;
   std::condition_variable cv_;
   bool gate_open_ = true;
