@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/activity_internal.h"
 #include "comm/op_state.h"
 
 namespace tessera {
@@ -89,8 +90,14 @@ Status OpState::WaitFor(std::chrono::milliseconds timeout) {
 Work::Work(std::shared_ptr<OpState> state) : state_(std::move(state)) {}
 Work::~Work() = default;
 bool Work::IsCompleted() const { return state_->done(); }
-Status Work::Wait(std::chrono::milliseconds timeout) { return state_->WaitFor(timeout); }
-Status Work::Wait() { return state_->WaitFor(state_->default_timeout()); }
+// Both overloads count the thread in comm/activity.h while the op is still pending (a wait on
+// a finished op returns at once and is not "blocked").
+Status Work::Wait(std::chrono::milliseconds timeout) {
+  if (state_->done()) return state_->WaitFor(timeout);
+  comm_internal::WaitingGuard waiting;
+  return state_->WaitFor(timeout);
+}
+Status Work::Wait() { return Wait(state_->default_timeout()); }
 uint64_t Work::sequence_number() const { return state_->seq(); }
 CommOp Work::op() const { return state_->op(); }
 std::string Work::Describe() const { return state_->Describe(); }
@@ -137,7 +144,10 @@ std::unique_ptr<Work> Communicator::Failed(CommOp op, uint64_t seq, const Status
 
 // Validation failures still consume the sequence number the peers will use for this op, so a
 // caller bug on one rank shows up as a timeout naming the same number on the others.
+// Every public operation passes through here once (Split through its all-gather, or directly
+// for device backends), which is where comm/activity.h counts it.
 std::unique_ptr<Work> Communicator::Launch(CommOp op, uint64_t seq, const Status& valid) {
+  comm_internal::CountLaunch();
   if (!valid.ok()) return Failed(op, seq, valid);
   return nullptr;
 }
@@ -292,6 +302,7 @@ std::unique_ptr<Work> Communicator::Recv(Tensor& t, int peer) {
 
 std::unique_ptr<Work> Communicator::Barrier() {
   uint64_t seq = NextCollectiveSeq();
+  if (auto w = Launch(CommOp::kBarrier, seq, Status::Ok())) return w;
   auto state = NewOp(CommOp::kBarrier, seq);
   if (!state->done()) DoBarrier(state);
   return std::make_unique<Work>(std::move(state));
@@ -306,7 +317,9 @@ Result<std::unique_ptr<Communicator>> Communicator::Split(int color, int key,
   // so a missing peer is a timeout here rather than a hang inside a backend's blocking split.
   if (device() != Device::kCpu) {
     // Device backends agree on membership themselves (ncclCommSplit).
-    return DoSplit(color, key, {}, -1, NextCollectiveSeq(), options);
+    const uint64_t seq = NextCollectiveSeq();
+    Launch(CommOp::kSplit, seq, Status::Ok());  // counts it; returns null for a valid op
+    return DoSplit(color, key, {}, -1, seq, options);
   }
   std::vector<int32_t> mine = {color, key};
   std::vector<int32_t> all(static_cast<size_t>(2 * size_));

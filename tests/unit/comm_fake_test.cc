@@ -1,7 +1,7 @@
 // links: tessera_comm
 // tests/unit/comm_fake_test.cc — every collective on the fake backend for 1..4 ranks (threads),
 // sequence numbers, desync reports, and the failure paths: a hung or failed N-th op becomes a
-// bounded, named error; Abort wakes waiters.
+// bounded, named error; Abort wakes waiters; the process-wide activity counters (comm/activity.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/activity.h"
 #include "comm/fake_communicator.h"
 #include "comm/reduce.h"
 
@@ -404,6 +405,44 @@ TEST(FakeComm, AbortWakesWaitersAndFailsLaterOps) {
   EXPECT_EQ(later.code(), StatusCode::kAborted);
   c0->Abort(Status(StatusCode::kInternal, "second"));  // idempotent: first reason stays
   EXPECT_EQ(c0->Barrier()->Wait().message().find("second"), std::string::npos);
+}
+
+TEST(FakeComm, ActivityCountsLaunchedOpsAndBlockedWaiters) {
+  // The counters are process-wide: measure deltas (no other test runs concurrently).
+  auto hub = FakeHub::Create(1);
+  CommOptions o;
+  o.name = "act";
+  o.timeout_s = 30;
+  auto c = hub->Connect(0, o, {FakeFault::Kind::kHang, 3});  // the 3rd op never completes
+  const CommActivity before = SampleCommActivity();
+  EXPECT_EQ(before.waiting, 0);
+  float x = 1;
+  Tensor t(&x, DType::kF32, {1});
+  ASSERT_TRUE(c->AllReduce(t, ReduceOp::kSum)->Wait().ok());
+  ASSERT_TRUE(c->Barrier()->Wait().ok());
+  // A validation failure still counts: it consumed the sequence number peers would use.
+  Tensor bad(&x, DType::kF32, {1});
+  EXPECT_EQ(c->Send(bad, 0)->Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SampleCommActivity().ops_launched - before.ops_launched, 3);
+  EXPECT_EQ(SampleCommActivity().waiting, 0);
+
+  auto hung = c->AllReduce(t, ReduceOp::kSum);  // op 3 of the fault plan: hangs
+  EXPECT_EQ(SampleCommActivity().ops_launched - before.ops_launched, 4);
+  Status result;
+  std::thread waiter([&] { result = hung->Wait(); });
+  bool seen_waiting = false;
+  for (int i = 0; i < 2000 && !seen_waiting; ++i) {
+    seen_waiting = SampleCommActivity().waiting == 1;
+    if (!seen_waiting) std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_TRUE(seen_waiting) << "a thread blocked in Work::Wait was not counted";
+  c->Abort(Status(StatusCode::kTimeout, "test over"));
+  waiter.join();
+  EXPECT_EQ(result.code(), StatusCode::kAborted);
+  EXPECT_EQ(SampleCommActivity().waiting, 0);
+  // Waiting on a finished op (with or without a timeout) leaves the count at 0 afterwards.
+  EXPECT_EQ(hung->Wait(milliseconds(10)).code(), StatusCode::kAborted);
+  EXPECT_EQ(SampleCommActivity().waiting, 0);
 }
 
 TEST(FakeComm, DesyncIsReportedOnEveryRank) {

@@ -1,0 +1,29 @@
+// runtime/supervisor/rank_env.h — the environment the supervisor hands to every rank.
+//
+// Owns: the names only. The supervisor (supervisor.cc) sets them for each incarnation; a rank
+// (tools/supervised_rank.cc) that finds kEnvControlPort set connects to the control plane and
+// is supervised; without it `tessera train` runs standalone and writes its own catalog.
+//
+// The secret travels in the environment: readable only by the same user (and root) through
+// /proc/PID/environ, never on a command line (visible to everyone in ps).
+//
+// Fault hooks (tests and `tessera chaos` only; the supervisor passes them through when its own
+// environment has them, nothing sets them by default): "RANK:STEP" — that rank, on reaching
+// that step (steps completed == STEP), in every incarnation that reaches it:
+//   kEnvFaultHang   blocks its training thread for good right before the step's first
+//                   collective; its heartbeats go on (a hang the stall detector must catch).
+//   kEnvFaultCrash  kills itself with SIGKILL (a crash that repeats on every restart).
+#pragma once
+
+namespace tessera {
+
+inline constexpr char kEnvControlAddress[] = "TESSERA_CONTROL_ADDRESS";  // IP literal
+inline constexpr char kEnvControlPort[] = "TESSERA_CONTROL_PORT";        // 1..65535
+inline constexpr char kEnvControlSecret[] = "TESSERA_CONTROL_SECRET";
+inline constexpr char kEnvRunId[] = "TESSERA_RUN_ID";
+inline constexpr char kEnvIncarnation[] = "TESSERA_INCARNATION";          // >= 0
+inline constexpr char kEnvHeartbeatMs[] = "TESSERA_HEARTBEAT_MS";         // optional, default 200
+inline constexpr char kEnvFaultHang[] = "TESSERA_FAULT_HANG";
+inline constexpr char kEnvFaultCrash[] = "TESSERA_FAULT_CRASH";
+
+}  // namespace tessera
