@@ -1,0 +1,166 @@
+// runtime/supervisor/failure_detector.h — decides, from control-plane events and state
+// snapshots, that one incarnation of a job has failed, and how.
+//
+// Owns: the detection rules (connection lost, heartbeat timeout, stall, startup timeout), the
+// job's step-time measurement and the straggler statistics. Pure: no sockets, no processes and
+// no clock reads; every time is passed in, so tests drive it with fake times. kRankExit is never
+// produced here: the supervisor learns a rank's exit from the process (it is in the enum so one
+// Failure type describes every failure).
+//
+// Rules (the supervisor calls OnEvent for every ControlEvent and Check ~every 20 ms):
+// - Connection lost: a rank's connection closed (kDisconnected) without a bye before it. A rank
+//   that said bye (any exit code) and then disconnected is not a failure: its exit code comes
+//   from the process. suspected_at = the disconnect time.
+// - Heartbeat timeout: a registered, connected rank that has not said bye sent no heartbeat for
+//   more than heartbeat_timeout_s (registered_at counts when no heartbeat yet): SIGSTOP, node
+//   gone. suspected_at = its last heartbeat.
+// - Stall: heartbeats go on but the job's progress (max over ranks of the heartbeat step) has
+//   not advanced for effective_stall_timeout_s since it last advanced; only after the first step
+//   completed (before it, the startup timeout applies). ranks = the ranks that did not reach the
+//   collective their peers wait in (collective_seq below the maximum; if all equal, the ranks
+//   not in phase collective; if none, all). suspected_at = the time the step last advanced.
+//   Known limit: checkpoint and eval phases count as no progress, so a job whose eval or
+//   checkpoint takes longer than the derived timeout needs a fixed --stall-timeout.
+// - Startup timeout: the job has not completed its first step within startup_timeout_s of the
+//   launch (covers ranks that never register). suspected_at = the launch time.
+// Check returns the first failure in that order, once; after it, Check returns nullopt.
+//
+// Step time: each time the max step advances, Δt / Δsteps since the previous advance is one
+// sample (Δt measured between the heartbeats that revealed the advances, so heartbeat spacing
+// cancels out over many steps); the median of the last kStepSamples samples is the step time.
+//
+// Stragglers (world_size >= 2, reported, never a failure): per rank, over its last
+// straggler_window heartbeats, the fraction spent in phase collective (waiting for peers). A
+// rank whose fraction is below (median of the other ranks' fractions) / straggler_factor while
+// that median is >= kStragglerMinPeerWait is the one everybody waits for. Each rank is
+// reported at most once per straggler_report_interval_s.
+//
+// Thread-safety: none; one thread (the supervisor loop) owns a detector. Invariants: ranks
+// outside [0, world_size) in events are ignored; max_step() never decreases.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/supervisor/control_server.h"
+
+namespace tessera {
+
+enum class FailureKind { kRankExit, kConnectionLost, kHeartbeatTimeout, kStall, kStartupTimeout };
+// "rank_exit" | "connection_lost" | "heartbeat_timeout" | "stall" | "startup_timeout".
+const char* FailureKindName(FailureKind kind);
+
+struct DetectorOptions {
+  // No heartbeat from a registered rank for this long -> kHeartbeatTimeout. Seconds, default
+  // 10, > 0. Must exceed the ranks' heartbeat interval by a wide margin.
+  double heartbeat_timeout_s = 10;
+  // Max step unchanged this long -> kStall. Seconds; 0 (default): derived as
+  // max(stall_floor_s, stall_factor * median step time); > 0: fixed.
+  double stall_timeout_s = 0;
+  double stall_floor_s = 30;  // seconds, default 30, > 0: lower bound of the derived timeout
+  double stall_factor = 10;   // default 10, > 0: derived timeout in median step times
+  // Every rank must register and the job complete its first step within this many seconds of
+  // the launch (includes checkpoint load). Default 300, > 0.
+  double startup_timeout_s = 300;
+  // A rank waiting in collectives less than (others' median) / straggler_factor is a straggler.
+  // Default 3, >= 1.
+  double straggler_factor = 3;
+  int straggler_window = 50;             // heartbeats per rank considered; default 50, >= 2
+  int straggler_min_heartbeats = 10;     // a rank is judged once it has this many; [1, window]
+  double straggler_report_interval_s = 60;  // per rank, at most one report per this; >= 0
+};
+
+// kInvalidArgument naming the CLI flag (--heartbeat-timeout, --stall-timeout, --stall-floor,
+// --startup-timeout) or the option, e.g. "--heartbeat-timeout must be > 0, got -1".
+Status ValidateDetectorOptions(const DetectorOptions& options);
+
+struct Failure {
+  FailureKind kind = FailureKind::kRankExit;
+  std::vector<int> ranks;  // ranks blamed, ascending
+  std::string detail;      // one human sentence, e.g. "rank 2: no heartbeat for 10.2 s (...)"
+  // Best estimate of when it happened: disconnect time; last heartbeat; time the step last
+  // advanced; launch time (see the rules above).
+  std::chrono::steady_clock::time_point suspected_at;
+  std::chrono::steady_clock::time_point detected_at;
+  int64_t step = -1;  // highest step any rank reported when it was detected
+};
+
+struct StragglerReport {
+  int rank = 0;
+  std::string detail;
+  std::chrono::steady_clock::time_point at;
+};
+
+class FailureDetector {
+ public:
+  static constexpr int kStepSamples = 64;              // step-time samples kept for the median
+  static constexpr double kStragglerMinPeerWait = 0.2;  // peers' median wait fraction needed
+
+  // `options` must pass ValidateDetectorOptions; world_size >= 1.
+  FailureDetector(const DetectorOptions& options, int world_size,
+                  std::chrono::steady_clock::time_point launched_at);
+
+  // Optional: the step this incarnation resumes at (its ranks' first heartbeats report it). With
+  // it, a heartbeat step above it completes the first step even if the first heartbeat a rank
+  // sends already reports a later step. Without it, the first step observed plays that role.
+  void SetStartStep(int64_t step);
+
+  // Every event of the control server, in order.
+  void OnEvent(const ControlEvent& e);
+
+  // Called ~every 20 ms with the server's Snapshot(). Returns the first failure found, once.
+  std::optional<Failure> Check(const std::vector<RankState>& ranks,
+                               std::chrono::steady_clock::time_point now);
+
+  std::vector<StragglerReport> TakeStragglers();  // new reports since the last call
+
+  double effective_stall_timeout_s() const;
+  double median_step_s() const;  // 0 until measured
+  int64_t max_step() const { return max_step_; }  // highest step reported (-1 none)
+  bool first_step_completed() const { return first_step_done_; }
+  bool failed() const { return reported_; }
+  // Exit code a rank announced in its bye on the current connection, -1 if it said none.
+  int bye_exit_code(int rank) const;
+
+ private:
+  struct PerRank {
+    bool said_bye = false;
+    int bye_exit_code = -1;
+    bool lost = false;  // closed without bye, not yet reported
+    std::chrono::steady_clock::time_point lost_at;
+    std::string lost_reason;
+    std::deque<bool> waiting;  // last heartbeats: phase == collective
+    bool reported_straggler = false;
+    std::chrono::steady_clock::time_point last_straggler_report;
+  };
+
+  void ObserveStep(int64_t step, std::chrono::steady_clock::time_point t);
+  std::optional<Failure> CheckConnectionLost(const std::vector<RankState>& ranks);
+  std::optional<Failure> CheckHeartbeats(const std::vector<RankState>& ranks,
+                                         std::chrono::steady_clock::time_point now);
+  std::optional<Failure> CheckStall(const std::vector<RankState>& ranks,
+                                    std::chrono::steady_clock::time_point now);
+  std::optional<Failure> CheckStartup(const std::vector<RankState>& ranks,
+                                      std::chrono::steady_clock::time_point now);
+  void CheckStragglers(std::chrono::steady_clock::time_point now);
+
+  DetectorOptions options_;
+  int world_size_;
+  std::chrono::steady_clock::time_point launched_at_;
+  std::vector<PerRank> ranks_;
+  int64_t start_step_ = -1;  // SetStartStep, or the first step observed
+  bool start_step_given_ = false;
+  int64_t max_step_ = -1;
+  std::chrono::steady_clock::time_point last_advance_;  // when max_step_ last changed
+  bool first_step_done_ = false;
+  std::deque<double> step_samples_s_;
+  bool reported_ = false;
+  std::vector<StragglerReport> stragglers_;
+};
+
+}  // namespace tessera
