@@ -7,6 +7,8 @@
 // silently defaulted entry.
 // A read-only Catalog sees the database as it was when opened (RocksDB replays the writer's
 // log at OpenForReadOnly); `tessera ckpt ls` opens a fresh one per listing.
+// The entry's JSON form (CheckpointEntryToJson / FromJson) is public: the control plane sends
+// it too; OpenCatalogForWriting is the one place a damaged catalog is set aside.
 #include "checkpoint/catalog.h"
 
 #include <rocksdb/db.h>
@@ -52,38 +54,11 @@ std::string EventKey(int64_t unix_ms, uint64_t seq) {
   return buf;
 }
 
-bool StatusFromName(const std::string& name, CheckpointStatus* out) {
-  for (CheckpointStatus s : {CheckpointStatus::kWriting, CheckpointStatus::kCommitted,
-                             CheckpointStatus::kFailed, CheckpointStatus::kCorrupt,
-                             CheckpointStatus::kDeleted}) {
-    if (name == CheckpointStatusName(s)) {
-      *out = s;
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string EncodeEntry(const CheckpointEntry& e) {
-  JsonWriter w;
-  w.BeginObject();
-  w.Key("step").Int(e.step);
-  w.Key("status").String(CheckpointStatusName(e.status));
-  w.Key("dir").String(e.dir);
-  w.Key("bytes").Int(static_cast<int64_t>(e.bytes));
-  w.Key("layout").String(e.layout);
-  w.Key("stall_seconds").Double(e.stall_seconds);
-  w.Key("write_seconds").Double(e.write_seconds);
-  w.Key("commit_unix_s").Double(e.commit_unix_s);
-  w.Key("note").String(e.note);
-  w.EndObject();
-  return w.str();
-}
-
-// Typed field readers over a parsed object; each error names the key and the field.
+// Typed field readers over a parsed object; each error names the field (callers add where the
+// object came from).
 class Fields {
  public:
-  Fields(const JsonValue& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+  explicit Fields(const JsonValue& obj) : obj_(obj) {}
 
   Status Int(const char* name, int64_t* out) const {
     const JsonValue* v = obj_.Find(name);
@@ -105,12 +80,16 @@ class Fields {
   }
 
  private:
-  Status Bad(const char* name, const char* expected) const {
-    return DataLoss(where_ + ": field \"" + name + "\" missing or not " + expected);
+  static Status Bad(const char* name, const char* expected) {
+    return DataLoss(std::string("field \"") + name + "\" missing or not " + expected);
   }
   const JsonValue& obj_;
-  std::string where_;
 };
+
+Status NonNegative(const char* name, double v) {
+  if (v < 0) return DataLoss(std::string("field \"") + name + "\" is negative");
+  return Status::Ok();
+}
 
 Result<JsonValue> ParseObject(const std::string& text, const std::string& where) {
   // Values are a few hundred bytes; a small bound keeps a garbage value from costing memory.
@@ -124,26 +103,10 @@ Result<CheckpointEntry> DecodeEntry(const std::string& key, const std::string& t
                                     const std::string& db_path) {
   const std::string where = "catalog " + db_path + " key " + key;
   ASSIGN_OR_RETURN(JsonValue obj, ParseObject(text, where));
-  Fields f(obj, where);
-  CheckpointEntry e;
-  int64_t bytes = 0;
-  std::string status;
-  RETURN_IF_ERROR(f.Int("step", &e.step));
-  RETURN_IF_ERROR(f.String("status", &status));
-  RETURN_IF_ERROR(f.String("dir", &e.dir));
-  RETURN_IF_ERROR(f.Int("bytes", &bytes));
-  RETURN_IF_ERROR(f.String("layout", &e.layout));
-  RETURN_IF_ERROR(f.Number("stall_seconds", &e.stall_seconds));
-  RETURN_IF_ERROR(f.Number("write_seconds", &e.write_seconds));
-  RETURN_IF_ERROR(f.Number("commit_unix_s", &e.commit_unix_s));
-  RETURN_IF_ERROR(f.String("note", &e.note));
-  if (!StatusFromName(status, &e.status)) {
-    return DataLoss(where + ": unknown status \"" + status + "\"");
-  }
-  if (bytes < 0) return DataLoss(where + ": negative bytes");
-  e.bytes = static_cast<uint64_t>(bytes);
-  if (e.step < 0 || CkptKey(e.step) != key) {
-    return DataLoss(where + ": value is for step " + std::to_string(e.step) + ", not its key");
+  Result<CheckpointEntry> e = CheckpointEntryFromJson(obj);
+  if (!e.ok()) return e.status().WithPrefix(where);
+  if (CkptKey(e->step) != key) {
+    return DataLoss(where + ": value is for step " + std::to_string(e->step) + ", not its key");
   }
   return e;
 }
@@ -152,11 +115,12 @@ Result<CatalogEvent> DecodeEvent(const std::string& key, const std::string& text
                                  const std::string& db_path) {
   const std::string where = "catalog " + db_path + " key " + key;
   ASSIGN_OR_RETURN(JsonValue obj, ParseObject(text, where));
-  Fields f(obj, where);
+  Fields f(obj);
   CatalogEvent ev;
-  RETURN_IF_ERROR(f.Number("unix_s", &ev.unix_s));
-  RETURN_IF_ERROR(f.String("kind", &ev.kind));
-  RETURN_IF_ERROR(f.String("message", &ev.message));
+  Status s = f.Number("unix_s", &ev.unix_s);
+  if (s.ok()) s = f.String("kind", &ev.kind);
+  if (s.ok()) s = f.String("message", &ev.message);
+  if (!s.ok()) return s.WithPrefix(where);
   return ev;
 }
 
@@ -175,6 +139,56 @@ const char* CheckpointStatusName(CheckpointStatus s) {
     case CheckpointStatus::kDeleted: return "deleted";
   }
   return "unknown";
+}
+
+Result<CheckpointStatus> ParseCheckpointStatus(const std::string& name) {
+  for (CheckpointStatus s : {CheckpointStatus::kWriting, CheckpointStatus::kCommitted,
+                             CheckpointStatus::kFailed, CheckpointStatus::kCorrupt,
+                             CheckpointStatus::kDeleted}) {
+    if (name == CheckpointStatusName(s)) return s;
+  }
+  return DataLoss("unknown checkpoint status \"" + name + "\"");
+}
+
+JsonValue CheckpointEntryToJson(const CheckpointEntry& e) {
+  return JsonValue::Object({
+      {"step", JsonValue::Integer(e.step)},
+      {"status", JsonValue::String(CheckpointStatusName(e.status))},
+      {"dir", JsonValue::String(e.dir)},
+      {"bytes", JsonValue::Integer(static_cast<int64_t>(e.bytes))},
+      {"layout", JsonValue::String(e.layout)},
+      {"stall_seconds", JsonValue::Number(e.stall_seconds)},
+      {"write_seconds", JsonValue::Number(e.write_seconds)},
+      {"commit_unix_s", JsonValue::Number(e.commit_unix_s)},
+      {"note", JsonValue::String(e.note)},
+  });
+}
+
+Result<CheckpointEntry> CheckpointEntryFromJson(const JsonValue& v) {
+  if (!v.is_object()) return DataLoss("checkpoint entry is not a JSON object");
+  Fields f(v);
+  CheckpointEntry e;
+  int64_t bytes = 0;
+  std::string status;
+  RETURN_IF_ERROR(f.Int("step", &e.step));
+  RETURN_IF_ERROR(f.String("status", &status));
+  RETURN_IF_ERROR(f.String("dir", &e.dir));
+  RETURN_IF_ERROR(f.Int("bytes", &bytes));
+  RETURN_IF_ERROR(f.String("layout", &e.layout));
+  RETURN_IF_ERROR(f.Number("stall_seconds", &e.stall_seconds));
+  RETURN_IF_ERROR(f.Number("write_seconds", &e.write_seconds));
+  RETURN_IF_ERROR(f.Number("commit_unix_s", &e.commit_unix_s));
+  RETURN_IF_ERROR(f.String("note", &e.note));
+  Result<CheckpointStatus> parsed = ParseCheckpointStatus(status);
+  if (!parsed.ok()) return DataLoss("field \"status\": " + parsed.status().message());
+  e.status = *parsed;
+  RETURN_IF_ERROR(NonNegative("step", static_cast<double>(e.step)));
+  RETURN_IF_ERROR(NonNegative("bytes", static_cast<double>(bytes)));
+  RETURN_IF_ERROR(NonNegative("stall_seconds", e.stall_seconds));
+  RETURN_IF_ERROR(NonNegative("write_seconds", e.write_seconds));
+  RETURN_IF_ERROR(NonNegative("commit_unix_s", e.commit_unix_s));
+  e.bytes = static_cast<uint64_t>(bytes);
+  return e;
 }
 
 struct Catalog::Impl {
@@ -270,9 +284,30 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& root, bool rea
   return std::unique_ptr<Catalog>(new Catalog(std::move(impl)));
 }
 
+Result<OpenedCatalog> OpenCatalogForWriting(const std::string& root, FileSystem& fs) {
+  RETURN_IF_ERROR(MakeDirs(root, fs));
+  OpenedCatalog out;
+  auto catalog = Catalog::Open(root, /*read_only=*/false);
+  if (!catalog.ok() && catalog.status().code() == StatusCode::kDataLoss) {
+    // Set aside for inspection, never deleted: it may hold the only record of old failures.
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    const std::string aside = root + "/catalog.damaged-" +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+    RETURN_IF_ERROR(fs.Rename(root + "/catalog", aside));
+    out.recreated = "the catalog was damaged (" + catalog.status().ToString() + "): moved to " +
+                    aside + ", started a new one";
+    catalog = Catalog::Open(root, /*read_only=*/false);
+  }
+  RETURN_IF_ERROR(catalog.status());
+  out.catalog = std::move(catalog).value();
+  return out;
+}
+
 Status Catalog::Put(const CheckpointEntry& e) {
   if (e.step < 0) return InvalidArgument("catalog: negative step " + std::to_string(e.step));
-  return impl_->SyncedPut(CkptKey(e.step), EncodeEntry(e));
+  JsonWriter w;
+  w.Value(CheckpointEntryToJson(e));
+  return impl_->SyncedPut(CkptKey(e.step), w.str());
 }
 
 Result<CheckpointEntry> Catalog::Get(int64_t step) const {

@@ -112,6 +112,7 @@ struct ControlClient::Impl {
     hb.phase = static_cast<RankPhase>(phase.load(std::memory_order_relaxed));
     hb.collective_seq = collective_seq.load(std::memory_order_relaxed);
     hb.unix_ms = UnixMs();
+    if (options.before_heartbeat) options.before_heartbeat(hb);
     Result<std::string> frame = EncodeHeartbeat(hb);
     if (frame.ok()) Enqueue(std::move(frame).value());
   }
@@ -272,6 +273,17 @@ void ControlClient::ReportCommit(int64_t step) {
   asio::post(impl->io, [impl, f = std::move(frame).value()]() mutable {
     if (!impl->closing_after_drain) impl->Enqueue(std::move(f));
   });
+}
+
+Status ControlClient::SendCatalogRecord(const CatalogRecordMsg& record) {
+  Result<std::string> frame = EncodeCatalogRecord(record);
+  if (!frame.ok()) return frame.status().WithPrefix("control client: catalog record");
+  if (impl_->lost.load() || impl_->shut_down.load()) return Status::Ok();  // dropped, as documented
+  Impl* impl = impl_.get();
+  asio::post(impl->io, [impl, f = std::move(frame).value()]() mutable {
+    if (!impl->closing_after_drain) impl->Enqueue(std::move(f));
+  });
+  return Status::Ok();
 }
 
 bool ControlClient::checkpoint_requested() const { return impl_->checkpoint_requested.load(); }

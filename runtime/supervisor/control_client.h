@@ -43,6 +43,11 @@ struct ControlClientOptions {
   int heartbeat_interval_ms = 200;
   // Called on the side thread for every command received (after the flags are set). Optional.
   std::function<void(SupervisorCommand)> on_command;
+  // Called on the side thread just before each heartbeat is encoded, with the values from the
+  // setters already filled in; it may overwrite them (the rank's adapter samples the comm
+  // layer's activity here: phase kCollective while a wait is blocked, the collective count).
+  // Must be quick and thread-safe. Optional.
+  std::function<void(HeartbeatMsg&)> before_heartbeat;
 };
 
 class ControlClient {
@@ -61,6 +66,9 @@ class ControlClient {
   void SetCollectiveSeq(int64_t seq);
   // Queues a commit report for checkpoint `step` (>= 0). Dropped if the supervisor is lost.
   void ReportCommit(int64_t step);
+  // Queues a catalog write for the supervisor to perform (validated; an invalid record is
+  // dropped and reported through the return value). Dropped if the supervisor is lost.
+  Status SendCatalogRecord(const CatalogRecordMsg& record);
 
   // Set by checkpoint_now; stays set until ConsumeCheckpointRequest() clears it.
   bool checkpoint_requested() const;

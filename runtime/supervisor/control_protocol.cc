@@ -2,6 +2,7 @@
 #include "runtime/supervisor/control_protocol.h"
 
 #include <array>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -12,6 +13,11 @@ namespace {
 
 constexpr std::array<const char*, 7> kPhaseNames = {
     "forward", "backward", "optimizer", "checkpoint", "collective", "eval", "idle"};
+constexpr std::array<const char*, 3> kCatalogOpNames = {"put", "status", "event"};
+constexpr int kCheckpointStatusCount = 5;  // CheckpointStatus::kWriting .. kDeleted
+
+// Appended to free text cut to fit a frame (UTF-8 ellipsis).
+constexpr std::string_view kTruncatedMarker = "\xe2\x80\xa6(truncated)";
 
 // Bodies are tiny; a bound on JSON values keeps a hostile 64 KiB "[[[[..." cheap to reject.
 constexpr size_t kMaxJsonValues = 256;
@@ -61,6 +67,12 @@ class FieldReader {
     out = v->as_int();
     return Status::Ok();
   }
+  Status Object(std::string_view key, const JsonValue*& out) {
+    ASSIGN_OR_RETURN(const JsonValue* v, Get(key));
+    if (!v->is_object()) return DataLoss(std::string(key) + ": expected an object");
+    out = v;
+    return Status::Ok();
+  }
   Status Int32(std::string_view key, int& out) {
     int64_t v = 0;
     RETURN_IF_ERROR(Int(key, v));
@@ -94,6 +106,93 @@ class FieldReader {
 Status AsDecodeError(const Status& s) { return s.ok() ? s : DataLoss(s.message()); }
 
 Result<std::string> Frame(JsonWriter& w) { return EncodeFrame(w.str()); }
+
+Status CheckEntryNumber(std::string_view field, double v) {
+  if (!std::isfinite(v) || v < 0) {
+    return InvalidArgument(std::string(field) + ": must be finite and >= 0");
+  }
+  return Status::Ok();
+}
+
+// The free-text member of a record: the one the encoder may cut.
+std::string* FreeText(CatalogRecordMsg& m) {
+  switch (m.op) {
+    case CatalogOp::kPut: return &m.entry.note;
+    case CatalogOp::kStatus: return &m.note;
+    case CatalogOp::kEvent: return &m.message;
+  }
+  return nullptr;
+}
+
+std::string CatalogBody(const CatalogRecordMsg& m) {
+  JsonWriter w;
+  w.BeginObject().Key("type").String("catalog").Key("op").String(CatalogOpName(m.op));
+  switch (m.op) {
+    case CatalogOp::kPut:
+      w.Key("entry").Value(CheckpointEntryToJson(m.entry));
+      break;
+    case CatalogOp::kStatus:
+      w.Key("step").Int(m.step).Key("status").String(CheckpointStatusName(m.status));
+      w.Key("note").String(m.note);
+      break;
+    case CatalogOp::kEvent:
+      w.Key("kind").String(m.kind).Key("message").String(m.message);
+      break;
+  }
+  w.EndObject();
+  return w.str();
+}
+
+// The longest prefix of `text` whose JSON escaping takes at most `budget` bytes, ending on a
+// UTF-8 character boundary, followed by the marker. The caller reserved the marker's bytes.
+std::string CutToFit(const std::string& text, size_t budget) {
+  size_t used = 0, end = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const size_t escaped = JsonQuote(std::string_view(&text[i], 1)).size() - 2;
+    if (used + escaped > budget) break;
+    used += escaped;
+    // Only cut before a byte that starts a character (not a 10xxxxxx continuation byte).
+    if (i + 1 == text.size() || (static_cast<unsigned char>(text[i + 1]) & 0xc0) != 0x80) {
+      end = i + 1;
+    }
+  }
+  return text.substr(0, end) + std::string(kTruncatedMarker);
+}
+
+// The fields of a "catalog" body after "type" (the caller checks for unknown keys).
+Status DecodeCatalogRecord(FieldReader& r, CatalogRecordMsg& m) {
+  std::string op;
+  RETURN_IF_ERROR(r.String("op", op));
+  if (op == "put") {
+    m.op = CatalogOp::kPut;
+    const JsonValue* entry = nullptr;
+    RETURN_IF_ERROR(r.Object("entry", entry));
+    Result<CheckpointEntry> e = CheckpointEntryFromJson(*entry);
+    if (!e.ok()) return DataLoss("entry: " + e.status().message());
+    // As strict as the message itself: the entry has exactly the fields the encoder writes.
+    const JsonValue known = CheckpointEntryToJson(*e);
+    for (const auto& [k, v] : entry->members()) {
+      if (known.Find(k) == nullptr) return DataLoss("entry: unknown field \"" + k + "\"");
+    }
+    m.entry = std::move(e).value();
+  } else if (op == "status") {
+    m.op = CatalogOp::kStatus;
+    std::string status;
+    RETURN_IF_ERROR(r.Int("step", m.step));
+    RETURN_IF_ERROR(r.String("status", status));
+    RETURN_IF_ERROR(r.String("note", m.note));
+    Result<CheckpointStatus> s = ParseCheckpointStatus(status);
+    if (!s.ok()) return DataLoss("status: " + s.status().message());
+    m.status = *s;
+  } else if (op == "event") {
+    m.op = CatalogOp::kEvent;
+    RETURN_IF_ERROR(r.String("kind", m.kind));
+    RETURN_IF_ERROR(r.String("message", m.message));
+  } else {
+    return DataLoss("op: unknown catalog op \"" + op + "\"");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -134,6 +233,41 @@ Status ValidateCommit(const CommitMsg& m) {
 
 Status ValidateBye(const ByeMsg& m) { return CheckRange("exit_code", m.exit_code, 0, 255); }
 
+const char* CatalogOpName(CatalogOp op) { return kCatalogOpNames[static_cast<size_t>(op)]; }
+
+Status ValidateCatalogRecord(const CatalogRecordMsg& m) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const auto valid_status = [](CheckpointStatus s) {
+    return static_cast<int>(s) >= 0 && static_cast<int>(s) < kCheckpointStatusCount;
+  };
+  switch (m.op) {
+    case CatalogOp::kPut: {
+      const CheckpointEntry& e = m.entry;
+      RETURN_IF_ERROR(CheckRange("entry.step", e.step, 0, kMax));
+      if (!valid_status(e.status)) return InvalidArgument("entry.status: invalid");
+      if (e.bytes > static_cast<uint64_t>(kMax)) return InvalidArgument("entry.bytes: too large");
+      if (e.dir.size() > kControlMaxCatalogFieldBytes) {
+        return InvalidArgument("entry.dir: " + std::to_string(e.dir.size()) + " bytes, at most " +
+                               std::to_string(kControlMaxCatalogFieldBytes));
+      }
+      if (e.layout.size() > kControlMaxCatalogFieldBytes) {
+        return InvalidArgument("entry.layout: " + std::to_string(e.layout.size()) +
+                               " bytes, at most " + std::to_string(kControlMaxCatalogFieldBytes));
+      }
+      RETURN_IF_ERROR(CheckEntryNumber("entry.stall_seconds", e.stall_seconds));
+      RETURN_IF_ERROR(CheckEntryNumber("entry.write_seconds", e.write_seconds));
+      return CheckEntryNumber("entry.commit_unix_s", e.commit_unix_s);
+    }
+    case CatalogOp::kStatus:
+      RETURN_IF_ERROR(CheckRange("step", m.step, 0, kMax));
+      if (!valid_status(m.status)) return InvalidArgument("status: invalid");
+      return Status::Ok();
+    case CatalogOp::kEvent:
+      return CheckText("kind", m.kind, kControlMaxCatalogKindBytes, true);
+  }
+  return InvalidArgument("op: invalid");
+}
+
 Result<std::string> EncodeHello(const HelloMsg& m) {
   RETURN_IF_ERROR(ValidateHello(m));
   JsonWriter w;
@@ -165,6 +299,33 @@ Result<std::string> EncodeBye(const ByeMsg& m) {
   JsonWriter w;
   w.BeginObject().Key("type").String("bye").Key("exit_code").Int(m.exit_code).EndObject();
   return Frame(w);
+}
+
+Result<std::string> EncodeCatalogRecord(const CatalogRecordMsg& m) {
+  RETURN_IF_ERROR(ValidateCatalogRecord(m));
+  std::string body = CatalogBody(m);
+  if (body.size() > kControlMaxFrameBytes) {
+    // Diagnostics text is worth less than the record itself: keep what fits, say it was cut.
+    CatalogRecordMsg cut = m;
+    std::string* text = FreeText(cut);
+    const std::string full = std::move(*text);
+    text->clear();
+    const size_t fixed = CatalogBody(cut).size() + kTruncatedMarker.size();
+    // Validation bounds every other field, so the fixed part always leaves room.
+    if (fixed > kControlMaxFrameBytes) return InvalidArgument("catalog record does not fit a frame");
+    *text = CutToFit(full, kControlMaxFrameBytes - fixed);
+    body = CatalogBody(cut);
+  }
+  return EncodeFrame(body);
+}
+
+Status ApplyCatalogRecord(const CatalogRecordMsg& record, CatalogSink& sink) {
+  switch (record.op) {
+    case CatalogOp::kPut: return sink.Put(record.entry);
+    case CatalogOp::kStatus: return sink.SetStatus(record.step, record.status, record.note);
+    case CatalogOp::kEvent: return sink.AddEvent(record.kind, record.message);
+  }
+  return InvalidArgument("catalog record: invalid op");
 }
 
 std::string EncodeCommand(SupervisorCommand cmd) {
@@ -242,6 +403,11 @@ Result<RankMessage> DecodeRankMessage(std::string_view body) {
     RETURN_IF_ERROR(r.Int32("exit_code", msg.bye.exit_code));
     RETURN_IF_ERROR(r.NoOtherKeys());
     RETURN_IF_ERROR(AsDecodeError(ValidateBye(msg.bye)));
+  } else if (t == "catalog") {
+    msg.type = RankMessageType::kCatalog;
+    RETURN_IF_ERROR(DecodeCatalogRecord(r, msg.catalog));
+    RETURN_IF_ERROR(r.NoOtherKeys());
+    RETURN_IF_ERROR(AsDecodeError(ValidateCatalogRecord(msg.catalog)));
   } else {
     return DataLoss("unknown message type \"" + t + "\"");
   }

@@ -11,6 +11,14 @@
 //   hello     {run_id, incarnation, rank, world_size, pid, host, secret}  first frame, once
 //   heartbeat {step, phase, collective_seq, unix_ms}                      from a side thread
 //   commit    {step}                                                      a checkpoint committed
+//   catalog   {op, ...}: a catalog write the supervisor performs for the coordinator, which
+//             does not open the catalog itself under a supervisor (single writer):
+//             op "put"    {entry: CheckpointEntry as CheckpointEntryToJson writes it}
+//             op "status" {step, status, note}
+//             op "event"  {kind, message}
+//             The free text (a put's entry.note, a status's note, an event's message) is
+//             diagnostics: EncodeCatalogRecord cuts it so the frame fits kControlMaxFrameBytes,
+//             ending it with "…(truncated)", rather than losing the record.
 //   bye       {exit_code}                                                 clean shutdown
 // Supervisor -> rank: {"cmd": "checkpoint_now"} | {"cmd": "stop"}.
 //
@@ -25,6 +33,7 @@
 #include <string>
 #include <string_view>
 
+#include "checkpoint/catalog.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -38,6 +47,9 @@ inline constexpr size_t kControlMaxRunIdBytes = 128;
 inline constexpr size_t kControlMaxHostBytes = 255;
 inline constexpr size_t kControlMaxSecretBytes = 256;
 inline constexpr int kControlMaxWorldSize = 1 << 20;
+inline constexpr size_t kControlMaxCatalogKindBytes = 64;
+// A catalog entry's dir and layout (short names; the bound keeps a put within one frame).
+inline constexpr size_t kControlMaxCatalogFieldBytes = 4096;
 
 // What a rank is doing at the moment of a heartbeat.
 enum class RankPhase { kForward, kBackward, kOptimizer, kCheckpoint, kCollective, kEval, kIdle };
@@ -70,7 +82,21 @@ struct ByeMsg {
   int exit_code = 0;  // [0, 255]: the exit code the rank is about to return (exit_codes.h)
 };
 
-enum class RankMessageType { kHello, kHeartbeat, kCommit, kBye };
+// A catalog write relayed by the coordinator (catalog.h names the fields and their meaning).
+enum class CatalogOp { kPut, kStatus, kEvent };
+const char* CatalogOpName(CatalogOp op);  // "put" | "status" | "event"
+struct CatalogRecordMsg {
+  CatalogOp op = CatalogOp::kEvent;
+  CheckpointEntry entry;  // kPut: step >= 0, numbers finite and >= 0, dir and layout
+                          //   <= kControlMaxCatalogFieldBytes
+  int64_t step = 0;       // kStatus: >= 0
+  CheckpointStatus status = CheckpointStatus::kCommitted;  // kStatus
+  std::string note;       // kStatus (cut to fit by the encoder)
+  std::string kind;       // kEvent: non-empty, printable ASCII, <= kControlMaxCatalogKindBytes
+  std::string message;    // kEvent (cut to fit by the encoder)
+};
+
+enum class RankMessageType { kHello, kHeartbeat, kCommit, kBye, kCatalog };
 
 // One decoded rank->supervisor message; only the member named by `type` is meaningful.
 struct RankMessage {
@@ -79,6 +105,7 @@ struct RankMessage {
   HeartbeatMsg heartbeat;
   CommitMsg commit;
   ByeMsg bye;
+  CatalogRecordMsg catalog;
 };
 
 enum class SupervisorCommand { kCheckpointNow, kStop };
@@ -89,12 +116,16 @@ Status ValidateHello(const HelloMsg& m);
 Status ValidateHeartbeat(const HeartbeatMsg& m);
 Status ValidateCommit(const CommitMsg& m);
 Status ValidateBye(const ByeMsg& m);
+// Fields in range; with that, the encoding fits a frame once the free text is cut.
+Status ValidateCatalogRecord(const CatalogRecordMsg& m);
 
 // Encoders return a complete frame (header + body), ready to write.
 Result<std::string> EncodeHello(const HelloMsg& m);
 Result<std::string> EncodeHeartbeat(const HeartbeatMsg& m);
 Result<std::string> EncodeCommit(const CommitMsg& m);
 Result<std::string> EncodeBye(const ByeMsg& m);
+// Cuts the free text to fit (see the wire format above); the rest is sent as it is.
+Result<std::string> EncodeCatalogRecord(const CatalogRecordMsg& m);
 std::string EncodeCommand(SupervisorCommand cmd);
 
 // Frame header -> body length. kDataLoss if the length is 0 or > kControlMaxFrameBytes.
@@ -105,6 +136,10 @@ Result<std::string> EncodeFrame(std::string_view body);
 // Body (without header) -> message. kDataLoss on any malformed or out-of-range content.
 Result<RankMessage> DecodeRankMessage(std::string_view body);
 Result<SupervisorCommand> DecodeCommand(std::string_view body);
+
+// Performs a relayed catalog write on `sink` (the supervisor's catalog): put -> Put,
+// status -> SetStatus, event -> AddEvent. Returns the sink's status.
+Status ApplyCatalogRecord(const CatalogRecordMsg& record, CatalogSink& sink);
 
 // Equal contents, in time that depends only on the lengths, never on where the first
 // difference is (secret checks must not leak a prefix through timing).

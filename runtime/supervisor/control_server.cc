@@ -47,6 +47,8 @@ const char* ControlEventKindName(ControlEventKind kind) {
       return "disconnected";
     case ControlEventKind::kRejected:
       return "rejected";
+    case ControlEventKind::kCatalog:
+      return "catalog";
   }
   return "unknown";
 }
@@ -268,6 +270,11 @@ void ControlServerCore::OnFrame(const std::shared_ptr<ControlConnection>& c,
         s.exit_code = m.bye.exit_code;
         e.kind = ControlEventKind::kBye;
         e.exit_code = m.bye.exit_code;
+        break;
+      case RankMessageType::kCatalog:
+        // Handed to the event callback as it is: the supervisor's catalog owner performs it.
+        e.kind = ControlEventKind::kCatalog;
+        e.catalog = m.catalog;
         break;
     }
   }

@@ -10,7 +10,9 @@
 // kRejected event with the reason. The ranks already registered are never affected by it.
 // After hello the connection belongs to its rank: heartbeats, commits and bye update the
 // rank's state. A protocol error on a registered connection closes it (kDisconnected with the
-// reason), because a rank that sends garbage cannot be trusted to keep working.
+// reason), because a rank that sends garbage cannot be trusted to keep working. A catalog
+// frame becomes a kCatalog event carrying the record; the server touches no catalog itself
+// (the event's consumer, the catalog's single writer, performs it: ApplyCatalogRecord).
 //
 // Crash detection: a rank process that dies has its socket closed by the kernel; the pending
 // read completes at once and kDisconnected is reported with the steady-clock time it was seen
@@ -55,7 +57,7 @@ struct ControlServerOptions {
   int max_pending_connections = 256;
 };
 
-enum class ControlEventKind { kRegistered, kHeartbeat, kCommit, kBye, kDisconnected, kRejected };
+enum class ControlEventKind { kRegistered, kHeartbeat, kCommit, kBye, kDisconnected, kRejected, kCatalog };
 const char* ControlEventKindName(ControlEventKind kind);
 
 struct ControlEvent {
@@ -70,6 +72,7 @@ struct ControlEvent {
   RankPhase phase = RankPhase::kIdle;  // kHeartbeat
   int64_t collective_seq = -1;         // kHeartbeat
   int exit_code = -1;                  // kBye, and kDisconnected after a bye; else -1
+  CatalogRecordMsg catalog;            // kCatalog: the write the rank asks for
 };
 
 // What the server knows of one rank. Times are steady-clock; default-constructed = never.

@@ -114,29 +114,25 @@ Checkpointer::~Checkpointer() {
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config, Communicator* dp,
                                                            FILE* log, FileSystem& fs,
-                                                           MemoryTracker* tracker) {
+                                                           MemoryTracker* tracker,
+                                                           CatalogSink* external_catalog) {
   std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs, tracker));
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
   if (c->enabled() && c->rank_ == 0) {
-    // Only the coordinator writes the catalog (RocksDB allows one writer process).
     RETURN_IF_ERROR(MakeDirs(c->root_, fs));
-    auto catalog = Catalog::Open(c->root_, /*read_only=*/false);
-    std::string recreated;
-    if (!catalog.ok() && catalog.status().code() == StatusCode::kDataLoss) {
-      // A damaged catalog must not stop training (the checkpoint directories are the ground
-      // truth): set it aside for inspection and start a new one.
-      const std::string aside = c->root_ + "/catalog.damaged-" +
-                                std::to_string(static_cast<int64_t>(UnixSeconds()));
-      RETURN_IF_ERROR(fs.Rename(c->root_ + "/catalog", aside));
-      recreated = "the catalog was damaged (" + catalog.status().ToString() + "): moved to " +
-                  aside + ", started a new one";
-      catalog = Catalog::Open(c->root_, /*read_only=*/false);
+    if (external_catalog != nullptr) {
+      // Under a supervisor, the catalog's single writer: opening ours would contend for its
+      // lock, and repairing a damaged one is the owner's job.
+      c->sink_ = external_catalog;
+    } else {
+      // Only the coordinator writes the catalog (RocksDB allows one writer process).
+      ASSIGN_OR_RETURN(OpenedCatalog opened, OpenCatalogForWriting(c->root_, fs));
+      c->owned_catalog_ = std::move(opened.catalog);
+      c->sink_ = c->owned_catalog_.get();
+      if (!opened.recreated.empty()) c->Event("catalog_recreated", opened.recreated);
     }
-    RETURN_IF_ERROR(catalog.status());
-    c->catalog_ = std::move(*catalog);
-    if (!recreated.empty()) c->Event("catalog_recreated", recreated);
   }
   return c;
 }
@@ -159,8 +155,8 @@ void Checkpointer::Event(const std::string& kind, const std::string& message) {
     std::fprintf(log_, "checkpoint: %s\n", message.c_str());
     std::fflush(log_);
   }
-  if (catalog_) {
-    if (Status s = catalog_->AddEvent(kind, message); !s.ok() && log_ != nullptr) {
+  if (sink_) {
+    if (Status s = sink_->AddEvent(kind, message); !s.ok() && log_ != nullptr) {
       std::fprintf(log_, "checkpoint: catalog: %s\n", s.ToString().c_str());
     }
   }
@@ -183,25 +179,25 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   Status prep = Status::Ok();
   if (rank_ == 0) {
     prep = PrepareStaging(root_, step, fs_);
-    if (prep.ok() && catalog_) {
+    if (prep.ok() && sink_) {
       CheckpointEntry e;
       e.step = step;
       e.status = CheckpointStatus::kWriting;
       e.dir = StepDirName(step);
-      if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+      if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
     }
   }
   ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
   if (prepared[0] == 0.0) {
     ++stats_.failed;
     ++consecutive_failures_;
-    if (catalog_) {
+    if (sink_) {
       CheckpointEntry e;
       e.step = step;
       e.status = CheckpointStatus::kFailed;
       e.dir = StepDirName(step);
       e.note = prep.ToString();
-      if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+      if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
     }
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
     if (consecutive_failures_ >= config_.checkpoint.max_failures) {
@@ -408,13 +404,13 @@ Status Checkpointer::Complete() {
   ++consecutive_failures_;
   if (rank_ == 0) {
     if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());
-    if (catalog_) {
+    if (sink_) {
       CheckpointEntry e;
       e.step = step;
       e.status = CheckpointStatus::kFailed;
       e.dir = StepDirName(step);
       e.note = outcome.ToString();
-      (void)catalog_->Put(e);
+      (void)sink_->Put(e);
     }
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + outcome.ToString() +
                              " (" + std::to_string(consecutive_failures_) + " in a row; training goes on)");
@@ -453,7 +449,7 @@ Status Checkpointer::Commit(Manifest m) {
                 static_cast<long long>(m.step), m.total_bytes / 1048576.0,
                 static_cast<int>(m.shards.size()), 1e3 * m.stall_seconds, m.write_seconds,
                 m.write_seconds > 0 ? m.total_bytes / 1048576.0 / m.write_seconds : 0.0);
-  if (catalog_) {
+  if (sink_) {
     CheckpointEntry e;
     e.step = m.step;
     e.status = CheckpointStatus::kCommitted;
@@ -464,7 +460,7 @@ Status Checkpointer::Commit(Manifest m) {
     e.commit_unix_s = UnixSeconds();
     e.layout = SerializeLayout(m.layout);
     // The directory is the ground truth; a catalog that cannot record it is reported only.
-    if (Status s = catalog_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+    if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
   }
   Event("commit", line);
   // Retention, only now that a newer checkpoint is durable; never the newest.
@@ -479,8 +475,8 @@ Status Checkpointer::Commit(Manifest m) {
   // otherwise take the place of the checkpoint just saved).
   std::erase_if(committed, [&](int64_t step) {
     if (step > m.step) return true;
-    if (!catalog_) return false;
-    auto e = catalog_->Get(step);
+    if (!sink_) return false;
+    auto e = sink_->Get(step);
     return e.ok() && e->status == CheckpointStatus::kCorrupt;
   });
   RetentionPolicy policy;
@@ -488,7 +484,7 @@ Status Checkpointer::Commit(Manifest m) {
   policy.keep_every = config_.checkpoint.keep_every;
   for (int64_t old : StepsToDelete(committed, policy)) {
     Status s = DeleteCheckpoint(root_, old, fs_);
-    if (s.ok() && catalog_) (void)catalog_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
+    if (s.ok() && sink_) (void)sink_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
     if (!s.ok()) Event("retention_failed", s.ToString());
   }
   return Status::Ok();
@@ -574,7 +570,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
       if (mv.ok()) mv = fs_.Rename(dir, aside);
       if (mv.ok()) mv = fs_.SyncDir(root_);
       moved = mv.ok() ? "; moved to " + StepDirName(steps[k]) + ".corrupt" : "; " + mv.ToString();
-      if (catalog_) (void)catalog_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why + moved);
+      if (sink_) (void)sink_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why + moved);
     }
     Event("corrupt", dir + " is unusable (" + why + ")" + moved +
                          (k + 1 < steps.size() ? "; falling back to step " + std::to_string(steps[k + 1])

@@ -34,7 +34,8 @@
 // usable one is an error (kCorruptCheckpoint), never a fresh start; so is a root holding only
 // step_<N> directories without manifest or set-aside ones.
 // Retention after a commit only considers committed checkpoints up to the one just saved
-// that the catalog does not know to be corrupt.
+// that the catalog does not know to be corrupt (a relaying sink knows none: under a
+// supervisor, set-aside step_<N>.corrupt directories are what keeps them out).
 // Thread-safety: driven by the trainer's thread; the writer thread only touches the staging
 // buffer and its own result.
 #pragma once
@@ -82,9 +83,14 @@ class Checkpointer {
   // group (null: one process); rank 0 of it coordinates and owns the catalog. Writes go
   // through `fs` (tests inject faults). `log` gets rank 0's event lines.
   // The staging buffer is accounted to `tracker` (may be null) as kCheckpointStaging.
+  // `external_catalog` (rank 0; must outlive the Checkpointer): when set, every catalog write
+  // goes there (under a supervisor: a sink relaying to it, the catalog's single writer) and
+  // the local catalog is neither opened nor repaired (setting a damaged one aside is its
+  // owner's job). Null: rank 0 opens `<root>/catalog` itself (a standalone run).
   static Result<std::unique_ptr<Checkpointer>> Create(const Config& config, Communicator* dp,
                                                       FILE* log, FileSystem& fs = DefaultFileSystem(),
-                                                      MemoryTracker* tracker = nullptr);
+                                                      MemoryTracker* tracker = nullptr,
+                                                      CatalogSink* external_catalog = nullptr);
   ~Checkpointer();  // waits for a writer thread still running (never leaves it detached)
 
   bool enabled() const { return !root_.empty(); }
@@ -124,7 +130,8 @@ class Checkpointer {
   int rank_ = 0, ranks_ = 1;
   FILE* log_;
   FileSystem& fs_;
-  std::unique_ptr<Catalog> catalog_;  // rank 0
+  std::unique_ptr<Catalog> owned_catalog_;  // rank 0 of a standalone run
+  CatalogSink* sink_ = nullptr;  // rank 0: owned_catalog_ or the external one; else null
   std::vector<ParamDecl> decls_;
   std::vector<int64_t> offsets_;      // flat offset of each decl
   std::unordered_map<std::string, int> tensor_index_;  // saved tensor name -> 3 * decl + kind

@@ -1,6 +1,7 @@
 // tests/unit/catalog_test.cc — the RocksDB checkpoint catalog: entries and events round-trip,
 // one writer at a time (also across processes), readers alongside the writer, and values that
-// are not ours reported as errors.
+// are not ours reported as errors; the entry's JSON form (also sent over the control plane)
+// round-trips and its strict parse names the bad field.
 // links: tessera_checkpoint
 //
 // The garbage-value test plants bytes with RocksDB's own API: nothing in Catalog's interface
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/core/json.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tessera {
@@ -287,6 +289,61 @@ TEST(Catalog, GarbageDatabaseFilesFailTheOpenWithAMessage) {
     EXPECT_NE(cat.status().message().find(dir / "catalog"), std::string::npos)
         << cat.status().message();
   }
+}
+
+TEST(CatalogJson, EntryRoundTripsThroughJsonText) {
+  for (CheckpointStatus st : {CheckpointStatus::kWriting, CheckpointStatus::kCommitted,
+                              CheckpointStatus::kFailed, CheckpointStatus::kCorrupt,
+                              CheckpointStatus::kDeleted}) {
+    const CheckpointEntry e = Entry(42, st);
+    JsonWriter w;
+    w.Value(CheckpointEntryToJson(e));
+    auto parsed = ParseJson(w.str());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    auto back = CheckpointEntryFromJson(*parsed);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ExpectSame(e, *back);
+    auto name = ParseCheckpointStatus(CheckpointStatusName(st));
+    ASSERT_TRUE(name.ok());
+    EXPECT_EQ(*name, st);
+  }
+  EXPECT_EQ(ParseCheckpointStatus("Committed").status().code(), StatusCode::kDataLoss);
+}
+
+TEST(CatalogJson, StrictParseNamesTheField) {
+  JsonWriter w;
+  w.Value(CheckpointEntryToJson(Entry(7, CheckpointStatus::kCommitted)));
+  const std::string good = w.str();
+  // Each case replaces one piece of the good text; the error must name `field`.
+  struct Case {
+    std::string from, to, field;
+  };
+  const Case cases[] = {
+      {"\"step\":7", "\"step\":\"7\"", "step"},
+      {"\"step\":7", "\"step\":-7", "step"},
+      {"\"step\":7", "\"stepp\":7", "step"},
+      {"\"status\":\"committed\"", "\"status\":\"vanished\"", "status"},
+      {"\"status\":\"committed\"", "\"status\":3", "status"},
+      {"\"dir\":\"step_7\"", "\"dir\":null", "dir"},
+      {"\"bytes\":", "\"bytes\":-", "bytes"},
+      {"\"write_seconds\":2.5", "\"write_seconds\":-2.5", "write_seconds"},
+      {"\"write_seconds\":2.5", "\"write_seconds\":\"2.5\"", "write_seconds"},
+      {"\"layout\":", "\"layout_\":", "layout"},
+  };
+  for (const Case& c : cases) {
+    std::string text = good;
+    const size_t at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from << " in " << good;
+    text.replace(at, c.from.size(), c.to);
+    auto parsed = ParseJson(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    auto e = CheckpointEntryFromJson(*parsed);
+    ASSERT_FALSE(e.ok()) << text;
+    EXPECT_EQ(e.status().code(), StatusCode::kDataLoss) << text;
+    EXPECT_NE(e.status().message().find("\"" + c.field + "\""), std::string::npos)
+        << e.status().message();
+  }
+  EXPECT_EQ(CheckpointEntryFromJson(JsonValue::Array({})).status().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 //   - max_failures, on_busy skip / wait (a FileSystem whose writes wait at a gate the test opens),
 //   - resume falling back past corrupt, truncated and hostile checkpoints (two ranks deciding
 //     together when only one sees the damage), retention after such a fallback, and load
-//     errors that name the tensor and both shapes.
+//     errors that name the tensor and both shapes;
+//   - an external catalog sink (a supervised coordinator) gets every catalog write and no
+//     local catalog is opened.
 // Every test runs in its own temporary root; the catalog is read (read-only) only after the
 // Checkpointer that holds its writer lock is gone. Single-threaded except for the fake ranks
 // and the checkpoint writer thread.
@@ -1257,6 +1259,74 @@ TEST(Checkpointer, ADamagedCatalogIsSetAsideAndRecreated) {
   auto cat = ReadCatalog(root);
   ASSERT_NE(cat, nullptr);
   EXPECT_EQ(CatalogStatus(*cat, 2), "committed");
+}
+
+// Records every catalog write, as a supervised coordinator's relaying sink would send them.
+class RecordingCatalogSink : public CatalogSink {
+ public:
+  Status Put(const CheckpointEntry& e) override {
+    puts.push_back(e);
+    return Status::Ok();
+  }
+  Status SetStatus(int64_t step, CheckpointStatus status, const std::string& note) override {
+    statuses.push_back(std::to_string(step) + " " + CheckpointStatusName(status) + " " + note);
+    return Status::Ok();
+  }
+  Status AddEvent(const std::string& kind, const std::string& message) override {
+    events.push_back({0, kind, message});
+    return Status::Ok();
+  }
+  Result<CheckpointEntry> Get(int64_t step) const override {
+    return NotFound("relaying sink: no entry for step " + std::to_string(step));
+  }
+  std::vector<CheckpointEntry> puts;
+  std::vector<std::string> statuses;
+  std::vector<CatalogEvent> events;
+};
+
+TEST(Checkpointer, AnExternalCatalogGetsEveryWriteAndNoLocalCatalogIsOpened) {
+  cpu::SetNumThreads(1);
+  const ModelConfig mc = TinyModel(1);
+  ScopedTempDir tmp("ckpt_sink");
+  const std::string root = tmp / "ckpt";
+  Config cfg = MakeConfig(root, mc);
+  cfg.checkpoint.keep_last = 1;
+  auto r = Build(mc, 0, DType::kF32, nullptr);
+  ASSERT_NE(r, nullptr);
+  RecordingCatalogSink sink;
+  {
+    auto ck = Checkpointer::Create(cfg, nullptr, nullptr, DefaultFileSystem(), nullptr, &sink);
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    SaveAndCommit(**ck, 1, *r->shards);
+    SaveAndCommit(**ck, 2, *r->shards);
+    EXPECT_EQ((*ck)->stats().committed, 2);
+  }
+  EXPECT_FALSE(fs::exists(root + "/catalog")) << "the catalog's owner is elsewhere";
+  EXPECT_EQ(Committed(root), (std::vector<int64_t>{2}));
+  ExpectVerified(root, 2);
+  // writing + committed for each save, in that order.
+  ASSERT_EQ(sink.puts.size(), 4u);
+  for (int k = 0; k < 2; ++k) {
+    const CheckpointEntry& writing = sink.puts[2 * k];
+    const CheckpointEntry& committed = sink.puts[2 * k + 1];
+    EXPECT_EQ(writing.step, k + 1);
+    EXPECT_EQ(writing.status, CheckpointStatus::kWriting);
+    EXPECT_EQ(writing.dir, StepDirName(k + 1));
+    EXPECT_EQ(committed.step, k + 1);
+    EXPECT_EQ(committed.status, CheckpointStatus::kCommitted);
+    EXPECT_GT(committed.bytes, 0u);
+    EXPECT_GT(committed.commit_unix_s, 0);
+    EXPECT_FALSE(committed.layout.empty());
+  }
+  int commits = 0;
+  for (const CatalogEvent& e : sink.events) {
+    if (e.kind != "commit") continue;
+    EXPECT_NE(e.message.find("step " + std::to_string(++commits) + " committed"), std::string::npos)
+        << e.message;
+  }
+  EXPECT_EQ(commits, 2);
+  // Retention (keep_last 1) reports its deletion through the sink too.
+  EXPECT_EQ(sink.statuses, (std::vector<std::string>{"1 deleted retention"}));
 }
 
 }  // namespace

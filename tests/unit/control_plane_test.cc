@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -516,6 +517,242 @@ TEST(ControlPlane, BadServerOptionsRefused) {
   o.bind_address = "127.0.0.1";
   o.secret.clear();
   EXPECT_EQ(ControlServer::Start(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+CatalogRecordMsg PutRecord() {
+  CatalogRecordMsg r;
+  r.op = CatalogOp::kPut;
+  r.entry.step = 200;
+  r.entry.status = CheckpointStatus::kCommitted;
+  r.entry.dir = "step_00000200";
+  r.entry.bytes = (uint64_t{1} << 40) + 3;
+  r.entry.layout = "dp=2 zero=1 precision=fp32";
+  r.entry.stall_seconds = 0.0125;
+  r.entry.write_seconds = 1.5;
+  r.entry.commit_unix_s = 1.7e9 + 0.5;
+  r.entry.note = "with \"quotes\"\nand a newline";
+  return r;
+}
+CatalogRecordMsg StatusRecord() {
+  CatalogRecordMsg r;
+  r.op = CatalogOp::kStatus;
+  r.step = 100;
+  r.status = CheckpointStatus::kCorrupt;
+  r.note = "failed verification on rank(s) 1";
+  return r;
+}
+CatalogRecordMsg EventRecord() {
+  CatalogRecordMsg r;
+  r.op = CatalogOp::kEvent;
+  r.kind = "commit";
+  r.message = "step 200 committed: 1.0 MiB";
+  return r;
+}
+
+void ExpectSameRecord(const CatalogRecordMsg& a, const CatalogRecordMsg& b) {
+  ASSERT_EQ(a.op, b.op);
+  switch (a.op) {
+    case CatalogOp::kPut:
+      EXPECT_EQ(a.entry.step, b.entry.step);
+      EXPECT_EQ(a.entry.status, b.entry.status);
+      EXPECT_EQ(a.entry.dir, b.entry.dir);
+      EXPECT_EQ(a.entry.bytes, b.entry.bytes);
+      EXPECT_EQ(a.entry.layout, b.entry.layout);
+      EXPECT_EQ(a.entry.stall_seconds, b.entry.stall_seconds);
+      EXPECT_EQ(a.entry.write_seconds, b.entry.write_seconds);
+      EXPECT_EQ(a.entry.commit_unix_s, b.entry.commit_unix_s);
+      EXPECT_EQ(a.entry.note, b.entry.note);
+      break;
+    case CatalogOp::kStatus:
+      EXPECT_EQ(a.step, b.step);
+      EXPECT_EQ(a.status, b.status);
+      EXPECT_EQ(a.note, b.note);
+      break;
+    case CatalogOp::kEvent:
+      EXPECT_EQ(a.kind, b.kind);
+      EXPECT_EQ(a.message, b.message);
+      break;
+  }
+}
+
+Result<RankMessage> DecodeFrame(const std::string& frame) {
+  return DecodeRankMessage(std::string_view(frame).substr(kControlFrameHeaderBytes));
+}
+
+TEST(ControlProtocol, CatalogRecordsRoundTrip) {
+  for (const CatalogRecordMsg& r : {PutRecord(), StatusRecord(), EventRecord()}) {
+    Result<std::string> f = EncodeCatalogRecord(r);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    Result<RankMessage> m = DecodeFrame(*f);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->type, RankMessageType::kCatalog);
+    ExpectSameRecord(r, m->catalog);
+  }
+  // The documented wire form decodes as written.
+  Result<RankMessage> m = DecodeRankMessage(
+      R"({"type":"catalog","op":"status","step":5,"status":"corrupt","note":"bad shard"})");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->catalog.op, CatalogOp::kStatus);
+  EXPECT_EQ(m->catalog.step, 5);
+  EXPECT_EQ(m->catalog.status, CheckpointStatus::kCorrupt);
+  EXPECT_EQ(m->catalog.note, "bad shard");
+}
+
+// Records the writes ApplyCatalogRecord performs.
+class RecordingSink : public CatalogSink {
+ public:
+  Status Put(const CheckpointEntry& e) override {
+    calls.push_back("put " + std::to_string(e.step) + " " + CheckpointStatusName(e.status));
+    return Status::Ok();
+  }
+  Status SetStatus(int64_t step, CheckpointStatus st, const std::string& note) override {
+    calls.push_back("status " + std::to_string(step) + " " + CheckpointStatusName(st) + " " + note);
+    return Status::Ok();
+  }
+  Status AddEvent(const std::string& kind, const std::string& message) override {
+    calls.push_back("event " + kind + " " + message);
+    return Status::Ok();
+  }
+  Result<CheckpointEntry> Get(int64_t step) const override {
+    return NotFound("no entry for step " + std::to_string(step));
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(ControlProtocol, ApplyCatalogRecordPerformsTheWrite) {
+  RecordingSink sink;
+  ASSERT_TRUE(ApplyCatalogRecord(PutRecord(), sink).ok());
+  ASSERT_TRUE(ApplyCatalogRecord(StatusRecord(), sink).ok());
+  ASSERT_TRUE(ApplyCatalogRecord(EventRecord(), sink).ok());
+  const std::vector<std::string> want = {
+      "put 200 committed", "status 100 corrupt failed verification on rank(s) 1",
+      "event commit step 200 committed: 1.0 MiB"};
+  EXPECT_EQ(sink.calls, want);
+}
+
+TEST(ControlProtocol, MalformedCatalogRecordsNameTheField) {
+  const std::string entry =
+      R"({"step":1,"status":"writing","dir":"d","bytes":0,"layout":"","stall_seconds":0,)"
+      R"("write_seconds":0,"commit_unix_s":0,"note":""})";
+  struct Case {
+    std::string body, field;
+  };
+  const Case cases[] = {
+      {R"({"type":"catalog","op":"erase","step":1})", "op"},
+      {R"({"type":"catalog","kind":"x","message":"y"})", "op"},
+      {R"({"type":"catalog","op":"event","kind":"x"})", "message"},
+      {R"({"type":"catalog","op":"event","kind":"","message":"y"})", "kind"},
+      {R"({"type":"catalog","op":"event","kind":"a\nb","message":"y"})", "kind"},
+      {R"({"type":"catalog","op":"event","kind":"x","message":"y","extra":1})", "extra"},
+      {R"({"type":"catalog","op":"status","step":-1,"status":"corrupt","note":""})", "step"},
+      {R"({"type":"catalog","op":"status","step":1,"status":"lost","note":""})", "status"},
+      {R"({"type":"catalog","op":"status","step":1,"status":"corrupt"})", "note"},
+      {R"({"type":"catalog","op":"put","entry":[]})", "entry"},
+      {R"({"type":"catalog","op":"put"})", "entry"},
+      {R"({"type":"catalog","op":"put","entry":)" + entry + R"(,"step":1})", "step"},
+      {R"({"type":"catalog","op":"put","entry":{"step":1}})", "status"},
+      {R"({"type":"catalog","op":"put","entry":)" +
+           entry.substr(0, entry.size() - 1) + R"(,"color":"red"}})",
+       "color"},
+  };
+  for (const Case& c : cases) {
+    Result<RankMessage> m = DecodeRankMessage(c.body);
+    ASSERT_FALSE(m.ok()) << c.body;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << c.body;
+    EXPECT_NE(m.status().message().find(c.field), std::string::npos)
+        << c.body << " -> " << m.status().message();
+  }
+  // Encoders refuse what decoders would refuse.
+  CatalogRecordMsg bad = EventRecord();
+  bad.kind = std::string(kControlMaxCatalogKindBytes + 1, 'k');
+  EXPECT_EQ(EncodeCatalogRecord(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = PutRecord();
+  bad.entry.step = -1;
+  EXPECT_EQ(EncodeCatalogRecord(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = PutRecord();
+  bad.entry.write_seconds = std::nan("");
+  EXPECT_EQ(EncodeCatalogRecord(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ControlProtocol, OversizedCatalogTextIsCutToFit) {
+  const std::string marker = "\xe2\x80\xa6(truncated)";
+  CatalogRecordMsg status = StatusRecord();
+  status.note = std::string(3 * kControlMaxFrameBytes, 'n');
+  CatalogRecordMsg event = EventRecord();
+  // Control characters take 6 bytes escaped, multi-byte characters must not be split.
+  for (int i = 0; i < 20000; ++i) event.message += i % 2 ? "\x01" : "\xc3\xa9";
+  CatalogRecordMsg put = PutRecord();
+  put.entry.note = std::string(kControlMaxFrameBytes, '"');
+  for (const CatalogRecordMsg* r : {&status, &event, &put}) {
+    Result<std::string> f = EncodeCatalogRecord(*r);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_LE(f->size(), kControlFrameHeaderBytes + kControlMaxFrameBytes);
+    // Nearly full: the text was cut, not dropped.
+    EXPECT_GT(f->size(), kControlMaxFrameBytes - 16);
+    Result<RankMessage> m = DecodeFrame(*f);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const CatalogRecordMsg& got = m->catalog;
+    const std::string& text = got.op == CatalogOp::kPut      ? got.entry.note
+                              : got.op == CatalogOp::kStatus ? got.note
+                                                             : got.message;
+    const std::string& full = r->op == CatalogOp::kPut      ? r->entry.note
+                              : r->op == CatalogOp::kStatus ? r->note
+                                                            : r->message;
+    ASSERT_GE(text.size(), marker.size());
+    EXPECT_EQ(text.substr(text.size() - marker.size()), marker);
+    const std::string kept = text.substr(0, text.size() - marker.size());
+    EXPECT_EQ(full.compare(0, kept.size(), kept), 0) << "the kept text is a prefix";
+    if (r == &event) {
+      EXPECT_NE(static_cast<unsigned char>(kept.back()), 0xc3) << "a character was split";
+    }
+  }
+  // A record that fits is sent whole, without a marker.
+  Result<std::string> f = EncodeCatalogRecord(StatusRecord());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->find("truncated"), std::string::npos);
+}
+
+TEST(ControlPlane, CatalogRecordArrivesAsAnEvent) {
+  Fixture f;
+  auto client = f.Connect(0);
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(f.WaitRegistered(0).kind, ControlEventKind::kRegistered);
+  const CatalogRecordMsg sent[] = {PutRecord(), StatusRecord(), EventRecord()};
+  for (const CatalogRecordMsg& r : sent) ASSERT_TRUE(client->SendCatalogRecord(r).ok());
+  CatalogRecordMsg invalid = EventRecord();
+  invalid.kind.clear();
+  EXPECT_EQ(client->SendCatalogRecord(invalid).code(), StatusCode::kInvalidArgument);
+  for (const CatalogRecordMsg& r : sent) {
+    ControlEvent e = f.log.WaitFor([&](const ControlEvent& e) {
+      return e.kind == ControlEventKind::kCatalog && e.catalog.op == r.op;
+    });
+    ASSERT_EQ(e.kind, ControlEventKind::kCatalog);
+    EXPECT_EQ(e.rank, 0);
+    ExpectSameRecord(r, e.catalog);
+  }
+  EXPECT_STREQ(ControlEventKindName(ControlEventKind::kCatalog), "catalog");
+  EXPECT_EQ(f.log.Count(ControlEventKind::kDisconnected), 0) << "no protocol error";
+  EXPECT_TRUE(client->Shutdown(0).ok());
+  EXPECT_EQ(f.log.Count(ControlEventKind::kCatalog), 3) << "the invalid record was not sent";
+}
+
+TEST(ControlPlane, BeforeHeartbeatMayOverwriteFields) {
+  Fixture f;
+  ControlClientOptions o = f.ClientOptions(1);
+  o.before_heartbeat = [](HeartbeatMsg& hb) {
+    hb.phase = RankPhase::kCollective;
+    hb.collective_seq = 77;
+  };
+  auto client = f.Connect(o);
+  ASSERT_NE(client, nullptr);
+  client->SetPhase(RankPhase::kForward);
+  client->SetCollectiveSeq(3);
+  client->SetStep(9);
+  ControlEvent hb = f.log.WaitFor(
+      [](const ControlEvent& e) { return e.kind == ControlEventKind::kHeartbeat && e.step == 9; });
+  ASSERT_EQ(hb.kind, ControlEventKind::kHeartbeat);
+  EXPECT_EQ(hb.phase, RankPhase::kCollective);
+  EXPECT_EQ(hb.collective_seq, 77);
 }
 
 }  // namespace
