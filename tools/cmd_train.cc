@@ -10,6 +10,7 @@
 #include "runtime/train/world.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/supervised_rank.h"
 
 namespace tessera::cli {
 namespace {
@@ -77,7 +78,12 @@ int RunTrain(const Args& args) {
         "Progress lines show step, loss (and its distance to the entropy floor on the built-in\n"
         "corpus), learning rate, gradient norm, tokens/s, MFU against the measured sgemm peak\n"
         "and ETA. Example:\n"
-        "  tessera train configs/tiny.yaml --set train.steps=100\n");
+        "  tessera train configs/tiny.yaml --set train.steps=100\n\n"
+        "Under `tessera launch` (which sets TESSERA_CONTROL_PORT and the other TESSERA_CONTROL_*\n"
+        "variables) each rank reports to the supervisor: heartbeats with its step and phase,\n"
+        "checkpoint commits and catalog records (the supervisor then writes the catalog, not\n"
+        "the rank); it saves when asked to and, asked to stop, saves, waits for the commit and\n"
+        "exits with code 7. Without those variables it runs standalone as described above.\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "train", {"--set"}, {});
@@ -90,19 +96,36 @@ int RunTrain(const Args& args) {
   auto world = World::Create(*config);
   if (!world.ok()) return FailOnEveryRank(world.status(), Phase::kConfig);
   const bool multi = (*world)->size() > 1;
-  auto trainer = Trainer::Create(*config, world->get());
+  // Under `tessera launch`: connect to the supervisor (null when standalone). A rank that
+  // cannot is told to try again (a launcher race, not the config's fault).
+  auto link = SupervisedRank::FromEnvironment((*world)->rank(), (*world)->size());
+  if (!link.ok()) {
+    std::fprintf(stderr, "tessera train: %s\n", link.status().ToString().c_str());
+    if (multi) AbortJob(link.status(), kExitRestartable);
+    return kExitRestartable;
+  }
+  SupervisedRank* supervised = link->get();
+  // The supervisor learns the exit code from the bye before the process ends (and before
+  // AbortJob, which may kill this rank first).
+  auto say_bye = [&](int code) {
+    if (supervised != nullptr) (void)supervised->Shutdown(code);
+    return code;
+  };
+  auto trainer = Trainer::Create(*config, world->get(), supervised);
   if (!trainer.ok()) {
     // A rank that fails alone would leave its peers waiting in the next collective.
-    if (multi) AbortJob(trainer.status(), ExitCodeIn(Phase::kInput, trainer.status()));
+    const int code = say_bye(ExitCodeIn(Phase::kInput, trainer.status()));
+    if (multi) AbortJob(trainer.status(), code);
     return Fail("train", trainer.status(), Phase::kInput);
   }
   auto summary = (*trainer)->Run((*world)->is_root() ? stdout : nullptr);
   if (!summary.ok()) {
     // Ends every rank with the same exit code a single rank would return.
-    if (multi) AbortJob(summary.status(), ExitCodeIn(Phase::kRun, summary.status()));
+    const int code = say_bye(ExitCodeIn(Phase::kRun, summary.status()));
+    if (multi) AbortJob(summary.status(), code);
     return Fail("train", summary.status(), Phase::kRun);
   }
-  return kExitOk;
+  return say_bye(summary->stopped ? kExitStopped : kExitOk);
 }
 
 int RunEval(const Args& args) {

@@ -51,6 +51,8 @@ struct TrainSummary {
   double best_loss = 0;             // lowest single-step training loss
   std::optional<double> val_loss;   // final evaluation, when there is held-out data
   std::optional<double> floor;      // entropy floor of the data, when known
+  bool stopped = false;             // ended early on a supervisor's stop (run_link.h), after
+                                    //   saving: not a finished run
 };
 
 // The end-of-run block: wall time, steps, tokens, final/best/held-out loss, distance to the

@@ -30,6 +30,26 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The model's view of ParamShards under a supervisor: every call forwards unchanged; the
+// first gradient buffer a ForwardBackward asks for (the LM head's backward) marks the start
+// of backward for the link. Forward-only evaluation never asks for gradients.
+class PhaseReportingStore final : public ParamStore {
+ public:
+  PhaseReportingStore(ParamStore& inner, RunLink& link) : inner_(inner), link_(link) {}
+  const float* Acquire(int unit) override { return inner_.Acquire(unit); }
+  void Release(int unit) override { inner_.Release(unit); }
+  void Prefetch(int unit) override { inner_.Prefetch(unit); }
+  float* Grads(int unit) override {
+    link_.SetPhase(TrainPhase::kBackward);
+    return inner_.Grads(unit);
+  }
+  void GradsDone(int unit) override { inner_.GradsDone(unit); }
+
+ private:
+  ParamStore& inner_;
+  RunLink& link_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
@@ -45,13 +65,19 @@ Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTrac
   return model;
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* world) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* world,
+                                                  RunLink* link) {
   std::unique_ptr<Trainer> t(new Trainer(config));
   cpu::SetNumThreads(config.train.threads);
   if (world != nullptr && world->dense_dp() != nullptr && world->dense_dp()->size() > 1) {
     t->dp_ = world->dense_dp();
     t->dp_rank_ = t->dp_->rank();
     t->dp_size_ = t->dp_->size();
+  }
+  t->link_ = link;
+  if (link != nullptr && world != nullptr && world->world() != nullptr &&
+      world->world()->size() > 1) {
+    t->agree_comm_ = world->world();
   }
   RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
@@ -63,11 +89,16 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     // A held-out split that was asked for and is broken fails here, before any step runs.
     ASSIGN_OR_RETURN(t->val_data_, DataLoader::Open(config.data, Split::kVal, V, T, config.train.seed));
   }
+  // Under a supervisor the coordinator's catalog records go to it (the catalog's single
+  // writer); standalone, the coordinator opens <checkpoint.dir>/catalog itself.
   ASSIGN_OR_RETURN(t->checkpointer_,
                    Checkpointer::Create(t->config_, t->dp_, t->is_root() ? stdout : nullptr,
-                                        DefaultFileSystem(), &t->memory_));
+                                        DefaultFileSystem(), &t->memory_,
+                                        link != nullptr ? link->catalog() : nullptr));
   if (config.resume == ResumeMode::kAuto) {
+    t->Phase(TrainPhase::kCheckpoint);
     RETURN_IF_ERROR(t->ResumeFromCheckpoint());
+    t->Phase(TrainPhase::kIdle);
   } else if (t->checkpointer_->enabled()) {
     // A fresh run must not mix its checkpoints with another run's: a later resume would pick
     // whichever has the highest step number.
@@ -86,6 +117,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
   // `tessera bench` uses). Rank 0 reports it; the others would only contend for the cores.
   if (t->is_root()) t->peak_flops_ = cpu::MeasurePeakSgemmGflops() * 1e9;
+  if (link != nullptr) link->SetStep(t->start_step_);
   return t;
 }
 
@@ -139,6 +171,10 @@ Status Trainer::SetUpParameters() {
                                                 dp_, &memory_));
   ModelOptions mo;
   mo.store = shards_.get();
+  if (link_ != nullptr) {
+    phase_store_ = std::make_unique<PhaseReportingStore>(*shards_, *link_);
+    mo.store = phase_store_.get();
+  }
   mo.activation_dtype = o.param_dtype;
   ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
                                                c.train.seq_len, &memory_, mo));
@@ -283,13 +319,15 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
+    Phase(TrainPhase::kForward);  // backward: reported by phase_store_ when it starts
     shards_->BeginMicroBatch(micro);
     train_data_->NextBatch(B, inputs_.data(), targets_.data());
     loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
     RETURN_IF_ERROR(shards_->status());
   }
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
-  RETURN_IF_ERROR(shards_->FinishGradients());
+  RETURN_IF_ERROR(shards_->FinishGradients());  // still backward: its last reductions
+  Phase(TrainPhase::kOptimizer);
   StepResult r;
   r.loss_scale = scale;
   if (dp_ != nullptr) {
@@ -425,6 +463,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     const auto t0 = Clock::now();
     const float lr = LearningRate(config_.schedule, config_.optimizer.lr, step, tc.steps);
     ASSIGN_OR_RETURN(StepResult r, TrainStep(lr));
+    if (link_ != nullptr) link_->SetStep(step + 1);
     const double loss = r.loss;
     StepMetrics m;
     m.skipped = r.skipped;
@@ -439,43 +478,70 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     ++interval_steps;
     const bool last = step + 1 == tc.steps;
     if (val_data_ && ((tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0) || last)) {
+      Phase(TrainPhase::kEval);
       ASSIGN_OR_RETURN(double val, Evaluate(tc.eval_batches));
       m.val_loss = val;
       summary.val_loss = val;
     }
     // Checkpoints: complete a save whose writers are done; start one when due (every rank).
+    Phase(TrainPhase::kCheckpoint);
     RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/false));
+    bool saved_this_step = false;
     if (checkpointer_->Due(step + 1, tc.steps)) {
+      const int64_t skipped = checkpointer_->stats().skipped;
       RETURN_IF_ERROR(checkpointer_->Save(step + 1, *shards_, StateJson(step + 1), LayoutJson()));
+      saved_this_step = checkpointer_->stats().skipped == skipped;
     }
-    if (!root) continue;
-
-    m.step = step + 1;
-    m.total_steps = tc.steps;
-    m.loss = loss;
-    m.floor = floor;
-    m.lr = lr;
-    m.grad_norm = r.grad_norm;
-    m.tokens = tokens_per_step;
-    m.total_tokens = summary.tokens;
-    m.step_seconds = Seconds(t0, t1);
-    m.elapsed_seconds = Seconds(start, t1);
-    // Rates over the whole run so far: steady, and honest about startup costs.
-    m.tokens_per_second = summary.tokens / m.elapsed_seconds;
-    // Against the peak of every rank of the job (rank 0's measurement times the ranks).
-    m.mfu = peak_flops_ > 0 ? m.tokens_per_second * flops_per_token / (peak_flops_ * dp_size_) : 0;
-    m.eta_seconds = m.elapsed_seconds / (m.step - start_step_) * (tc.steps - m.step);
-    RETURN_IF_ERROR(metrics->Append(m));
-    if (m.step % tc.log_interval == 0 || last || m.step == 1) {
-      std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());
-      std::fflush(out);
-      summary.final_loss = interval_loss / interval_steps;
-      summary.final_loss_steps = interval_steps;
-      interval_loss = 0;
-      interval_steps = 0;
+    Phase(TrainPhase::kIdle);
+    if (root) {
+      m.step = step + 1;
+      m.total_steps = tc.steps;
+      m.loss = loss;
+      m.floor = floor;
+      m.lr = lr;
+      m.grad_norm = r.grad_norm;
+      m.tokens = tokens_per_step;
+      m.total_tokens = summary.tokens;
+      m.step_seconds = Seconds(t0, t1);
+      m.elapsed_seconds = Seconds(start, t1);
+      // Rates over the whole run so far: steady, and honest about startup costs.
+      m.tokens_per_second = summary.tokens / m.elapsed_seconds;
+      // Against the peak of every rank of the job (rank 0's measurement times the ranks).
+      m.mfu = peak_flops_ > 0 ? m.tokens_per_second * flops_per_token / (peak_flops_ * dp_size_) : 0;
+      m.eta_seconds = m.elapsed_seconds / (m.step - start_step_) * (tc.steps - m.step);
+      RETURN_IF_ERROR(metrics->Append(m));
+      if (m.step % tc.log_interval == 0 || last || m.step == 1) {
+        std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());
+        std::fflush(out);
+        summary.final_loss = interval_loss / interval_steps;
+        summary.final_loss_steps = interval_steps;
+        interval_loss = 0;
+        interval_steps = 0;
+      }
+    }
+    // The last step needs no agreement: the run ends (and saves, if at_end asks) anyway.
+    if (link_ != nullptr && !last) {
+      bool stop = false;
+      RETURN_IF_ERROR(HandleLinkRequests(step + 1, saved_this_step, out, &stop));
+      if (stop) {
+        summary.stopped = true;
+        summary.wall_seconds = Seconds(start, Clock::now());
+        if (root) {
+          std::fprintf(out, "tessera: stopped after %lld steps this run (%lld..%lld) in %s%s\n",
+                       static_cast<long long>(summary.steps),
+                       static_cast<long long>(start_step_ + 1), static_cast<long long>(step + 1),
+                       FormatDuration(summary.wall_seconds).c_str(),
+                       checkpointer_->enabled() ? "; resume: auto continues from its checkpoint"
+                                                : "");
+          std::fflush(out);
+        }
+        return summary;
+      }
     }
   }
+  Phase(TrainPhase::kCheckpoint);
   RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
+  Phase(TrainPhase::kIdle);
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
   ASSIGN_OR_RETURN(std::vector<float> full, shards_->GatherFull(/*root=*/0));
@@ -499,6 +565,68 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   }
   std::fflush(out);
   return summary;
+}
+
+Status Trainer::SaveNow(int64_t steps_done) {
+  RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
+  return checkpointer_->Save(steps_done, *shards_, StateJson(steps_done), LayoutJson());
+}
+
+Status Trainer::HandleLinkRequests(int64_t steps_done, bool saved_this_step, FILE* out,
+                                   bool* stop) {
+  // Requests reach ranks at different moments: the max over ranks makes one rank's request
+  // everyone's, at this same boundary.
+  int32_t flags[2] = {link_->TakeCheckpointRequest() ? 1 : 0, link_->StopRequested() ? 1 : 0};
+  if (agree_comm_ != nullptr) {
+    Tensor t(flags, DType::kI32, {2});
+    RETURN_IF_ERROR(agree_comm_->AllReduce(t, ReduceOp::kMax)->Wait());
+  }
+  const bool checkpoint_requested = flags[0] != 0, stop_requested = flags[1] != 0;
+  *stop = stop_requested;
+  if (!checkpoint_requested && !stop_requested) return Status::Ok();
+  const bool root = is_root();
+  const std::string& dir = config_.checkpoint.dir;
+  const long long n = static_cast<long long>(steps_done);
+  if (!checkpointer_->enabled()) {
+    if (root) {
+      std::fprintf(out, stop_requested
+                            ? "tessera: stopped at step %lld on the supervisor's request (no "
+                              "checkpoint.dir: nothing saved)\n"
+                            : "tessera: checkpoint requested at step %lld, but checkpoint.dir is "
+                              "not set: nothing saved\n",
+                   n);
+      std::fflush(out);
+    }
+    return Status::Ok();
+  }
+  Phase(TrainPhase::kCheckpoint);
+  if (!saved_this_step) RETURN_IF_ERROR(SaveNow(steps_done));
+  if (!stop_requested) {
+    Phase(TrainPhase::kIdle);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));  // committed (or failed) on every rank
+  Phase(TrainPhase::kIdle);
+  if (!root) return Status::Ok();
+  // Rank 0 committed it, so its view of the directory is the ground truth.
+  auto committed = CommittedSteps(dir);
+  if (committed.ok() && std::find(committed->begin(), committed->end(), steps_done) !=
+                            committed->end()) {
+    std::fprintf(out,
+                 "tessera: stopped at step %lld on the supervisor's request (checkpoint step "
+                 "%lld committed)\n", n, n);
+  } else if (committed.ok() && !committed->empty()) {
+    std::fprintf(out,
+                 "tessera: stopped at step %lld on the supervisor's request (its checkpoint "
+                 "failed; newest committed: step %lld)\n",
+                 n, static_cast<long long>(committed->front()));
+  } else {
+    std::fprintf(out,
+                 "tessera: stopped at step %lld on the supervisor's request (its checkpoint "
+                 "failed; nothing committed under %s)\n", n, dir.c_str());
+  }
+  std::fflush(out);
+  return Status::Ok();
 }
 
 }  // namespace tessera

@@ -27,6 +27,14 @@
 // the summary).
 // Determinism: same config, layout and seed => bit-identical weights (fixed-order kernels,
 // counter-based randomness, explicit data position, rank-order reductions).
+// Supervision (run_link.h): with a RunLink the trainer publishes its step and phase, sends the
+// coordinator's catalog records to link->catalog(), and at each step boundary (after that
+// step's checkpoint handling) samples the link's requests, agrees on them across all ranks
+// (one max-reduction of two flags over the world communicator: every rank saves and stops
+// after the same step) and acts: a checkpoint request saves now; a stop saves this step (if
+// not saved already), waits for its commit and returns from Run with summary.stopped set and
+// no final export. Without a link none of this runs (no extra collective); with one the
+// numerics are the same bits (the agreement moves two ints, never touches training state).
 // Single-threaded driver; kernels parallelise inside; the comm backend moves data on its own
 // thread while backward runs.
 #pragma once
@@ -47,6 +55,7 @@
 #include "runtime/train/data/data_loader.h"
 #include "runtime/train/param_shards.h"
 #include "runtime/train/metrics.h"
+#include "runtime/train/run_link.h"
 #include "runtime/train/world.h"
 
 namespace tessera {
@@ -57,12 +66,16 @@ class Trainer {
   // train (and, when available, validation) loaders. Errors: bad init_from weights, missing
   // or malformed data files — as Status, before any step runs.
   // `world` (may be null: one process) gives the rank and the dp group; it must outlive the
-  // trainer.
-  static Result<std::unique_ptr<Trainer>> Create(const Config& config, World* world = nullptr);
+  // trainer. `link` (may be null: a standalone run) is the supervisor's seam (run_link.h);
+  // it must outlive the trainer too.
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config, World* world = nullptr,
+                                                 RunLink* link = nullptr);
 
   // Trains config.train.steps steps, writing progress to `out` and files to out_dir (rank 0;
   // other ranks print nothing and write nothing). A failed collective comes back as its
-  // Status; in a multi-rank job the caller must then end the job (AbortJob).
+  // Status; in a multi-rank job the caller must then end the job (AbortJob). Stopped on the
+  // link's request: returns early with summary.stopped (no model.safetensors, memory.json or
+  // full summary; one line says where it stopped and what was committed).
   Result<TrainSummary> Run(FILE* out);
 
   // Mean loss over `batches` validation micro-batches from the start of the held-out split.
@@ -92,6 +105,16 @@ class Trainer {
   Result<StepResult> TrainStep(float lr);
   // Unscales (fp16), measures the global norm and clips this rank's reduced gradients.
   Result<double> ClipGradients();
+  void Phase(TrainPhase phase) {
+    if (link_ != nullptr) link_->SetPhase(phase);
+  }
+  // The step-boundary part of supervision after `steps_done` steps (see the file comment).
+  // `saved_this_step`: a save of this step was started at this boundary already. Sets *stop
+  // when the run must return now.
+  Status HandleLinkRequests(int64_t steps_done, bool saved_this_step, FILE* out, bool* stop);
+  // Starts the save of `steps_done` now, after completing one in flight (so checkpoint.on_busy
+  // skip cannot drop a requested save).
+  Status SaveNow(int64_t steps_done);
   // Per-rank peak bytes by kind: the table for the summary and <out_dir>/memory.json.
   Result<std::vector<double>> GatherMemory();
   bool is_root() const { return dp_rank_ == 0; }
@@ -99,9 +122,14 @@ class Trainer {
   Config config_;
   MemoryTracker memory_;
   std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
+  std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
+                                             //   reports backward's start (before model_ too)
   std::unique_ptr<Transformer> model_;
   std::optional<LossScaler> loss_scaler_;  // fp16 only
   std::unique_ptr<Checkpointer> checkpointer_;
+  RunLink* link_ = nullptr;             // null: standalone
+  Communicator* agree_comm_ = nullptr;  // the world group the link's requests are agreed on
+                                        //   (null: one rank, or no link)
   int64_t start_step_ = 0;  // steps already done (resumed from a checkpoint)
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;

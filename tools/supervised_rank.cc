@@ -1,0 +1,241 @@
+// tools/supervised_rank.cc — the supervised rank's link (see supervised_rank.h).
+#include "tools/supervised_rank.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/activity.h"
+#include "runtime/supervisor/rank_env.h"
+
+namespace tessera {
+namespace {
+
+bool ParseInt64(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+bool Printable(const std::string& s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+Status Bad(const char* name, const std::string& value, const std::string& want) {
+  return InvalidArgument(std::string("supervised rank: environment variable ") + name + "='" +
+                         (Printable(value) ? value : "<non-printable>") + "' " + want);
+}
+
+Result<std::string> Required(EnvGetter get, const char* name) {
+  const char* v = get(name);
+  if (v == nullptr || *v == '\0') {
+    return InvalidArgument(std::string("supervised rank: environment variable ") + name +
+                           " is not set (" + kEnvControlPort +
+                           " is, so the supervisor must set it too)");
+  }
+  return std::string(v);
+}
+
+// "RANK:STEP", both non-negative integers.
+Result<std::optional<FaultPoint>> ParseFault(EnvGetter get, const char* name) {
+  const char* v = get(name);
+  if (v == nullptr) return std::optional<FaultPoint>();
+  const std::string s(v);
+  const size_t colon = s.find(':');
+  int64_t rank = -1, step = -1;
+  if (colon == std::string::npos || !ParseInt64(s.substr(0, colon), &rank) ||
+      !ParseInt64(s.substr(colon + 1), &step) || rank < 0 || rank > kControlMaxWorldSize ||
+      step < 0) {
+    return Bad(name, s, "is not RANK:STEP (two non-negative integers, e.g. 1:5)");
+  }
+  return std::optional<FaultPoint>(FaultPoint{static_cast<int>(rank), step});
+}
+
+RankPhase ToRankPhase(TrainPhase p) {
+  switch (p) {
+    case TrainPhase::kIdle: return RankPhase::kIdle;
+    case TrainPhase::kForward: return RankPhase::kForward;
+    case TrainPhase::kBackward: return RankPhase::kBackward;
+    case TrainPhase::kOptimizer: return RankPhase::kOptimizer;
+    case TrainPhase::kCheckpoint: return RankPhase::kCheckpoint;
+    case TrainPhase::kEval: return RankPhase::kEval;
+  }
+  return RankPhase::kIdle;
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "unknown";
+  std::string host(buf);
+  return Printable(host) ? host : "unknown";
+}
+
+}  // namespace
+
+Result<std::optional<SupervisedRankEnv>> ReadSupervisedRankEnv(EnvGetter get) {
+  const char* port_text = get(kEnvControlPort);
+  if (port_text == nullptr) return std::optional<SupervisedRankEnv>();
+  SupervisedRankEnv env;
+  int64_t port = 0;
+  if (!ParseInt64(port_text, &port) || port < 1 || port > 65535) {
+    return Bad(kEnvControlPort, port_text, "is not a TCP port (1..65535)");
+  }
+  env.port = static_cast<uint16_t>(port);
+  ASSIGN_OR_RETURN(env.address, Required(get, kEnvControlAddress));
+  in6_addr scratch;
+  if (inet_pton(AF_INET, env.address.c_str(), &scratch) != 1 &&
+      inet_pton(AF_INET6, env.address.c_str(), &scratch) != 1) {
+    return Bad(kEnvControlAddress, env.address, "is not an IPv4 or IPv6 literal");
+  }
+  ASSIGN_OR_RETURN(env.secret, Required(get, kEnvControlSecret));
+  if (env.secret.size() > kControlMaxSecretBytes) {
+    return InvalidArgument(std::string("supervised rank: environment variable ") +
+                           kEnvControlSecret + " is longer than " +
+                           std::to_string(kControlMaxSecretBytes) + " bytes");
+  }
+  ASSIGN_OR_RETURN(env.run_id, Required(get, kEnvRunId));
+  if (env.run_id.size() > kControlMaxRunIdBytes || !Printable(env.run_id)) {
+    return Bad(kEnvRunId, env.run_id,
+               "is not printable ASCII of at most " + std::to_string(kControlMaxRunIdBytes) +
+                   " bytes");
+  }
+  ASSIGN_OR_RETURN(const std::string incarnation, Required(get, kEnvIncarnation));
+  if (!ParseInt64(incarnation, &env.incarnation) || env.incarnation < 0) {
+    return Bad(kEnvIncarnation, incarnation, "is not a non-negative integer");
+  }
+  if (const char* hb = get(kEnvHeartbeatMs); hb != nullptr) {
+    int64_t ms = 0;
+    if (!ParseInt64(hb, &ms) || ms < 1 || ms > 60000) {
+      return Bad(kEnvHeartbeatMs, hb, "is not a heartbeat interval in ms (1..60000)");
+    }
+    env.heartbeat_ms = static_cast<int>(ms);
+  }
+  ASSIGN_OR_RETURN(env.fault_hang, ParseFault(get, kEnvFaultHang));
+  ASSIGN_OR_RETURN(env.fault_crash, ParseFault(get, kEnvFaultCrash));
+  return std::optional<SupervisedRankEnv>(std::move(env));
+}
+
+// Relays the coordinator's catalog writes to the supervisor, the catalog's single writer; a
+// committed entry is also reported as a commit (what the supervisor's resume choice and
+// crash-loop guard follow). Knows no entries itself.
+class SupervisedRank::RelayCatalog final : public CatalogSink {
+ public:
+  explicit RelayCatalog(ControlClient& client) : client_(client) {}
+
+  Status Put(const CheckpointEntry& e) override {
+    CatalogRecordMsg m;
+    m.op = CatalogOp::kPut;
+    m.entry = e;
+    Status s = client_.SendCatalogRecord(m);
+    if (e.status == CheckpointStatus::kCommitted) client_.ReportCommit(e.step);
+    return s;
+  }
+  Status SetStatus(int64_t step, CheckpointStatus status, const std::string& note) override {
+    CatalogRecordMsg m;
+    m.op = CatalogOp::kStatus;
+    m.step = step;
+    m.status = status;
+    m.note = note;
+    return client_.SendCatalogRecord(m);
+  }
+  Status AddEvent(const std::string& kind, const std::string& message) override {
+    CatalogRecordMsg m;
+    m.op = CatalogOp::kEvent;
+    m.kind = kind;
+    m.message = message;
+    return client_.SendCatalogRecord(m);
+  }
+  Result<CheckpointEntry> Get(int64_t step) const override {
+    return NotFound("step " + std::to_string(step) +
+                    ": the supervisor keeps the catalog; this rank only relays writes");
+  }
+
+ private:
+  ControlClient& client_;
+};
+
+SupervisedRank::SupervisedRank(int rank, SupervisedRankEnv env) : rank_(rank), env_(std::move(env)) {}
+
+SupervisedRank::~SupervisedRank() = default;
+
+Result<std::unique_ptr<SupervisedRank>> SupervisedRank::FromEnvironment(int rank, int world_size) {
+  ASSIGN_OR_RETURN(std::optional<SupervisedRankEnv> env, ReadSupervisedRankEnv(
+                                              [](const char* name) -> const char* {
+                                                return std::getenv(name);
+                                              }));
+  if (!env) return std::unique_ptr<SupervisedRank>();
+  std::unique_ptr<SupervisedRank> link(new SupervisedRank(rank, std::move(*env)));
+  ControlClientOptions o;
+  o.address = link->env_.address;
+  o.port = link->env_.port;
+  o.heartbeat_interval_ms = link->env_.heartbeat_ms;
+  o.hello.run_id = link->env_.run_id;
+  o.hello.incarnation = link->env_.incarnation;
+  o.hello.rank = rank;
+  o.hello.world_size = world_size;
+  o.hello.pid = static_cast<int64_t>(getpid());
+  o.hello.host = HostName();
+  o.hello.secret = link->env_.secret;
+  // Runs on the client's thread: two relaxed loads.
+  o.before_heartbeat = [](HeartbeatMsg& hb) {
+    const CommActivity a = SampleCommActivity();
+    if (a.waiting > 0) hb.phase = RankPhase::kCollective;
+    hb.collective_seq = a.ops_launched;
+  };
+  auto client = ControlClient::Connect(o);
+  if (!client.ok()) {
+    return client.status().WithPrefix("supervised rank " + std::to_string(rank) +
+                                      ": cannot reach the supervisor at " + o.address + ":" +
+                                      std::to_string(o.port));
+  }
+  link->client_ = std::move(*client);
+  link->catalog_ = std::make_unique<RelayCatalog>(*link->client_);
+  return link;
+}
+
+void SupervisedRank::SetStep(int64_t steps_done) {
+  client_->SetStep(steps_done);
+  if (env_.fault_crash && env_.fault_crash->rank == rank_ && env_.fault_crash->step == steps_done) {
+    std::fprintf(stderr, "tessera: rank %d: %s fault hook: SIGKILL at step %lld\n", rank_,
+                 kEnvFaultCrash, static_cast<long long>(steps_done));
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  if (env_.fault_hang && env_.fault_hang->rank == rank_ && env_.fault_hang->step == steps_done) {
+    std::fprintf(stderr, "tessera: rank %d: %s fault hook: training thread hangs at step %lld\n",
+                 rank_, kEnvFaultHang, static_cast<long long>(steps_done));
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // heartbeats go on
+  }
+}
+
+void SupervisedRank::SetPhase(TrainPhase phase) { client_->SetPhase(ToRankPhase(phase)); }
+
+bool SupervisedRank::TakeCheckpointRequest() { return client_->ConsumeCheckpointRequest(); }
+
+bool SupervisedRank::StopRequested() {
+  if (client_->stop_requested()) return true;
+  if (!client_->supervisor_lost()) return false;
+  if (!told_lost_.exchange(true)) {
+    std::fprintf(stderr, "tessera: rank %d lost its supervisor (%s): saving and stopping\n", rank_,
+                 client_->lost_reason().c_str());
+  }
+  return true;
+}
+
+CatalogSink* SupervisedRank::catalog() { return catalog_.get(); }
+
+Status SupervisedRank::Shutdown(int exit_code) {
+  return client_->Shutdown(exit_code < 0 ? 0 : exit_code > 255 ? 255 : exit_code);
+}
+
+}  // namespace tessera
