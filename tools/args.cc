@@ -2,6 +2,7 @@
 #include "tools/args.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 namespace tessera::cli {
@@ -60,6 +61,16 @@ Result<int64_t> ParseIntFlag(const std::string& flag, const std::string& value) 
     return InvalidArgument(flag + ": expected a non-negative integer, got \"" + value + "\"");
   }
   return static_cast<int64_t>(v);
+}
+
+Result<double> ParseNumberFlag(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || errno == ERANGE) {
+    return InvalidArgument(flag + ": expected a non-negative number, got \"" + value + "\"");
+  }
+  return v;
 }
 
 }  // namespace tessera::cli

@@ -30,5 +30,7 @@ Result<ParsedArgs> ParseArgs(const std::vector<std::string>& args, const std::st
 
 // Parses a non-negative integer flag value; error names the flag.
 Result<int64_t> ParseIntFlag(const std::string& flag, const std::string& value);
+// Parses a finite, non-negative number (seconds, factors); error names the flag.
+Result<double> ParseNumberFlag(const std::string& flag, const std::string& value);
 
 }  // namespace tessera::cli

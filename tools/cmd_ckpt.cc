@@ -37,7 +37,7 @@ namespace {
 
 void PrintCkptHelp(FILE* out) {
   std::fprintf(out,
-      "usage: tessera ckpt ls DIR\n"
+      "usage: tessera ckpt ls DIR [--events]\n"
       "       tessera ckpt verify DIR [--step N]\n"
       "       tessera ckpt export DIR [--step N] --out FILE.safetensors [--dtype f32|bf16|f16]\n"
       "       tessera ckpt gc DIR [--keep-last K] [--keep-every E] [--dry-run]\n\n"
@@ -47,6 +47,8 @@ void PrintCkptHelp(FILE* out) {
       "           background write time of the save, commit time. Merges the catalog with the\n"
       "           disk and flags disagreements (a committed directory the catalog lacks, an\n"
       "           entry whose directory is gone). Safe while training runs (read-only).\n"
+      "           --events adds the run's history from the catalog: saves, commits, resumes,\n"
+      "           corruption and, under tessera launch, launches, failures and restarts.\n"
       "  verify   reads every segment of one checkpoint and checks its CRC-32C (default: the\n"
       "           newest committed). Exit 0 if intact, 5 naming the file and tensor if not —\n"
       "           then resume from an older step. Read-only.\n"
@@ -249,6 +251,20 @@ int RunLs(const ParsedArgs& p) {
   if (flagged) std::printf("; %d flagged", flagged);
   std::printf("\n");
   if (!catalog_note.empty()) std::printf("%s\n", catalog_note.c_str());
+  if (p.Has("--events") && catalog.ok()) {
+    // The run's history: saves, commits, resumes, corruption, and under `tessera launch` the
+    // supervisor's launches, failures and restarts (kinds "supervisor_*").
+    auto events = (*catalog)->Events();
+    if (!events.ok()) {
+      std::printf("events unreadable: %s\n", events.status().ToString().c_str());
+    } else {
+      std::printf("\n%-19s  %-22s  %s\n", "TIME", "EVENT", "MESSAGE");
+      for (const CatalogEvent& ev : *events) {
+        std::printf("%-19s  %-22s  %s\n", FormatUnixTime(ev.unix_s).c_str(), ev.kind.c_str(),
+                    ev.message.c_str());
+      }
+    }
+  }
   return kExitOk;
 }
 
@@ -455,7 +471,7 @@ int RunCkpt(const Args& args) {
   }
   int code = kExitUsage;
   if (sub == "ls") {
-    auto p = ParseSub(rest, sub, {}, {}, &code);
+    auto p = ParseSub(rest, sub, {}, {"--events"}, &code);
     return p ? RunLs(*p) : code;
   }
   if (sub == "verify") {

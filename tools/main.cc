@@ -19,6 +19,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"train", "train a model from a YAML config (tessera train configs/tiny.yaml)", RunTrain},
+    {"launch", "train under the supervisor: restarts failed ranks from the last checkpoint",
+     RunLaunch},
     {"eval", "print the mean loss of weights on held-out data", RunEval},
     {"export", "write weights as safetensors with Hugging Face names", RunExport},
     {"data", "prepare data: 'tessera data tokenize --input FILE... --out DIR'", RunData},

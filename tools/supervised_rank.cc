@@ -45,19 +45,26 @@ Result<std::string> Required(EnvGetter get, const char* name) {
   return std::string(v);
 }
 
-// "RANK:STEP", both non-negative integers.
+// "RANK:STEP[:INCARNATION]", non-negative integers.
 Result<std::optional<FaultPoint>> ParseFault(EnvGetter get, const char* name) {
   const char* v = get(name);
   if (v == nullptr) return std::optional<FaultPoint>();
   const std::string s(v);
-  const size_t colon = s.find(':');
-  int64_t rank = -1, step = -1;
-  if (colon == std::string::npos || !ParseInt64(s.substr(0, colon), &rank) ||
-      !ParseInt64(s.substr(colon + 1), &step) || rank < 0 || rank > kControlMaxWorldSize ||
-      step < 0) {
-    return Bad(name, s, "is not RANK:STEP (two non-negative integers, e.g. 1:5)");
+  std::vector<std::string> parts;
+  for (size_t begin = 0;;) {
+    const size_t colon = s.find(':', begin);
+    parts.push_back(s.substr(begin, colon == std::string::npos ? std::string::npos : colon - begin));
+    if (colon == std::string::npos) break;
+    begin = colon + 1;
   }
-  return std::optional<FaultPoint>(FaultPoint{static_cast<int>(rank), step});
+  int64_t rank = -1, step = -1, incarnation = -1;
+  if (parts.size() < 2 || parts.size() > 3 || !ParseInt64(parts[0], &rank) ||
+      !ParseInt64(parts[1], &step) || rank < 0 || rank > kControlMaxWorldSize || step < 0 ||
+      (parts.size() == 3 && (!ParseInt64(parts[2], &incarnation) || incarnation < 0))) {
+    return Bad(name, s,
+               "is not RANK:STEP[:INCARNATION] (non-negative integers, e.g. 1:5 or 1:5:0)");
+  }
+  return std::optional<FaultPoint>(FaultPoint{static_cast<int>(rank), step, incarnation});
 }
 
 RankPhase ToRankPhase(TrainPhase p) {
@@ -202,15 +209,20 @@ Result<std::unique_ptr<SupervisedRank>> SupervisedRank::FromEnvironment(int rank
   return link;
 }
 
+bool SupervisedRank::FaultFires(const std::optional<FaultPoint>& f, int64_t steps_done) const {
+  return f && f->rank == rank_ && f->step == steps_done &&
+         (f->incarnation < 0 || f->incarnation == env_.incarnation);
+}
+
 void SupervisedRank::SetStep(int64_t steps_done) {
   client_->SetStep(steps_done);
-  if (env_.fault_crash && env_.fault_crash->rank == rank_ && env_.fault_crash->step == steps_done) {
+  if (FaultFires(env_.fault_crash, steps_done)) {
     std::fprintf(stderr, "tessera: rank %d: %s fault hook: SIGKILL at step %lld\n", rank_,
                  kEnvFaultCrash, static_cast<long long>(steps_done));
     std::fflush(stderr);
     std::raise(SIGKILL);
   }
-  if (env_.fault_hang && env_.fault_hang->rank == rank_ && env_.fault_hang->step == steps_done) {
+  if (FaultFires(env_.fault_hang, steps_done)) {
     std::fprintf(stderr, "tessera: rank %d: %s fault hook: training thread hangs at step %lld\n",
                  rank_, kEnvFaultHang, static_cast<long long>(steps_done));
     std::fflush(stderr);

@@ -14,9 +14,10 @@
 // down anyway and a save is the best this rank can do).
 //
 // Fault hooks — FOR TESTS AND `tessera chaos` ONLY (nothing sets them by default):
-// TESSERA_FAULT_HANG / TESSERA_FAULT_CRASH = "RANK:STEP" (a bad format fails at startup). On
-// that rank, when SetStep reports STEP steps completed (in every incarnation that gets there,
-// including right after a resume at STEP), SetStep never returns (hang: the training thread
+// TESSERA_FAULT_HANG / TESSERA_FAULT_CRASH = "RANK:STEP[:INCARNATION]" (a bad format fails at
+// startup). On that rank, when SetStep reports STEP steps completed (in every incarnation that
+// gets there, including right after a resume at STEP — or only in incarnation INCARNATION when
+// given, so a restarted job can get past the fault), SetStep never returns (hang: the training thread
 // sleeps forever before its next collective while the heartbeat thread goes on) or the
 // process kills itself with SIGKILL (crash).
 //
@@ -40,6 +41,7 @@ namespace tessera {
 struct FaultPoint {
   int rank = 0;
   int64_t step = 0;
+  int64_t incarnation = -1;  // -1: every incarnation
 };
 
 // What the supervisor's environment says, validated.
@@ -80,6 +82,7 @@ class SupervisedRank final : public RunLink {
  private:
   class RelayCatalog;
   SupervisedRank(int rank, SupervisedRankEnv env);
+  bool FaultFires(const std::optional<FaultPoint>& fault, int64_t steps_done) const;
 
   const int rank_;
   const SupervisedRankEnv env_;

@@ -17,6 +17,7 @@ enum ExitCode : int {
   kExitCorruptCheckpoint = 5,  // checkpoint failed verification: pick an older one
   kExitCommTimeout = 6,        // a collective's bounded wait expired: restart
   kExitStopped = 7,            // stopped on request (preemption) after saving
+  kExitGaveUp = 8,             // tessera launch: restart budget or crash-loop guard exhausted
 };
 
 // Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).

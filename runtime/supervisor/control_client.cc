@@ -105,8 +105,9 @@ struct ControlClient::Impl {
                       });
   }
 
-  void SendHeartbeat() {
-    if (closed || !out.empty()) return;  // coalesce: the newest values go with the next tick
+  // `final`: the last one before bye, never coalesced (the supervisor learns the final step).
+  void SendHeartbeat(bool final = false) {
+    if (closed || (!out.empty() && !final)) return;  // coalesce: the newest values go next tick
     HeartbeatMsg hb;
     hb.step = step.load(std::memory_order_relaxed);
     hb.phase = static_cast<RankPhase>(phase.load(std::memory_order_relaxed));
@@ -306,6 +307,7 @@ Status ControlClient::Shutdown(int exit_code, int timeout_ms) {
   asio::post(impl->io, [impl, f = std::move(bye).value()]() mutable {
     if (impl->closed) return impl->SignalBye(false);
     impl->heartbeat_timer.cancel();
+    impl->SendHeartbeat(/*final=*/true);
     impl->closing_after_drain = true;
     impl->Enqueue(std::move(f));
   });

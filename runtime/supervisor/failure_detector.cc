@@ -187,7 +187,7 @@ std::optional<Failure> FailureDetector::Check(const std::vector<RankState>& rank
   }
   if (newest != nullptr) ObserveStep(newest->step, newest->last_heartbeat);
 
-  std::optional<Failure> f = CheckConnectionLost(ranks);
+  std::optional<Failure> f = CheckConnectionLost(ranks, now);
   if (!f) f = CheckHeartbeats(ranks, now);
   if (!f) f = CheckStall(ranks, now);
   if (!f) f = CheckStartup(ranks, now);
@@ -201,36 +201,52 @@ std::optional<Failure> FailureDetector::Check(const std::vector<RankState>& rank
   return std::nullopt;
 }
 
-std::optional<Failure> FailureDetector::CheckConnectionLost(const std::vector<RankState>& ranks) {
-  Failure f;
-  f.kind = FailureKind::kConnectionLost;
-  std::string reasons;
-  bool any = false;
-  for (int r = 0; r < world_size_; ++r) {
-    const PerRank& pr = ranks_[r];
+std::optional<Failure> FailureDetector::CheckConnectionLost(const std::vector<RankState>& ranks,
+                                                            Clock::time_point now) {
+  struct Lost {
+    int rank;
     Clock::time_point at;
     std::string reason;
+  };
+  std::vector<Lost> lost;
+  for (int r = 0; r < world_size_; ++r) {
+    const PerRank& pr = ranks_[r];
     if (pr.lost) {
-      at = pr.lost_at;
-      reason = pr.lost_reason;
+      lost.push_back({r, pr.lost_at, pr.lost_reason});
     } else if (r < static_cast<int>(ranks.size()) && ranks[r].ever_registered &&
                !ranks[r].connected && !ranks[r].said_bye && !pr.said_bye) {
       // The snapshot shows a closed connection whose event has not reached us (yet).
-      at = ranks[r].disconnected_at;
-      reason = "connection closed";
-    } else {
+      lost.push_back({r, ranks[r].disconnected_at, "connection closed"});
+    }
+  }
+  if (lost.empty()) return std::nullopt;
+  // The first loss is the failure. mpirun kills the surviving ranks a few milliseconds after
+  // it notices a death, so later closes are its doing — except those within the
+  // simultaneity window: ranks that died together (a lost host).
+  Clock::time_point first = lost[0].at;
+  for (const Lost& l : lost) first = std::min(first, l.at);
+  const auto window = std::chrono::microseconds(static_cast<int64_t>(options_.simultaneous_loss_ms * 1000));
+  // Wait out the window so every rank that died with the first one is in the same failure.
+  if (now - first < window) return std::nullopt;
+  Failure f;
+  f.kind = FailureKind::kConnectionLost;
+  f.suspected_at = first;
+  std::string reasons, later;
+  for (const Lost& l : lost) {
+    const double after_ms = std::chrono::duration<double, std::milli>(l.at - first).count();
+    if (l.at - first > window) {
+      later += Format("%s%d (+%.1f ms)", later.empty() ? "" : ", ", l.rank, after_ms);
       continue;
     }
-    if (!any || at < f.suspected_at) f.suspected_at = at;
-    any = true;
-    f.ranks.push_back(r);
+    f.ranks.push_back(l.rank);
     if (!reasons.empty()) reasons += "; ";
-    reasons += Format("rank %d: %s", r, reason.empty() ? "closed" : reason.c_str());
+    reasons += Format("rank %d: %s, +%.2f ms", l.rank, l.reason.empty() ? "closed" : l.reason.c_str(),
+                      after_ms);
   }
-  if (!any) return std::nullopt;
   f.detail = Format("%s: control connection closed without a bye (%s) at step %lld",
                     RankWord(f.ranks).c_str(), reasons.c_str(),
                     static_cast<long long>(max_step_));
+  if (!later.empty()) f.detail += "; closed later (taken down with the job): ranks " + later;
   return f;
 }
 

@@ -71,7 +71,10 @@ struct DetectorOptions {
   // Default 3, >= 1.
   double straggler_factor = 3;
   int straggler_window = 50;             // heartbeats per rank considered; default 50, >= 2
-  int straggler_min_heartbeats = 10;     // a rank is judged once it has this many; [1, window]
+  // Connection losses within this many ms of the first one are one failure (ranks that died
+  // together: a lost host); later ones are the job being taken down after it.
+  double simultaneous_loss_ms = 2;
+  int straggler_min_heartbeats = 30;     // a rank is judged once it has this many; [1, window]
   double straggler_report_interval_s = 60;  // per rank, at most one report per this; >= 0
 };
 
@@ -140,7 +143,8 @@ class FailureDetector {
   };
 
   void ObserveStep(int64_t step, std::chrono::steady_clock::time_point t);
-  std::optional<Failure> CheckConnectionLost(const std::vector<RankState>& ranks);
+  std::optional<Failure> CheckConnectionLost(const std::vector<RankState>& ranks,
+                                             std::chrono::steady_clock::time_point now);
   std::optional<Failure> CheckHeartbeats(const std::vector<RankState>& ranks,
                                          std::chrono::steady_clock::time_point now);
   std::optional<Failure> CheckStall(const std::vector<RankState>& ranks,

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""`tessera launch` under faults injected from outside (label multirank).
+
+usage: supervisor_faults.py TESSERA CONFIG WORKDIR [CASE...]
+
+Every run is the same 4-rank job (dp=4, ZeRO-1, checkpoint every 4 steps, 48 steps). The
+reference is that job under the supervisor with no fault. Each case injects one fault while
+the job runs and passes when the supervisor detects it with the expected kind, relaunches,
+and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
+  crash      SIGKILL of rank 2 (its control connection closes: connection_lost)
+  sigstop    SIGSTOP of rank 1 (heartbeats stop: heartbeat_timeout, --heartbeat-timeout 2)
+  hang       rank 1 blocks before a collective in incarnation 0 (TESSERA_FAULT_HANG hook;
+             heartbeats go on: stall, derived timeout with --stall-floor 3; the report names
+             rank 1 as the one that did not reach the collective)
+  node       SIGKILL of ranks 2 and 3 at once (a lost host: one failure naming both)
+  preempt    SIGTERM to the supervisor: exit 7 after a checkpoint; a second launch resumes
+             and finishes bit-identical
+  budget     a crash on every incarnation (TESSERA_FAULT_CRASH) with --max-restarts 1: the
+             supervisor gives up with exit 8 after 2 failures
+  crashloop  the same crash with --crash-loop 2: gives up (no new checkpoint between them)
+  badconfig  -n not matching the config, and a malformed hostfile: exit 3 before launch, the
+             message naming the problem (hostfile:line)
+Timings are generous bounds (a loaded 2-core machine), never asserted tight; the measured
+detection latencies are printed by the supervisor's report.
+"""
+import json, os, re, shutil, signal, subprocess, sys, time
+
+from tessera_runs import same_bits
+
+tessera, config, work = sys.argv[1:4]
+cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "budget",
+                         "crashloop"]
+STEPS = 48
+COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
+          "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
+          "schedule.warmup_steps=2", f"schedule.decay_steps={STEPS}", f"train.steps={STEPS}",
+          "checkpoint.interval_steps=4", "checkpoint.keep_last=3", "comm.timeout_s=300"]
+failures = []
+
+
+def check(cond, what):
+    print(f"  {what}: {'ok' if cond else 'NO'}")
+    if not cond:
+        failures.append(what)
+
+
+def launch_cmd(name, extra=(), np=4, sets=()):
+    out = os.path.join(work, name)
+    cmd = [tessera, "launch", "-n", str(np), config, "--backoff", "0.2", "--heartbeat-ms", "100"]
+    for s in COMMON + list(sets) + ["train.out_dir=" + out, "checkpoint.dir=" + out + "/ckpt"]:
+        cmd += ["--set", s]
+    return out, cmd + list(extra)
+
+
+def start(name, extra=(), env=None, np=4, sets=(), log_name=None):
+    out, cmd = launch_cmd(name, extra, np, sets)
+    log = open(os.path.join(work, (log_name or name) + ".log"), "w")
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+    return out, p, log.name
+
+
+def finish(name, p, logname, expect=0, limit=300):
+    t0 = time.time()
+    try:
+        rc = p.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+        print(open(logname).read()[-6000:])
+        sys.exit(f"FAIL: {name} did not end within {limit} s")
+    text = open(logname).read()
+    print(f"{name}: exit {rc}")
+    if rc != expect:
+        print(text[-8000:])
+        failures.append(f"{name} exited {rc}, expected {expect}")
+    return text
+
+
+def steps_done(out):
+    try:
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def wait_steps(out, n, p, limit=120):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if steps_done(out) >= n:
+            return True
+        if p.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def rank_pids(out):
+    """pid by rank of the ranks whose command line names this run's out_dir."""
+    pids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"train" not in cmd or not any(out.encode() in c for c in cmd):
+            continue
+        for kv in env:
+            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                pids[int(kv.split(b"=")[1])] = int(d)
+    return pids
+
+
+def report(out):
+    with open(os.path.join(out, "launch", "report.json")) as f:
+        return json.load(f)
+
+
+def failure_kinds(out):
+    return [f["kind"] for f in report(out)["failures"]]
+
+
+def signal_ranks(name, out, p, ranks, sig, at_step=10):
+    if not wait_steps(out, at_step, p):
+        failures.append(f"{name}: the job never reached step {at_step}")
+        return
+    pids = rank_pids(out)
+    for r in ranks:
+        if r not in pids:
+            failures.append(f"{name}: rank {r} not found")
+            return
+    for r in ranks:
+        os.kill(pids[r], sig)
+    print(f"  {name}: sent signal {sig} to ranks {ranks} at step >= {at_step}")
+
+
+shutil.rmtree(work, ignore_errors=True)  # every run starts fresh (a stale checkpoint would resume)
+os.makedirs(work)
+t_all = time.time()
+
+if "badconfig" in cases:
+    out, cmd = launch_cmd("badconfig", np=3)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(p.returncode == 3 and "needs 4 ranks, but -n is 3" in p.stdout,
+          "-n 3 for a dp=4 config: exit 3 naming both counts")
+    hostfile = os.path.join(work, "hosts.txt")
+    with open(hostfile, "w") as f:
+        f.write("# two hosts\nlocalhost slots=2\nnode-b slots=two\n")
+    out, cmd = launch_cmd("badconfig", extra=["--hostfile", hostfile])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(p.returncode == 3 and f"{hostfile}:3" in p.stdout, "malformed hostfile: exit 3 naming file:line")
+    check(not os.path.exists(os.path.join(work, "badconfig", "launch", "logs")), "nothing was launched")
+
+print("reference run (no fault)")
+ref, p, logname = start("reference")
+text = finish("reference", p, logname)
+check(f"finished" in text and report(ref)["failures"] == [], "reference: finished with no failure")
+
+if "crash" in cases:
+    out, p, logname = start("crash")
+    signal_ranks("crash", out, p, [2], signal.SIGKILL)
+    finish("crash", p, logname)
+    check(failure_kinds(out) == ["connection_lost"], "crash detected as connection_lost")
+    same_bits(ref, out, "crash: final weights", failures)
+
+if "sigstop" in cases:
+    out, p, logname = start("sigstop", extra=["--heartbeat-timeout", "2"])
+    signal_ranks("sigstop", out, p, [1], signal.SIGSTOP)
+    finish("sigstop", p, logname)
+    kinds = failure_kinds(out)
+    check(kinds == ["heartbeat_timeout"], f"SIGSTOP detected as heartbeat_timeout ({kinds})")
+    same_bits(ref, out, "sigstop: final weights", failures)
+
+if "hang" in cases:
+    out, p, logname = start("hang", extra=["--stall-floor", "3"], env={"TESSERA_FAULT_HANG": "1:14:0"})
+    text = finish("hang", p, logname)
+    r = report(out)
+    kinds = [f["kind"] for f in r["failures"]]
+    check(kinds == ["stall"], f"hang detected as stall ({kinds})")
+    if kinds == ["stall"]:
+        check(r["failures"][0]["ranks"] == [1], f"stall names rank 1 ({r['failures'][0]['detail']})")
+    same_bits(ref, out, "hang: final weights", failures)
+
+if "node" in cases:
+    out, p, logname = start("node")
+    signal_ranks("node", out, p, [2, 3], signal.SIGKILL)
+    finish("node", p, logname)
+    r = report(out)
+    # Both ranks are named when their sockets close within the simultaneity window (2 ms); on
+    # a loaded 2-core machine the second one's exit can be scheduled later, and then it is
+    # listed as taken down with the job. Either way: one failure, among ranks 2 and 3.
+    ranks = [f["ranks"] for f in r["failures"]]
+    check(len(ranks) == 1 and ranks[0] and set(ranks[0]) <= {2, 3},
+          f"node loss: one failure naming ranks among 2,3 ({ranks})")
+    same_bits(ref, out, "node: final weights", failures)
+
+if "preempt" in cases:
+    out, p, logname = start("preempt")
+    if wait_steps(out, 10, p):
+        os.kill(p.pid, signal.SIGTERM)
+    text = finish("preempt", p, logname, expect=7)
+    m = re.search(r"stopped at step (\d+)", text)
+    check(m is not None, "ranks stopped after a checkpoint")
+    out2, p2, logname2 = start("preempt", log_name="preempt-relaunch")  # same dirs: resumes
+    text2 = finish("preempt (resumed)", p2, logname2)
+    check("resuming from checkpoint step" in text2, "second launch resumed from the checkpoint")
+    same_bits(ref, out, "preempt + relaunch: final weights", failures)
+
+if "budget" in cases:
+    out, p, logname = start("budget", extra=["--max-restarts", "1", "--crash-loop", "10"],
+                            env={"TESSERA_FAULT_CRASH": "2:10"})
+    text = finish("budget", p, logname, expect=8)
+    check(len(report(out)["failures"]) == 2 and "restart" in report(out)["outcome_detail"],
+          "gave up after 2 failures with --max-restarts 1")
+
+if "crashloop" in cases:
+    out, p, logname = start("crashloop", extra=["--crash-loop", "2"], env={"TESSERA_FAULT_CRASH": "2:10"})
+    text = finish("crashloop", p, logname, expect=8)
+    r = report(out)
+    check(r["outcome"] == "gave_up" and "checkpoint" in r["outcome_detail"],
+          f"crash loop guard gave up ({r['outcome_detail']})")
+
+print(f"all cases in {time.time() - t_all:.1f} s")
+if failures:
+    print("FAIL:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print("\nPASS")

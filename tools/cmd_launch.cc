@@ -1,0 +1,230 @@
+// tools/cmd_launch.cc — `tessera launch`: train under the supervisor (runtime/supervisor/
+// supervisor.h). Validates the config and the hostfile before anything starts, turns the
+// command line into SupervisorOptions, routes SIGTERM/SIGINT (preemption) and SIGUSR1
+// (checkpoint now) to the supervisor, and returns its exit code.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <string>
+
+#include "runtime/core/exit_codes.h"
+#include "runtime/supervisor/launcher.h"
+#include "runtime/supervisor/supervisor.h"
+#include "runtime/train/config.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace tessera::cli {
+namespace {
+
+// The supervisor the signal handlers talk to (set while Run() runs). Its request methods are
+// single relaxed atomic increments, which are async-signal-safe.
+std::atomic<Supervisor*> g_supervisor{nullptr};
+
+void OnStopSignal(int) {
+  if (Supervisor* s = g_supervisor.load()) s->RequestStop();
+}
+void OnCheckpointSignal(int) {
+  if (Supervisor* s = g_supervisor.load()) s->RequestCheckpoint();
+}
+
+void InstallHandlers() {
+  struct sigaction sa{};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sa.sa_handler = OnStopSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  sa.sa_handler = OnCheckpointSignal;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &sa, nullptr);  // a rank's closed socket must not end the supervisor
+}
+
+Result<std::string> SelfPath() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return IoError("launch: cannot find the tessera binary (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+int Usage(const Status& s) {
+  std::fprintf(stderr, "%s\n", s.ToString().c_str());
+  return kExitUsage;
+}
+
+constexpr const char* kHelp =
+    "usage: tessera launch -n N [--hostfile FILE] CONFIG [--set key=value ...] [options]\n\n"
+    "Runs `tessera train CONFIG` on N ranks through mpirun under a supervisor that keeps the\n"
+    "job alive: when a rank crashes, hangs, stops answering or a host is lost, it stops the\n"
+    "whole job, and relaunches it; the ranks resume from the newest checkpoint under\n"
+    "checkpoint.dir that verifies (older ones if the newest is damaged). The run always\n"
+    "resumes from checkpoint.dir when it holds checkpoints (resume=auto), so after a stop the\n"
+    "same command continues where it left off.\n\n"
+    "  -n N                    ranks (= parallel.dp x tp x pp x ep of the config)\n"
+    "  --hostfile FILE         Open MPI hostfile (\"HOST slots=K\" lines), checked before launch\n"
+    "  --set key.path=value    config override, as for tessera train (repeatable)\n"
+    "  --run-dir DIR           events.jsonl, report.json, per-rank logs\n"
+    "                          (default: <train.out_dir>/launch)\n"
+    "  --bind ADDR             control-plane listen address (default 127.0.0.1)\n\n"
+    "Detection:\n"
+    "  --heartbeat-timeout S   a rank silent this long is lost: stopped process, dead host\n"
+    "                          (default 10)\n"
+    "  --stall-timeout S       no step finished for this long while heartbeats go on: a hang\n"
+    "                          (default 0 = derived: max(--stall-floor, 10 x median step))\n"
+    "  --stall-floor S         lower bound of the derived stall timeout (default 30)\n"
+    "  --startup-timeout S     launch to first finished step, checkpoint load included\n"
+    "                          (default 300)\n"
+    "A crashed rank is seen at once (its control connection closes). Stragglers (a rank its\n"
+    "peers keep waiting for) are reported, not acted on.\n\n"
+    "Restarts:\n"
+    "  --max-restarts N        give up after N restarts within --restart-window (default 10)\n"
+    "  --restart-window S      (default 3600)\n"
+    "  --crash-loop K          give up after K failures in a row without a new committed\n"
+    "                          checkpoint between them (default 3)\n"
+    "  --backoff S             first restart delay, doubling up to 30 s without progress\n"
+    "                          (default 1)\n"
+    "  --stop-grace S          TERM -> KILL when stopping a failed job (default 5)\n"
+    "  --preempt-timeout S     after SIGTERM/SIGINT, time the ranks get to checkpoint and\n"
+    "                          exit (default 300)\n\n"
+    "Signals: SIGTERM or SIGINT (Ctrl-C) = preemption: the ranks save a checkpoint at the next\n"
+    "step and exit; a second one stops at once. SIGUSR1 asks for a checkpoint now.\n\n"
+    "Exit codes: 0 finished, 7 stopped (resumable), 8 gave up (restart budget or crash loop),\n"
+    "2 usage, 3 bad config, 4 bad input, 5 no usable checkpoint.\n"
+    "Output: live event lines (supervisor: ...) between rank 0's progress lines, then a report\n"
+    "with failures by kind, detection latency, time to the first resumed step, steps lost\n"
+    "and goodput; the same events in <run-dir>/events.jsonl and the checkpoint catalog\n"
+    "(tessera ckpt ls DIR --events).\n\n"
+    "Example:\n"
+    "  tessera launch -n 4 configs/tiny.yaml --set parallel.dp=4 \\\n"
+    "      --set checkpoint.dir=/tmp/ckpt --set checkpoint.interval_steps=10\n";
+
+}  // namespace
+
+int RunLaunch(const Args& raw) {
+  if (WantsHelp(raw)) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  Args args;  // mpirun's spelling "-n 4" / "-np 4" accepted as --np
+  for (const std::string& a : raw) args.push_back(a == "-n" || a == "-np" ? "--np" : a);
+  auto parsed = ParseArgs(args, "launch",
+                          {"--np", "--hostfile", "--set", "--run-dir", "--bind", "--heartbeat-timeout",
+                           "--stall-timeout", "--stall-floor", "--startup-timeout", "--max-restarts",
+                           "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
+                           "--preempt-timeout", "--heartbeat-ms"},
+                          {});
+  if (!parsed.ok()) return Usage(parsed.status());
+  const ParsedArgs& p = *parsed;
+  if (p.positional.size() != 1) {
+    return Usage(InvalidArgument("tessera launch: expected exactly one CONFIG (see tessera launch --help)"));
+  }
+  if (!p.Has("--np")) return Usage(InvalidArgument("tessera launch: -n N (number of ranks) is required"));
+  auto np = ParseIntFlag("-n", p.Get("--np"));
+  if (!np.ok() || *np < 1 || *np > 4096) {
+    return Usage(InvalidArgument("tessera launch: -n must be an integer in [1, 4096], got \"" +
+                                 p.Get("--np") + "\""));
+  }
+
+  // Everything that can be checked before a process starts is checked here, so a config that
+  // cannot work costs no launch (and no restart loop).
+  std::vector<std::string> sets = p.All("--set");
+  sets.push_back("resume=auto");
+  auto config = LoadConfig(p.positional[0], sets);
+  if (!config.ok()) {
+    std::fprintf(stderr, "tessera launch: %s\n", config.status().ToString().c_str());
+    return kExitBadConfig;
+  }
+  const int world = config->parallel.world_size();
+  if (world != *np) {
+    std::fprintf(stderr,
+                 "tessera launch: %s: parallel: dp=%d x tp=%d x pp=%d x ep=%d needs %d ranks, but -n "
+                 "is %lld (change -n, or parallel.* with --set so that the product is -n)\n",
+                 config->path.c_str(), config->parallel.dp, config->parallel.tp, config->parallel.pp,
+                 config->parallel.ep, world, static_cast<long long>(*np));
+    return kExitBadConfig;
+  }
+  if (p.Has("--hostfile")) {
+    if (auto hosts = ParseHostfile(p.Get("--hostfile")); !hosts.ok()) {
+      std::fprintf(stderr, "tessera launch: %s\n", hosts.status().ToString().c_str());
+      return kExitBadConfig;
+    }
+  }
+  auto self = SelfPath();
+  if (!self.ok()) return Usage(self.status());
+
+  SupervisorOptions o;
+  o.num_ranks = static_cast<int>(*np);
+  o.hostfile = p.Get("--hostfile");
+  o.program = *self;
+  o.program_args = {"train", p.positional[0]};
+  for (const std::string& s : sets) {
+    o.program_args.push_back("--set");
+    o.program_args.push_back(s);
+  }
+  o.run_dir = p.Get("--run-dir", config->train.out_dir + "/launch");
+  o.checkpoint_root = config->checkpoint.dir;
+  o.target_steps = config->train.steps;
+  o.bind_address = p.Get("--bind", "127.0.0.1");
+
+  // Numeric options: each parsed with its flag named in the error, then the components
+  // validate ranges (ValidateDetectorOptions / ValidateRestartPolicyOptions).
+  struct NumberFlag {
+    const char* flag;
+    double* target;
+  };
+  double max_restarts = o.restart.max_restarts, crash_loop = o.restart.crash_loop_restarts;
+  double heartbeat_ms = o.heartbeat_ms;
+  const NumberFlag numbers[] = {
+      {"--heartbeat-timeout", &o.detector.heartbeat_timeout_s},
+      {"--stall-timeout", &o.detector.stall_timeout_s},
+      {"--stall-floor", &o.detector.stall_floor_s},
+      {"--startup-timeout", &o.detector.startup_timeout_s},
+      {"--restart-window", &o.restart.restart_window_s},
+      {"--backoff", &o.restart.backoff_initial_s},
+      {"--stop-grace", &o.stop_grace_s},
+      {"--preempt-timeout", &o.preempt_timeout_s},
+      {"--max-restarts", &max_restarts},
+      {"--crash-loop", &crash_loop},
+      {"--heartbeat-ms", &heartbeat_ms},
+  };
+  for (const NumberFlag& n : numbers) {
+    if (!p.Has(n.flag)) continue;
+    auto v = ParseNumberFlag(n.flag, p.Get(n.flag));
+    if (!v.ok()) return Usage(v.status());
+    *n.target = *v;
+  }
+  o.restart.max_restarts = static_cast<int>(max_restarts);
+  o.restart.crash_loop_restarts = static_cast<int>(crash_loop);
+  o.heartbeat_ms = static_cast<int>(heartbeat_ms);
+  if (o.heartbeat_ms < 10 || o.heartbeat_ms > 60000) {
+    return Usage(InvalidArgument("--heartbeat-ms must be in [10, 60000]"));
+  }
+  if (Status s = ValidateDetectorOptions(o.detector); !s.ok()) return Usage(s);
+  if (Status s = ValidateRestartPolicyOptions(o.restart); !s.ok()) return Usage(s);
+  if (o.detector.heartbeat_timeout_s * 1000 < 3 * o.heartbeat_ms) {
+    return Usage(InvalidArgument("--heartbeat-timeout must be at least 3 heartbeat intervals (" +
+                                 std::to_string(3 * o.heartbeat_ms) + " ms)"));
+  }
+  if (o.checkpoint_root.empty()) {
+    std::fprintf(stdout,
+                 "supervisor: warning: checkpoint.dir is not set: a restart starts over from step 0 "
+                 "(set checkpoint.dir and checkpoint.interval_steps)\n");
+  }
+
+  Supervisor supervisor(o);
+  g_supervisor.store(&supervisor);
+  InstallHandlers();
+  auto outcome = supervisor.Run();
+  g_supervisor.store(nullptr);
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "tessera launch: %s\n", outcome.status().ToString().c_str());
+    return outcome.status().code() == StatusCode::kInvalidArgument ? kExitBadConfig : kExitRestartable;
+  }
+  return outcome->exit_code;
+}
+
+}  // namespace tessera::cli
