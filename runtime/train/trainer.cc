@@ -2,9 +2,12 @@
 // contract). Single-threaded driver; kernels parallelise inside.
 #include "runtime/train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -25,6 +28,33 @@ namespace tessera {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The MFU denominator in FLOP/s. Measuring it costs ~0.7 s of sgemm on one thread, which a
+// restart under the supervisor would pay again before its first step; a resumed run on the
+// same host reuses the figure the run it continues measured (also keeping MFU comparable
+// across the restart), kept in <out_dir>/sgemm_peak.txt as "HOST GFLOPS".
+double PeakSgemmFlops(const std::string& out_dir, bool resumed) {
+  const std::string path = out_dir + "/sgemm_peak.txt";
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  if (resumed) {
+    if (auto text = ReadFileToString(path, 4096); text.ok()) {
+      char saved_host[256] = {};
+      double gflops = 0;
+      if (std::sscanf(text->c_str(), "%255s %lf", saved_host, &gflops) == 2 &&
+          std::strcmp(saved_host, host) == 0 && gflops > 0 && std::isfinite(gflops)) {
+        return gflops * 1e9;
+      }
+    }
+  }
+  const double gflops = cpu::MeasurePeakSgemmGflops();
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  char line[320];
+  std::snprintf(line, sizeof line, "%s %.3f\n", host, gflops);
+  (void)WriteFileAtomic(path, line);  // best effort: only costs a re-measurement
+  return gflops * 1e9;
+}
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -116,7 +146,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   t->targets_.resize(tokens);
   // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
   // `tessera bench` uses). Rank 0 reports it; the others would only contend for the cores.
-  if (t->is_root()) t->peak_flops_ = cpu::MeasurePeakSgemmGflops() * 1e9;
+  if (t->is_root()) t->peak_flops_ = PeakSgemmFlops(config.train.out_dir, t->start_step_ > 0);
   if (link != nullptr) link->SetStep(t->start_step_);
   return t;
 }

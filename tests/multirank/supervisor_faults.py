@@ -121,6 +121,16 @@ def report(out):
         return json.load(f)
 
 
+figures = []  # (case, kind, detection s, failure -> first resumed step s, launch -> first step s, steps lost)
+
+
+def record(case, out):
+    for f in report(out)["failures"]:
+        figures.append((case, f["kind"], f["detected_s"] - f["failed_s"],
+                        f["resumed_s"] - f["failed_s"] if f["resumed_s"] >= 0 else None,
+                        f.get("load_s", -1), f.get("steps_lost", 0)))
+
+
 def failure_kinds(out):
     return [f["kind"] for f in report(out)["failures"]]
 
@@ -167,6 +177,7 @@ if "crash" in cases:
     finish("crash", p, logname)
     check(failure_kinds(out) == ["connection_lost"], "crash detected as connection_lost")
     same_bits(ref, out, "crash: final weights", failures)
+    record("crash", out)
 
 if "sigstop" in cases:
     out, p, logname = start("sigstop", extra=["--heartbeat-timeout", "2"])
@@ -175,6 +186,7 @@ if "sigstop" in cases:
     kinds = failure_kinds(out)
     check(kinds == ["heartbeat_timeout"], f"SIGSTOP detected as heartbeat_timeout ({kinds})")
     same_bits(ref, out, "sigstop: final weights", failures)
+    record("sigstop", out)
 
 if "hang" in cases:
     out, p, logname = start("hang", extra=["--stall-floor", "3"], env={"TESSERA_FAULT_HANG": "1:14:0"})
@@ -185,6 +197,7 @@ if "hang" in cases:
     if kinds == ["stall"]:
         check(r["failures"][0]["ranks"] == [1], f"stall names rank 1 ({r['failures'][0]['detail']})")
     same_bits(ref, out, "hang: final weights", failures)
+    record("hang", out)
 
 if "node" in cases:
     out, p, logname = start("node")
@@ -198,6 +211,7 @@ if "node" in cases:
     check(len(ranks) == 1 and ranks[0] and set(ranks[0]) <= {2, 3},
           f"node loss: one failure naming ranks among 2,3 ({ranks})")
     same_bits(ref, out, "node: final weights", failures)
+    record("node", out)
 
 if "preempt" in cases:
     out, p, logname = start("preempt")
@@ -225,6 +239,12 @@ if "crashloop" in cases:
     check(r["outcome"] == "gave_up" and "checkpoint" in r["outcome_detail"],
           f"crash loop guard gave up ({r['outcome_detail']})")
 
+if figures:
+    print("\nfigures (from each run's launch/report.json; not asserted):")
+    print(f"  {'case':<8} {'kind':<18} {'detection':>10} {'to resumed step':>16} {'launch->step':>13} {'lost':>5}")
+    for case, kind, det, rec, load, lost in figures:
+        rec_s = f"{rec:.2f} s" if rec is not None else "never"
+        print(f"  {case:<8} {kind:<18} {det:>8.3f} s {rec_s:>16} {load:>11.2f} s {lost:>5}")
 print(f"all cases in {time.time() - t_all:.1f} s")
 if failures:
     print("FAIL:\n  " + "\n  ".join(failures))
