@@ -69,7 +69,9 @@ constexpr const char* kHelp =
     "  --set key.path=value    config override, as for tessera train (repeatable)\n"
     "  --run-dir DIR           events.jsonl, report.json, per-rank logs\n"
     "                          (default: <train.out_dir>/launch)\n"
-    "  --bind ADDR             control-plane listen address (default 127.0.0.1)\n\n"
+    "  --bind ADDR             control-plane listen address (default 127.0.0.1; 0.0.0.0 for\n"
+    "                          ranks on other hosts, with --advertise)\n"
+    "  --advertise IP          the address ranks connect to (default: --bind)\n\n"
     "Detection:\n"
     "  --heartbeat-timeout S   a rank silent this long is lost: stopped process, dead host\n"
     "                          (default 10)\n"
@@ -115,7 +117,7 @@ int RunLaunch(const Args& raw) {
                           {"--np", "--hostfile", "--set", "--run-dir", "--bind", "--heartbeat-timeout",
                            "--stall-timeout", "--stall-floor", "--startup-timeout", "--max-restarts",
                            "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
-                           "--preempt-timeout", "--heartbeat-ms"},
+                           "--preempt-timeout", "--heartbeat-ms", "--advertise"},
                           {});
   if (!parsed.ok()) return Usage(parsed.status());
   const ParsedArgs& p = *parsed;
@@ -169,6 +171,7 @@ int RunLaunch(const Args& raw) {
   o.checkpoint_root = config->checkpoint.dir;
   o.target_steps = config->train.steps;
   o.bind_address = p.Get("--bind", "127.0.0.1");
+  o.advertise_address = p.Get("--advertise");
 
   // Numeric options: each parsed with its flag named in the error, then the components
   // validate ranges (ValidateDetectorOptions / ValidateRestartPolicyOptions).
@@ -208,6 +211,15 @@ int RunLaunch(const Args& raw) {
   if (o.detector.heartbeat_timeout_s * 1000 < 3 * o.heartbeat_ms) {
     return Usage(InvalidArgument("--heartbeat-timeout must be at least 3 heartbeat intervals (" +
                                  std::to_string(3 * o.heartbeat_ms) + " ms)"));
+  }
+  // A hang is the supervisor's to find: if the ranks' own collective timeout fires first, the
+  // job still restarts, but the report can only guess who hung.
+  const double stall_s = o.detector.stall_timeout_s > 0 ? o.detector.stall_timeout_s : o.detector.stall_floor_s;
+  if (config->comm.timeout_s <= stall_s) {
+    std::fprintf(stdout,
+                 "supervisor: warning: comm.timeout_s (%g s) is not above the stall timeout (%g s): "
+                 "a hang ends as a collective timeout in the ranks before the supervisor sees it\n",
+                 static_cast<double>(config->comm.timeout_s), stall_s);
   }
   if (o.checkpoint_root.empty()) {
     std::fprintf(stdout,

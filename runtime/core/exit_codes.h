@@ -20,6 +20,13 @@ enum ExitCode : int {
   kExitGaveUp = 8,             // tessera launch: restart budget or crash-loop guard exhausted
 };
 
+// Codes a restart cannot cure: the same command line, config, input or checkpoints would fail
+// the same way (tessera launch gives up on them at once).
+inline bool IsFinalExitCode(int code) {
+  return code == kExitUsage || code == kExitBadConfig || code == kExitBadInput ||
+         code == kExitCorruptCheckpoint;
+}
+
 // Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 
 #include "runtime/core/check.h"
+#include "runtime/supervisor/text.h"
 
 namespace tessera {
 namespace {
@@ -14,37 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, args);
-  va_end(args);
-  return buf;
-}
-
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(ranks[i]);
-  }
-  return out;
-}
-
-// "rank 2" or "ranks 2,3".
-std::string RankWord(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(ranks);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 bool Finite(double x) { return std::isfinite(x); }
 
@@ -63,29 +32,29 @@ const char* FailureKindName(FailureKind kind) {
 
 Status ValidateDetectorOptions(const DetectorOptions& o) {
   auto positive = [](const char* name, double v) -> Status {
-    if (!Finite(v) || v <= 0) return InvalidArgument(Format("%s must be > 0, got %g", name, v));
+    if (!Finite(v) || v <= 0) return InvalidArgument(StrFormat("%s must be > 0, got %g", name, v));
     return Status::Ok();
   };
   RETURN_IF_ERROR(positive("--heartbeat-timeout", o.heartbeat_timeout_s));
   if (!Finite(o.stall_timeout_s) || o.stall_timeout_s < 0) {
-    return InvalidArgument(Format(
+    return InvalidArgument(StrFormat(
         "--stall-timeout must be >= 0 (0: derived from the step time), got %g", o.stall_timeout_s));
   }
   RETURN_IF_ERROR(positive("--stall-floor", o.stall_floor_s));
   RETURN_IF_ERROR(positive("stall_factor", o.stall_factor));
   RETURN_IF_ERROR(positive("--startup-timeout", o.startup_timeout_s));
   if (!Finite(o.straggler_factor) || o.straggler_factor < 1) {
-    return InvalidArgument(Format("straggler_factor must be >= 1, got %g", o.straggler_factor));
+    return InvalidArgument(StrFormat("straggler_factor must be >= 1, got %g", o.straggler_factor));
   }
   if (o.straggler_window < 2) {
-    return InvalidArgument(Format("straggler_window must be >= 2, got %d", o.straggler_window));
+    return InvalidArgument(StrFormat("straggler_window must be >= 2, got %d", o.straggler_window));
   }
   if (o.straggler_min_heartbeats < 1 || o.straggler_min_heartbeats > o.straggler_window) {
-    return InvalidArgument(Format("straggler_min_heartbeats must be in [1, %d], got %d",
+    return InvalidArgument(StrFormat("straggler_min_heartbeats must be in [1, %d], got %d",
                                   o.straggler_window, o.straggler_min_heartbeats));
   }
   if (!Finite(o.straggler_report_interval_s) || o.straggler_report_interval_s < 0) {
-    return InvalidArgument(Format("straggler_report_interval_s must be >= 0, got %g",
+    return InvalidArgument(StrFormat("straggler_report_interval_s must be >= 0, got %g",
                                   o.straggler_report_interval_s));
   }
   return Status::Ok();
@@ -235,15 +204,15 @@ std::optional<Failure> FailureDetector::CheckConnectionLost(const std::vector<Ra
   for (const Lost& l : lost) {
     const double after_ms = std::chrono::duration<double, std::milli>(l.at - first).count();
     if (l.at - first > window) {
-      later += Format("%s%d (+%.1f ms)", later.empty() ? "" : ", ", l.rank, after_ms);
+      later += StrFormat("%s%d (+%.1f ms)", later.empty() ? "" : ", ", l.rank, after_ms);
       continue;
     }
     f.ranks.push_back(l.rank);
     if (!reasons.empty()) reasons += "; ";
-    reasons += Format("rank %d: %s, +%.2f ms", l.rank, l.reason.empty() ? "closed" : l.reason.c_str(),
+    reasons += StrFormat("rank %d: %s, +%.2f ms", l.rank, l.reason.empty() ? "closed" : l.reason.c_str(),
                       after_ms);
   }
-  f.detail = Format("%s: control connection closed without a bye (%s) at step %lld",
+  f.detail = StrFormat("%s: control connection closed without a bye (%s) at step %lld",
                     RankWord(f.ranks).c_str(), reasons.c_str(),
                     static_cast<long long>(max_step_));
   if (!later.empty()) f.detail += "; closed later (taken down with the job): ranks " + later;
@@ -269,25 +238,22 @@ std::optional<Failure> FailureDetector::CheckHeartbeats(const std::vector<RankSt
     f.ranks.push_back(s.rank);
     if (!parts.empty()) parts += "; ";
     if (s.heartbeats > 0) {
-      parts += Format("rank %d last at step %lld, phase %s", s.rank,
+      parts += StrFormat("rank %d last at step %lld, phase %s", s.rank,
                       static_cast<long long>(s.step), RankPhaseName(s.phase));
     } else {
-      parts += Format("rank %d none since it registered", s.rank);
+      parts += StrFormat("rank %d none since it registered", s.rank);
     }
   }
   if (!any) return std::nullopt;
   std::sort(f.ranks.begin(), f.ranks.end());
-  f.detail = Format("%s: no heartbeat for %.1f s (timeout %.1f s; %s)", RankWord(f.ranks).c_str(),
+  f.detail = StrFormat("%s: no heartbeat for %.1f s (timeout %.1f s; %s)", RankWord(f.ranks).c_str(),
                     longest_s, options_.heartbeat_timeout_s, parts.c_str());
   return f;
 }
 
-std::optional<Failure> FailureDetector::CheckStall(const std::vector<RankState>& ranks,
-                                                   Clock::time_point now) {
-  if (!first_step_done_) return std::nullopt;
-  const double timeout_s = effective_stall_timeout_s();
-  const double idle_s = Seconds(now - last_advance_);
-  if (idle_s < timeout_s) return std::nullopt;
+HangBlame FailureDetector::BlameHang(const std::vector<RankState>& ranks) const {
+  HangBlame blame;
+  Failure f;  // its ranks collect the blamed ones
   // Only a job whose ranks are still there can stall; ranks that left are another story.
   std::vector<const RankState*> live;
   for (const RankState& s : ranks) {
@@ -296,11 +262,7 @@ std::optional<Failure> FailureDetector::CheckStall(const std::vector<RankState>&
       live.push_back(&s);
     }
   }
-  if (live.empty()) return std::nullopt;
-
-  Failure f;
-  f.kind = FailureKind::kStall;
-  f.suspected_at = last_advance_;
+  if (live.empty()) return blame;
   int64_t max_seq = -1;
   for (const RankState* s : live) max_seq = std::max(max_seq, s->collective_seq);
   std::vector<const RankState*> behind, waiting;
@@ -311,13 +273,13 @@ std::optional<Failure> FailureDetector::CheckStall(const std::vector<RankState>&
     for (const RankState* s : behind) {
       f.ranks.push_back(s->rank);
       if (!phases.empty()) phases += "; ";
-      if (behind.size() > 1) phases += Format("rank %d: ", s->rank);
-      phases += Format("phase %s, #%lld", RankPhaseName(s->phase),
+      if (behind.size() > 1) phases += StrFormat("rank %d: ", s->rank);
+      phases += StrFormat("phase %s, #%lld", RankPhaseName(s->phase),
                        static_cast<long long>(s->collective_seq));
     }
     std::vector<int> waiting_ranks;
     for (const RankState* s : waiting) waiting_ranks.push_back(s->rank);
-    who = Format("ranks %s did not reach collective #%lld (%s); ranks %s wait in it",
+    who = StrFormat("ranks %s did not reach collective #%lld (%s); ranks %s wait in it",
                  JoinRanks(f.ranks).c_str(), static_cast<long long>(max_seq), phases.c_str(),
                  JoinRanks(waiting_ranks).c_str());
   } else {
@@ -330,30 +292,51 @@ std::optional<Failure> FailureDetector::CheckStall(const std::vector<RankState>&
       }
       f.ranks.push_back(s->rank);
       if (!phases.empty()) phases += "; ";
-      phases += Format("rank %d: phase %s", s->rank, RankPhaseName(s->phase));
+      phases += StrFormat("rank %d: phase %s", s->rank, RankPhaseName(s->phase));
     }
     if (!f.ranks.empty() && !in_collective.empty()) {
-      who = Format("ranks %s are not in collective #%lld (%s); ranks %s wait in it",
+      who = StrFormat("ranks %s are not in collective #%lld (%s); ranks %s wait in it",
                    JoinRanks(f.ranks).c_str(), static_cast<long long>(max_seq), phases.c_str(),
                    JoinRanks(in_collective).c_str());
     } else if (!f.ranks.empty()) {
-      who = Format("no rank is in a collective (%s; last collective #%lld)", phases.c_str(),
+      who = StrFormat("no rank is in a collective (%s; last collective #%lld)", phases.c_str(),
                    static_cast<long long>(max_seq));
     } else {
       for (const RankState* s : live) f.ranks.push_back(s->rank);
-      who = Format("ranks %s all wait in collective #%lld", JoinRanks(f.ranks).c_str(),
+      who = StrFormat("ranks %s all wait in collective #%lld", JoinRanks(f.ranks).c_str(),
                    static_cast<long long>(max_seq));
     }
   }
   std::sort(f.ranks.begin(), f.ranks.end());
+  blame.ranks = std::move(f.ranks);
+  blame.who = std::move(who);
+  return blame;
+}
+
+std::optional<Failure> FailureDetector::CheckStall(const std::vector<RankState>& ranks,
+                                                   Clock::time_point now) {
+  if (!first_step_done_) return std::nullopt;
+  // After the last step the ranks save, gather and export: no step advances by design.
+  if (target_step_ > 0 && max_step_ >= target_step_) return std::nullopt;
+  const double timeout_s = effective_stall_timeout_s();
+  const double idle_s = Seconds(now - last_advance_);
+  if (idle_s < timeout_s) return std::nullopt;
+  HangBlame blame = BlameHang(ranks);
+  if (blame.ranks.empty()) return std::nullopt;  // only live ranks can stall
+
+  Failure f;
+  f.kind = FailureKind::kStall;
+  f.suspected_at = last_advance_;
+  f.ranks = std::move(blame.ranks);
+  const std::string& who = blame.who;
   std::string how;
   if (options_.stall_timeout_s > 0) {
-    how = Format("timeout %.1f s, fixed", timeout_s);
+    how = StrFormat("timeout %.1f s, fixed", timeout_s);
   } else {
-    how = Format("timeout %.1f s, %g x median step %.3g s, floor %g s", timeout_s,
+    how = StrFormat("timeout %.1f s, %g x median step %.3g s, floor %g s", timeout_s,
                  options_.stall_factor, median_step_s(), options_.stall_floor_s);
   }
-  f.detail = Format("no step for %.1f s (%s) at step %lld: %s", idle_s, how.c_str(),
+  f.detail = StrFormat("no step for %.1f s (%s) at step %lld: %s", idle_s, how.c_str(),
                     static_cast<long long>(max_step_), who.c_str());
   return f;
 }
@@ -371,14 +354,14 @@ std::optional<Failure> FailureDetector::CheckStartup(const std::vector<RankState
     if (!registered) f.ranks.push_back(r);
   }
   if (!f.ranks.empty()) {
-    f.detail = Format("%s did not register within %.1f s of the launch (startup timeout %.1f s)",
+    f.detail = StrFormat("%s did not register within %.1f s of the launch (startup timeout %.1f s)",
                       RankWord(f.ranks).c_str(), since_launch_s, options_.startup_timeout_s);
     return f;
   }
   for (int r = 0; r < world_size_; ++r) f.ranks.push_back(r);
   std::string steps = max_step_ < 0 ? std::string("no heartbeat with a step yet")
-                                    : Format("still at step %lld", static_cast<long long>(max_step_));
-  f.detail = Format("all %d ranks registered but no step completed within %.1f s of the launch "
+                                    : StrFormat("still at step %lld", static_cast<long long>(max_step_));
+  f.detail = StrFormat("all %d ranks registered but no step completed within %.1f s of the launch "
                     "(startup timeout %.1f s; %s)",
                     world_size_, since_launch_s, options_.startup_timeout_s, steps.c_str());
   return f;
@@ -410,7 +393,7 @@ void FailureDetector::CheckStragglers(Clock::time_point now) {
     StragglerReport rep;
     rep.rank = r;
     rep.at = now;
-    rep.detail = Format(
+    rep.detail = StrFormat(
         "rank %d is a straggler: it waits in collectives %.0f%% of its last %zu heartbeats while "
         "the other ranks wait %.0f%% (median), so everybody waits for it (step %lld)",
         r, 100 * fraction[r], pr.waiting.size(), 100 * peers, static_cast<long long>(max_step_));

@@ -99,6 +99,13 @@ struct StragglerReport {
   std::chrono::steady_clock::time_point at;
 };
 
+// Who a hang is on: the ranks that did not reach the collective the others wait in (by the
+// collective counts of their last heartbeats; see CheckStall's rules) and a sentence saying so.
+struct HangBlame {
+  std::vector<int> ranks;  // ascending; empty when no rank is live
+  std::string who;
+};
+
 class FailureDetector {
  public:
   static constexpr int kStepSamples = 64;              // step-time samples kept for the median
@@ -113,6 +120,10 @@ class FailureDetector {
   // sends already reports a later step. Without it, the first step observed plays that role.
   void SetStartStep(int64_t step);
 
+  // The job's last step (train.steps): once reached, no stall is reported (the ranks save,
+  // gather and export the final weights, and no step advances by design). 0: unknown.
+  void SetTargetStep(int64_t step) { target_step_ = step; }
+
   // Every event of the control server, in order.
   void OnEvent(const ControlEvent& e);
 
@@ -121,6 +132,13 @@ class FailureDetector {
                                std::chrono::steady_clock::time_point now);
 
   std::vector<StragglerReport> TakeStragglers();  // new reports since the last call
+  // The hang attribution of a stall, also for a hang a rank reported itself (its collective
+  // timed out): from the live ranks of `ranks` (a Snapshot()).
+  HangBlame BlameHang(const std::vector<RankState>& ranks) const;
+  // The recent step-time samples behind median_step_s(), oldest first.
+  std::vector<double> step_samples_s() const {
+    return std::vector<double>(step_samples_s_.begin(), step_samples_s_.end());
+  }
 
   double effective_stall_timeout_s() const;
   double median_step_s() const;  // 0 until measured
@@ -160,6 +178,7 @@ class FailureDetector {
   int64_t start_step_ = -1;  // SetStartStep, or the first step observed
   bool start_step_given_ = false;
   int64_t max_step_ = -1;
+  int64_t target_step_ = 0;
   std::chrono::steady_clock::time_point last_advance_;  // when max_step_ last changed
   bool first_step_done_ = false;
   std::deque<double> step_samples_s_;

@@ -2,29 +2,13 @@
 #include "runtime/supervisor/run_report.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <utility>
 
+#include "runtime/supervisor/text.h"
+
 namespace tessera {
 namespace {
-
-std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Format(const char* fmt, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, args);
-  va_end(args);
-  return buf;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double Max(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
@@ -33,16 +17,6 @@ double Max(const std::vector<double>& v) {
 int64_t StepsLost(const FailureRecord& f) {
   if (f.step_at_failure < 0 || f.resume_step < 0) return 0;
   return std::max<int64_t>(0, f.step_at_failure - f.resume_step);
-}
-
-std::string JoinRanks(const std::vector<int>& ranks) {
-  if (ranks.empty()) return "-";
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(ranks[i]);
-  }
-  return out;
 }
 
 JsonValue Str(std::string s) { return JsonValue::String(std::move(s)); }
@@ -85,7 +59,7 @@ RunTotals ComputeTotals(const RunReport& report) {
 std::string FormatRunReport(const RunReport& report) {
   const RunTotals t = ComputeTotals(report);
   std::string out;
-  out += Format("run %s: %s at step %lld/%lld after %.1f s, %zu incarnation%s, %d failure%s\n",
+  out += StrFormat("run %s: %s at step %lld/%lld after %.1f s, %zu incarnation%s, %d failure%s\n",
                 report.run_id.c_str(), report.outcome.c_str(),
                 static_cast<long long>(report.final_step),
                 static_cast<long long>(report.target_steps), report.wall_s,
@@ -94,15 +68,15 @@ std::string FormatRunReport(const RunReport& report) {
   if (!report.outcome_detail.empty()) out += "  " + report.outcome_detail + "\n";
 
   if (!report.failures.empty()) {
-    out += Format("  %-3s %-4s %-18s %-8s %8s %15s %14s %10s %11s\n", "#", "inc", "kind", "ranks",
+    out += StrFormat("  %-3s %-4s %-18s %-8s %8s %15s %14s %10s %11s\n", "#", "inc", "kind", "ranks",
                   "step", "detected after", "resumed after", "resume at", "steps lost");
     int i = 0;
     for (const FailureRecord& f : report.failures) {
       const std::string resumed =
-          f.resumed_s >= 0 ? Format("%.2f s", f.resumed_s - f.failed_s) : std::string("never");
+          f.resumed_s >= 0 ? StrFormat("%.2f s", f.resumed_s - f.failed_s) : std::string("never");
       const std::string resume_at =
           f.resume_step >= 0 ? std::to_string(f.resume_step) : std::string("?");
-      out += Format("  %-3d %-4lld %-18s %-8s %8lld %13.3f s %14s %10s %11lld\n", ++i,
+      out += StrFormat("  %-3d %-4lld %-18s %-8s %8lld %13.3f s %14s %10s %11lld\n", ++i,
                     static_cast<long long>(f.incarnation), f.kind.c_str(),
                     JoinRanks(f.ranks).c_str(), static_cast<long long>(f.step_at_failure),
                     f.detected_s - f.failed_s, resumed.c_str(), resume_at.c_str(),
@@ -112,12 +86,12 @@ std::string FormatRunReport(const RunReport& report) {
     std::string kinds;
     for (const auto& [kind, n] : t.failures_by_kind) {
       if (!kinds.empty()) kinds += ", ";
-      kinds += Format("%s %d", kind.c_str(), n);
+      kinds += StrFormat("%s %d", kind.c_str(), n);
     }
-    out += Format("  all %d failure%s detected (%s); detection median %.3f s, max %.3f s\n",
+    out += StrFormat("  all %d failure%s detected (%s); detection median %.3f s, max %.3f s\n",
                   t.failures, t.failures == 1 ? "" : "s", kinds.c_str(), t.detection_median_s,
                   t.detection_max_s);
-    out += Format("  %d/%d resumed; failure to first resumed step median %.2f s, max %.2f s; "
+    out += StrFormat("  %d/%d resumed; failure to first resumed step median %.2f s, max %.2f s; "
                   "steps lost %lld\n",
                   t.recovered, t.failures, t.recovery_median_s, t.recovery_max_s,
                   static_cast<long long>(t.steps_lost));
@@ -125,12 +99,12 @@ std::string FormatRunReport(const RunReport& report) {
     out += "  no failures\n";
   }
   const int64_t start_step = report.incarnations.empty() ? 0 : report.incarnations[0].start_step;
-  out += Format("  goodput %.1f%%: productive %.1f s (%lld steps x median %.4f s) over wall %.1f s\n",
+  out += StrFormat("  goodput %.1f%%: productive %.1f s (%lld steps x median %.4f s) over wall %.1f s\n",
                 100 * t.goodput, t.productive_s,
                 static_cast<long long>(std::max<int64_t>(0, report.final_step - start_step)),
                 report.median_step_s, report.wall_s);
   for (const StragglerRecord& s : report.stragglers) {
-    out += Format("  straggler at %.1f s: %s\n", s.at_s, s.detail.c_str());
+    out += StrFormat("  straggler at %.1f s: %s\n", s.at_s, s.detail.c_str());
   }
   return out;
 }
@@ -190,6 +164,7 @@ JsonValue RunReportJson(const RunReport& report) {
       {"outcome", Str(report.outcome)},
       {"outcome_detail", Str(report.outcome_detail)},
       {"wall_s", Num(report.wall_s)},
+      {"start_unix_s", Num(report.start_unix_s)},
       {"final_step", Int(report.final_step)},
       {"target_steps", Int(report.target_steps)},
       {"median_step_s", Num(report.median_step_s)},

@@ -60,6 +60,8 @@ struct RunReport {
   std::string outcome;  // "finished" | "gave_up" | "stopped" | "bad_config" | "failed"
   std::string outcome_detail;
   double wall_s = 0;
+  double start_unix_s = 0;  // wall clock when the supervisor started: every *_s time above is
+                            // seconds after it (tools that correlate with outside events add it)
   int64_t final_step = -1;
   int64_t target_steps = 0;
   double median_step_s = 0;

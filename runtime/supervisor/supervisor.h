@@ -46,6 +46,9 @@ struct SupervisorOptions {
   std::string checkpoint_root;  // the ranks' checkpoint.dir; empty: restarts start from step 0
   int64_t target_steps = 0;     // train.steps, for the report
   std::string bind_address = "127.0.0.1";
+  // The address the ranks connect to: empty = bind_address (which must then not be a
+  // wildcard such as 0.0.0.0 or ::; Run refuses that).
+  std::string advertise_address;
   int heartbeat_ms = 200;       // handed to the ranks
   DetectorOptions detector;
   RestartPolicyOptions restart;
@@ -75,7 +78,6 @@ class Supervisor {
   void RequestCheckpoint() { checkpoint_requests_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  struct Incarnation;
   SupervisorOptions options_;
   std::atomic<int> stop_requests_{0};
   std::atomic<int> checkpoint_requests_{0};

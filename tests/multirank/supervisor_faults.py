@@ -15,6 +15,12 @@ and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
   node       SIGKILL of ranks 2 and 3 at once (a lost host: one failure naming both)
   preempt    SIGTERM to the supervisor: exit 7 after a checkpoint; a second launch resumes
              and finishes bit-identical
+  early      SIGTERM right after launch, before the ranks connect: the stop still reaches every
+             rank (it is sticky), they save after their first step and exit 7; a relaunch
+             finishes bit-identical
+  corrupt    the newest committed checkpoint's shard damaged while the job is down after a
+             crash: the restart falls back to the previous checkpoint (ckpt_corrupt event)
+             and still ends bit-identical
   budget     a crash on every incarnation (TESSERA_FAULT_CRASH) with --max-restarts 1: the
              supervisor gives up with exit 8 after 2 failures
   crashloop  the same crash with --crash-loop 2: gives up (no new checkpoint between them)
@@ -28,8 +34,8 @@ import json, os, re, shutil, signal, subprocess, sys, time
 from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
-cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "budget",
-                         "crashloop"]
+cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
+                         "corrupt", "budget", "crashloop"]
 STEPS = 48
 COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
           "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
@@ -224,6 +230,39 @@ if "preempt" in cases:
     text2 = finish("preempt (resumed)", p2, logname2)
     check("resuming from checkpoint step" in text2, "second launch resumed from the checkpoint")
     same_bits(ref, out, "preempt + relaunch: final weights", failures)
+
+if "early" in cases:
+    out, p, logname = start("early")
+    time.sleep(0.1)
+    os.kill(p.pid, signal.SIGTERM)
+    text = finish("early", p, logname, expect=7)
+    check("stopped at step" in text, "ranks connecting after the stop request still stopped after a checkpoint")
+    out2, p2, logname2 = start("early", log_name="early-relaunch")
+    finish("early (resumed)", p2, logname2)
+    same_bits(ref, out, "early stop + relaunch: final weights", failures)
+
+if "corrupt" in cases:
+    # Stop rank 1 so the job is held still, damage the newest committed checkpoint, then kill
+    # rank 2: the supervisor restarts, the ranks must find the damage and fall back.
+    out, p, logname = start("corrupt", extra=["--backoff", "0.5"])
+    if wait_steps(out, 14, p):
+        pids = rank_pids(out)
+        os.kill(pids[1], signal.SIGSTOP)
+        time.sleep(0.3)  # a save in flight commits or not; nothing moves after that
+        ckpt = os.path.join(out, "ckpt")
+        newest = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))[-1]
+        shard = os.path.join(ckpt, newest, "shard_0.bin")
+        with open(shard, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0x40]))
+        print(f"  corrupt: flipped a bit of {newest}/shard_0.bin")
+        os.kill(pids[2], signal.SIGKILL)
+        os.kill(pids[1], signal.SIGCONT)
+    text = finish("corrupt", p, logname)
+    check("ckpt_corrupt" in text, "the restart found the damaged checkpoint and said so")
+    same_bits(ref, out, "corrupt newest + crash: final weights", failures)
 
 if "budget" in cases:
     out, p, logname = start("budget", extra=["--max-restarts", "1", "--crash-loop", "10"],

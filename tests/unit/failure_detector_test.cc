@@ -161,6 +161,25 @@ TEST(FailureDetectorTest, ConnectionLostWithoutBye) {
   EXPECT_TRUE(job.detector.failed());
 }
 
+TEST(FailureDetectorTest, LossesWithinTheWindowAreOneFailureLaterOnesAreTheTakedown) {
+  FakeJob job(4);  // simultaneous_loss_ms = 2
+  job.RegisterAll(0.5);
+  RunSteps(job, 0, 10, 0.1, 1.0);
+  job.Disconnect(2, 2.0);
+  job.Disconnect(3, 2.001);  // 1 ms later: died with rank 2 (the same "host")
+  // Inside the window nothing is decided yet: more ranks of the host may still close.
+  EXPECT_FALSE(job.Check(2.0015).has_value());
+  job.Disconnect(0, 2.005);  // 5 ms after the first: mpirun taking the job down
+  std::optional<Failure> f = job.Check(2.006);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, FailureKind::kConnectionLost);
+  EXPECT_EQ(f->ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(f->suspected_at, At(2.0));
+  EXPECT_NE(f->detail.find("closed later (taken down with the job): ranks 0 (+5.0 ms)"),
+            std::string::npos)
+      << f->detail;
+}
+
 TEST(FailureDetectorTest, ConnectionLostSeenInSnapshotOnly) {
   FakeJob job(2);
   job.RegisterAll(0.5);
@@ -284,6 +303,18 @@ TEST(FailureDetectorTest, StallBlamesTheRankThatDidNotReachTheCollective) {
                            "ranks 0,2,3 wait in it"),
             std::string::npos)
       << f->detail;
+}
+
+TEST(FailureDetectorTest, BlameHangWithoutAStallAndNoStallAfterTheLastStep) {
+  double t0 = 0;
+  FakeJob job = StalledJob(RankPhase::kBackward, 100, &t0);
+  // The same attribution on demand (a rank's own collective timed out before the stall).
+  HangBlame blame = job.detector.BlameHang(job.ranks);
+  EXPECT_EQ(blame.ranks, std::vector<int>{1});
+  EXPECT_NE(blame.who.find("ranks 1 did not reach collective #101"), std::string::npos) << blame.who;
+  // At the job's last step the ranks save and export: no step advances, and that is no hang.
+  job.detector.SetTargetStep(100);
+  EXPECT_FALSE(job.Check(t0 + 45).has_value());  // 45 s without a step; beats go on
 }
 
 TEST(FailureDetectorTest, StallWithEqualSequenceBlamesRanksOutsideTheCollective) {
