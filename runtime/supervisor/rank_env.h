@@ -13,6 +13,8 @@
 //   kEnvFaultHang   blocks its training thread for good right before the step's first
 //                   collective; its heartbeats go on (a hang the stall detector must catch).
 //   kEnvFaultCrash  kills itself with SIGKILL (a crash that repeats on every restart).
+// kEnvChaosHooks = path of a chaos hook plan (tools/chaos_hooks.h): checkpoint writes that
+// fail or kill the rank midway, armed from outside by `tessera chaos` while the job runs.
 #pragma once
 
 namespace tessera {
@@ -25,5 +27,6 @@ inline constexpr char kEnvIncarnation[] = "TESSERA_INCARNATION";          // >= 
 inline constexpr char kEnvHeartbeatMs[] = "TESSERA_HEARTBEAT_MS";         // optional, default 200
 inline constexpr char kEnvFaultHang[] = "TESSERA_FAULT_HANG";
 inline constexpr char kEnvFaultCrash[] = "TESSERA_FAULT_CRASH";
+inline constexpr char kEnvChaosHooks[] = "TESSERA_CHAOS_HOOKS";
 
 }  // namespace tessera

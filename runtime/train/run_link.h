@@ -12,6 +12,7 @@
 //   moments; the trainer samples them at each step boundary and AGREES on them across ranks
 //   (a max-reduction of the flags) before acting, so every rank saves and stops after the
 //   same step.
+// - checkpoint_file_system(): where the checkpointer's writes go (tests and chaos only).
 // - catalog(): non-null under a supervisor — the checkpoint coordinator writes its catalog
 //   records there instead of opening the RocksDB catalog (the supervisor is the single
 //   writer). Null: the coordinator opens the catalog itself.
@@ -22,6 +23,7 @@
 #include <cstdint>
 
 #include "checkpoint/catalog.h"
+#include "runtime/core/file_util.h"
 
 namespace tessera {
 
@@ -38,6 +40,9 @@ class RunLink {
   // Whether the run should save and stop: the supervisor said stop, or it is gone. Sticky.
   virtual bool StopRequested() = 0;
   virtual CatalogSink* catalog() = 0;
+  // The file system checkpoint writes go through; null = the real one. `tessera chaos` hands
+  // ranks one that can fail writes or kill the rank midway (tools/chaos_hooks.h).
+  virtual FileSystem* checkpoint_file_system() { return nullptr; }
 };
 
 }  // namespace tessera

@@ -121,10 +121,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   }
   // Under a supervisor the coordinator's catalog records go to it (the catalog's single
   // writer); standalone, the coordinator opens <checkpoint.dir>/catalog itself.
+  FileSystem* ckpt_fs = link != nullptr ? link->checkpoint_file_system() : nullptr;
   ASSIGN_OR_RETURN(t->checkpointer_,
                    Checkpointer::Create(t->config_, t->dp_, t->is_root() ? stdout : nullptr,
-                                        DefaultFileSystem(), &t->memory_,
-                                        link != nullptr ? link->catalog() : nullptr));
+                                        ckpt_fs != nullptr ? *ckpt_fs : DefaultFileSystem(),
+                                        &t->memory_, link != nullptr ? link->catalog() : nullptr));
   if (config.resume == ResumeMode::kAuto) {
     t->Phase(TrainPhase::kCheckpoint);
     RETURN_IF_ERROR(t->ResumeFromCheckpoint());
