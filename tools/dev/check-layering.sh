@@ -14,11 +14,12 @@ declare -A allowed=(
   [checkpoint]="runtime/core comm"
   [runtime/train]="runtime/core runtime/kernels comm models optimizer checkpoint"
   [runtime/supervisor]="runtime/core checkpoint"
-  [tools]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train runtime/supervisor tools"
+  [runtime/chaos]="runtime/core checkpoint runtime/supervisor"
+  [tools]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train runtime/supervisor runtime/chaos tools"
 )
 layer_of() {
   local f=$1
-  for l in runtime/core runtime/kernels runtime/train runtime/supervisor comm models optimizer checkpoint tools; do
+  for l in runtime/core runtime/kernels runtime/train runtime/supervisor runtime/chaos comm models optimizer checkpoint tools; do
     [[ $f == $l/* ]] && { echo "$l"; return; }
   done
 }
