@@ -181,6 +181,9 @@ Result<std::unique_ptr<SupervisedRank>> SupervisedRank::FromEnvironment(int rank
                                               }));
   if (!env) return std::unique_ptr<SupervisedRank>();
   std::unique_ptr<SupervisedRank> link(new SupervisedRank(rank, std::move(*env)));
+  Result<std::unique_ptr<ChaosHooks>> hooks = ChaosHooks::FromEnvironment(rank);
+  if (!hooks.ok()) return hooks.status().WithPrefix("supervised rank");
+  link->chaos_hooks_ = std::move(*hooks);
   ControlClientOptions o;
   o.address = link->env_.address;
   o.port = link->env_.port;
@@ -245,6 +248,10 @@ bool SupervisedRank::StopRequested() {
 }
 
 CatalogSink* SupervisedRank::catalog() { return catalog_.get(); }
+
+FileSystem* SupervisedRank::checkpoint_file_system() {
+  return chaos_hooks_ != nullptr ? chaos_hooks_->file_system() : nullptr;
+}
 
 Status SupervisedRank::Shutdown(int exit_code) {
   return client_->Shutdown(exit_code < 0 ? 0 : exit_code > 255 ? 255 : exit_code);

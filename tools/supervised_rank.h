@@ -13,7 +13,9 @@
 // Stop: the supervisor said stop, or the connection to it is gone (then the job is being torn
 // down anyway and a save is the best this rank can do).
 //
-// Fault hooks — FOR TESTS AND `tessera chaos` ONLY (nothing sets them by default):
+// Fault hooks — FOR TESTS AND `tessera chaos` ONLY (nothing sets them by default). The chaos
+// hook plan (TESSERA_CHAOS_HOOKS, tools/chaos_hooks.h) is loaded before connecting, a malformed
+// one failing startup like a bad variable; its file system goes to the checkpointer.
 // TESSERA_FAULT_HANG / TESSERA_FAULT_CRASH = "RANK:STEP[:INCARNATION]" (a bad format fails at
 // startup). On that rank, when SetStep reports STEP steps completed (in every incarnation that
 // gets there, including right after a resume at STEP — or only in incarnation INCARNATION when
@@ -34,6 +36,7 @@
 #include "runtime/core/status.h"
 #include "runtime/supervisor/control_client.h"
 #include "runtime/train/run_link.h"
+#include "tools/chaos_hooks.h"
 
 namespace tessera {
 
@@ -74,6 +77,8 @@ class SupervisedRank final : public RunLink {
   bool TakeCheckpointRequest() override;
   bool StopRequested() override;
   CatalogSink* catalog() override;
+  // The chaos hooks' file system when TESSERA_CHAOS_HOOKS names a plan, else null (the real one).
+  FileSystem* checkpoint_file_system() override;
 
   // Sends bye {exit_code} (clamped to 0..255) and closes. Call right before the process ends
   // with that code (before AbortJob too). Idempotent.
@@ -88,6 +93,7 @@ class SupervisedRank final : public RunLink {
   const SupervisedRankEnv env_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RelayCatalog> catalog_;
+  std::unique_ptr<ChaosHooks> chaos_hooks_;  // null unless `tessera chaos` set a plan
   std::atomic<bool> told_lost_{false};
 };
 
