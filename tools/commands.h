@@ -12,6 +12,7 @@ using Args = std::vector<std::string>;
 
 int RunTrain(const Args& args);
 int RunLaunch(const Args& args);
+int RunChaos(const Args& args);
 int RunEval(const Args& args);
 int RunExport(const Args& args);
 int RunData(const Args& args);

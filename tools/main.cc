@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"train", "train a model from a YAML config (tessera train configs/tiny.yaml)", RunTrain},
     {"launch", "train under the supervisor: restarts failed ranks from the last checkpoint",
      RunLaunch},
+    {"chaos", "inject faults into a supervised run and check it against a fault-free one",
+     RunChaos},
     {"eval", "print the mean loss of weights on held-out data", RunEval},
     {"export", "write weights as safetensors with Hugging Face names", RunExport},
     {"data", "prepare data: 'tessera data tokenize --input FILE... --out DIR'", RunData},

@@ -698,7 +698,9 @@ std::vector<PlannedFault> BuildSchedule(const Scenario& scenario) {
     const KindKeys keys = KeysOf(kind);
     p.spec.rank = keys.rank ? rank : 0;
     p.spec.host = keys.host ? host : 0;
-    if (keys.duration) p.spec.duration_s = std::min(5.0, mean_s / 2);
+    // A straggler needs a few seconds of heartbeats to stand out (the detector judges a rank
+    // on its last ~20); an I/O error window only needs to cover one checkpoint write.
+    if (keys.duration) p.spec.duration_s = kind == FaultKind::kSlowRank ? 4.0 : std::min(5.0, mean_s / 2);
     if (keys.error_number) p.spec.error_number = error_number;
     if (kind == FaultKind::kCorruptShard || kind == FaultKind::kTruncateShard) {
       p.spec.damage_seed = damage_seed;

@@ -18,6 +18,8 @@ enum ExitCode : int {
   kExitCommTimeout = 6,        // a collective's bounded wait expired: restart
   kExitStopped = 7,            // stopped on request (preemption) after saving
   kExitGaveUp = 8,             // tessera launch: restart budget or crash-loop guard exhausted
+  kExitChaosFailed = 9,        // tessera chaos: the run did not hold (weights, checkpoints,
+                               //   detection or completion; see its report)
 };
 
 // Codes a restart cannot cure: the same command line, config, input or checkpoints would fail

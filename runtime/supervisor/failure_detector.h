@@ -70,11 +70,11 @@ struct DetectorOptions {
   // A rank waiting in collectives less than (others' median) / straggler_factor is a straggler.
   // Default 3, >= 1.
   double straggler_factor = 3;
-  int straggler_window = 50;             // heartbeats per rank considered; default 50, >= 2
+  int straggler_window = 20;             // heartbeats per rank considered; default 20 (2-4 s), >= 2
   // Connection losses within this many ms of the first one are one failure (ranks that died
   // together: a lost host); later ones are the job being taken down after it.
   double simultaneous_loss_ms = 2;
-  int straggler_min_heartbeats = 30;     // a rank is judged once it has this many; [1, window]
+  int straggler_min_heartbeats = 15;     // a rank is judged once it has this many; [1, window]
   double straggler_report_interval_s = 60;  // per rank, at most one report per this; >= 0
 };
 

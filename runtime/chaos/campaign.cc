@@ -1,0 +1,745 @@
+// runtime/chaos/campaign.cc — the chaos run (contract in campaign.h).
+#include "runtime/chaos/campaign.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "checkpoint/commit.h"
+#include "runtime/chaos/audit.h"
+#include "runtime/chaos/job_processes.h"
+#include "runtime/core/exit_codes.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/json.h"
+#include "runtime/supervisor/process_session.h"
+#include "runtime/supervisor/rank_env.h"
+#include "runtime/supervisor/text.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// New complete lines appended to a file since the last call (a file that shrank — metrics
+// truncated at a resume — is read again from the start).
+class LineTail {
+ public:
+  explicit LineTail(std::string path) : path_(std::move(path)) {}
+  std::vector<std::string> Read() {
+    std::vector<std::string> lines;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return lines;
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<uint64_t>(in.tellg());
+    if (size < offset_) offset_ = 0;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk(size - offset_, '\0');
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    size_t begin = 0;
+    for (size_t nl; (nl = chunk.find('\n', begin)) != std::string::npos; begin = nl + 1) {
+      lines.push_back(chunk.substr(begin, nl - begin));
+    }
+    offset_ += begin;  // a partial last line waits for its newline
+    return lines;
+  }
+
+ private:
+  std::string path_;
+  uint64_t offset_ = 0;
+};
+
+struct SupervisorEvent {
+  double unix_s = 0;
+  std::string kind, message;
+};
+
+// A failure as the supervisor's report.json recorded it, in wall-clock terms.
+struct ReportedFailure {
+  std::string kind;
+  std::vector<int> ranks;
+  double detected_unix = 0, resumed_unix = -1;
+  int64_t steps_lost = 0;
+  bool matched = false;
+};
+
+struct FaultState {
+  PlannedFault plan;
+  bool injected = false, given_up = false;
+  double injected_unix = 0;
+  int64_t injected_step = -1;
+  std::string target, note;
+  bool armed = false;                 // hooks: armed, waiting for it to take effect
+  double armed_unix = 0;
+  double active_until_unix = 0;       // io_error, slow_rank
+  std::optional<RankSlower> slower;
+  int64_t damaged_step = -1;          // corrupt/truncate
+  bool relaunch = false;              // preempt: launch again after the stop
+};
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+class Campaign {
+ public:
+  Campaign(const Scenario& s, const std::vector<PlannedFault>& schedule, const CampaignOptions& o)
+      : s_(s), o_(o) {
+    for (const PlannedFault& p : schedule) {
+      faults_.emplace_back();
+      faults_.back().plan = p;
+    }
+  }
+  Result<ChaosReport> Run();
+
+ private:
+  std::vector<std::string> LaunchArgs(const std::string& out, int64_t steps_override) const;
+  Status Prepare();
+  Status StartLaunch(int64_t steps_override);
+  void Say(const std::string& line);
+  double T(double unix_s) const { return unix_s - start_unix_; }
+  void PollFiles();
+  int64_t StepNow() const { return step_now_; }
+  bool Due(const FaultState& f, double now_unix) const;
+  void InjectDue(double now_unix);
+  void Inject(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix);
+  void Damage(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix);
+  void TickActive(double now_unix);
+  void ReadLaunchReport();
+  void MatchDetections(ChaosReport& report);
+  Result<std::string> Reference(int64_t steps);
+  std::string HooksPath(const char* sub, int id) const {
+    return hooks_dir_ + "/" + sub + "/" + std::to_string(id);
+  }
+
+  const Scenario& s_;
+  const CampaignOptions& o_;
+  std::string out_, run_dir_, ckpt_dir_, hooks_dir_;
+  double start_unix_ = 0;
+  std::vector<FaultState> faults_;
+  std::unique_ptr<ProcessSession> launch_;
+  int launches_ = 0;
+  std::unique_ptr<LineTail> metrics_, events_, launch_log_;
+  int64_t step_now_ = 0;
+  std::vector<LossPoint> loss_;
+  std::vector<SupervisorEvent> events_seen_;
+  std::vector<ReportedFailure> failures_;
+  std::vector<double> step_medians_;
+  std::vector<MemorySample> memory_;
+  double next_memory_unix_ = 0;
+  std::set<int64_t> damaged_steps_;
+  // One fault at a time: after a disruptive one, the next waits for the job's first step
+  // after it (the supervisor's "progress" event); after a timed one, for its window to end.
+  double wait_progress_after_unix_ = -1;
+  double busy_until_unix_ = 0;
+};
+
+void Campaign::Say(const std::string& line) {
+  if (o_.out == nullptr) return;
+  std::fprintf(o_.out, "chaos: [%7.2f s] %s\n", UnixNow() - start_unix_, line.c_str());
+  std::fflush(o_.out);
+}
+
+std::vector<std::string> Campaign::LaunchArgs(const std::string& out, int64_t steps_override) const {
+  std::vector<std::string> a = {o_.tessera, "launch", "-n", std::to_string(s_.ranks), s_.config};
+  std::vector<std::string> sets = s_.sets;
+  sets.push_back("train.out_dir=" + out);
+  sets.push_back("checkpoint.dir=" + out + "/ckpt");
+  if (steps_override > 0) sets.push_back("train.steps=" + std::to_string(steps_override));
+  for (const std::string& set : sets) {
+    a.push_back("--set");
+    a.push_back(set);
+  }
+  for (const auto& [flag, value] : s_.supervisor) {
+    std::string name = flag;
+    std::replace(name.begin(), name.end(), '_', '-');
+    a.push_back("--" + name);
+    a.push_back(value);
+  }
+  return a;
+}
+
+Status Campaign::Prepare() {
+  std::error_code ec;
+  fs::create_directories(o_.out_dir, ec);
+  if (ec) return IoError(o_.out_dir + ": cannot create: " + ec.message());
+  out_ = fs::absolute(o_.out_dir).lexically_normal().string();
+  run_dir_ = out_ + "/run";
+  ckpt_dir_ = run_dir_ + "/ckpt";
+  hooks_dir_ = out_ + "/hooks";
+  for (const std::string& d : {run_dir_, hooks_dir_}) {
+    fs::remove_all(d, ec);
+    if (ec) return IoError(d + ": cannot clear: " + ec.message());
+  }
+  for (const std::string& d : {run_dir_, hooks_dir_ + "/armed", hooks_dir_ + "/fired"}) {
+    fs::create_directories(d, ec);
+    if (ec) return IoError(d + ": cannot create: " + ec.message());
+  }
+  // The ranks' hook plan: one entry per fault that must happen inside a rank.
+  JsonWriter w;
+  w.BeginObject().Key("hooks").BeginArray();
+  for (const FaultState& f : faults_) {
+    const FaultKind k = f.plan.spec.kind;
+    if (k != FaultKind::kKillInCheckpoint && k != FaultKind::kIoError) continue;
+    w.BeginObject().Key("id").String(std::to_string(f.plan.id)).Key("kind").String(FaultKindName(k));
+    w.Key("rank").Int(f.plan.spec.rank);
+    if (k == FaultKind::kIoError) w.Key("errno").String(f.plan.spec.error_number == 28 ? "ENOSPC" : "EIO");
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  RETURN_IF_ERROR(WriteFileAtomic(hooks_dir_ + "/hooks.json", w.str() + "\n"));
+  metrics_ = std::make_unique<LineTail>(run_dir_ + "/metrics.jsonl");
+  events_ = std::make_unique<LineTail>(run_dir_ + "/launch/events.jsonl");
+  return Status::Ok();
+}
+
+Status Campaign::StartLaunch(int64_t steps_override) {
+  launch_ = std::make_unique<ProcessSession>();
+  const std::string log = out_ + "/launch-" + std::to_string(++launches_) + ".log";
+  EnvList env = {{kEnvChaosHooks, hooks_dir_ + "/hooks.json"}};
+  RETURN_IF_ERROR(launch_->Start(LaunchArgs(run_dir_, steps_override), env, log));
+  launch_log_ = std::make_unique<LineTail>(log);
+  Say(StrFormat("launch %d: tessera launch -n %d %s (pid %d), output in %s", launches_, s_.ranks,
+                s_.config.c_str(), static_cast<int>(launch_->pid()), log.c_str()));
+  return Status::Ok();
+}
+
+void Campaign::PollFiles() {
+  const double now = UnixNow();
+  if (o_.echo_job && o_.out != nullptr && launch_log_) {
+    for (const std::string& line : launch_log_->Read()) std::fprintf(o_.out, "  | %s\n", line.c_str());
+  }
+  for (const std::string& line : metrics_->Read()) {
+    auto v = ParseJson(line);
+    if (!v.ok()) continue;
+    const JsonValue* step = v->Find("step");
+    const JsonValue* loss = v->Find("loss");
+    if (step == nullptr || loss == nullptr || !step->is_number() || !loss->is_number()) continue;
+    step_now_ = static_cast<int64_t>(step->as_double());
+    loss_.push_back({T(now), step_now_, loss->as_double()});
+  }
+  for (const std::string& line : events_->Read()) {
+    auto v = ParseJson(line);
+    if (!v.ok()) continue;
+    const JsonValue* t = v->Find("unix_s");
+    const JsonValue* kind = v->Find("kind");
+    const JsonValue* msg = v->Find("message");
+    if (t == nullptr || kind == nullptr || msg == nullptr) continue;
+    events_seen_.push_back({t->as_double(), kind->as_string(), msg->as_string()});
+  }
+  if (launch_ && now >= next_memory_unix_) {
+    next_memory_unix_ = now + 5;
+    MemorySample m;
+    m.t_s = T(now);
+    m.supervisor_rss_mib = ResidentMiB(launch_->pid());
+    for (const auto& [rank, pid] : FindRankPids(run_dir_)) m.ranks_rss_mib += ResidentMiB(pid);
+    if (m.supervisor_rss_mib > 0) memory_.push_back(m);
+  }
+}
+
+bool Campaign::Due(const FaultState& f, double now_unix) const {
+  const FaultSpec& s = f.plan.spec;
+  if (s.at_step >= 0) return StepNow() >= s.at_step;
+  return T(now_unix) >= s.at_time_s;
+}
+
+void Campaign::InjectDue(double now_unix) {
+  if (now_unix < busy_until_unix_) return;
+  for (const FaultState& f : faults_) {
+    if (f.armed) return;  // a hook is waiting for its moment
+  }
+  if (wait_progress_after_unix_ >= 0) {
+    bool progressed = false;
+    for (const SupervisorEvent& e : events_seen_) {
+      progressed |= e.kind == "progress" && e.unix_s > wait_progress_after_unix_;
+    }
+    if (!progressed) return;
+    wait_progress_after_unix_ = -1;
+  }
+  std::map<int, pid_t> ranks;
+  bool looked = false;
+  for (FaultState& f : faults_) {
+    if (f.injected || f.given_up || f.armed || !Due(f, now_unix)) continue;
+    // One disruptive fault at a time: the next waits until the job runs again with every rank.
+    if (!looked) {
+      ranks = FindRankPids(run_dir_);
+      looked = true;
+    }
+    const bool job_up = static_cast<int>(ranks.size()) == s_.ranks;
+    if (!job_up && f.plan.spec.kind != FaultKind::kPreempt) return;
+    Inject(f, ranks, now_unix);
+    if (f.injected || f.armed) {
+      const FaultKind k = f.plan.spec.kind;
+      if (k == FaultKind::kSlowRank || k == FaultKind::kIoError) {
+        busy_until_unix_ = f.active_until_unix;
+      } else if (k != FaultKind::kKillInCheckpoint) {
+        wait_progress_after_unix_ = f.injected_unix;
+      }
+    }
+    return;  // at most one per poll: the next sees the job's reaction
+  }
+}
+
+void Campaign::Inject(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix) {
+  const FaultSpec& s = f.plan.spec;
+  auto mark = [&](std::string target) {
+    f.injected = true;
+    f.injected_unix = now_unix;
+    f.injected_step = StepNow();
+    f.target = std::move(target);
+    Say(StrFormat("inject #%d %s: %s at step %lld", f.plan.id, FaultKindName(s.kind), f.target.c_str(),
+                  static_cast<long long>(f.injected_step)));
+  };
+  switch (s.kind) {
+    case FaultKind::kKillRank:
+      kill(ranks.at(s.rank), SIGKILL);
+      mark("rank " + std::to_string(s.rank));
+      break;
+    case FaultKind::kStopRank:
+      kill(ranks.at(s.rank), SIGSTOP);
+      mark("rank " + std::to_string(s.rank));
+      break;
+    case FaultKind::kKillHost: {
+      const std::vector<int>& group = s_.hosts.at(s.host);
+      for (int r : group) kill(ranks.at(r), SIGKILL);
+      mark(StrFormat("host %d (%s)", s.host, RankWord(group).c_str()));
+      break;
+    }
+    case FaultKind::kSlowRank:
+      f.slower.emplace(ranks.at(s.rank), Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(s.duration_s * 1000)));
+      f.active_until_unix = now_unix + s.duration_s;
+      mark(StrFormat("rank %d for %.1f s", s.rank, s.duration_s));
+      break;
+    case FaultKind::kPreempt:
+      if (!launch_ || !launch_->Signal(SIGTERM).ok()) return;  // between launches: later
+      f.relaunch = true;
+      mark("supervisor (SIGTERM)");
+      break;
+    case FaultKind::kKillInCheckpoint:
+    case FaultKind::kIoError: {
+      const std::string armed = HooksPath("armed", f.plan.id);
+      if (Status st = WriteFileAtomic(armed, "armed\n"); !st.ok()) {
+        f.given_up = true;
+        f.note = "could not arm: " + st.ToString();
+        return;
+      }
+      f.armed = true;
+      f.armed_unix = now_unix;
+      if (s.kind == FaultKind::kIoError) {
+        // Injected from the arming on: every checkpoint write in the window fails.
+        mark(StrFormat("%s for %.1f s (%s)", s.rank < 0 ? "every rank" : ("rank " + std::to_string(s.rank)).c_str(),
+                       s.duration_s, s.error_number == 28 ? "ENOSPC" : "EIO"));
+        f.active_until_unix = now_unix + s.duration_s;
+      } else {
+        Say(StrFormat("armed #%d kill_in_checkpoint: rank %d dies in its next shard write", f.plan.id, s.rank));
+      }
+      break;
+    }
+    case FaultKind::kCorruptShard:
+    case FaultKind::kTruncateShard:
+      Damage(f, ranks, now_unix);
+      break;
+  }
+}
+
+// Freezes the job, damages the newest committed checkpoint, and kills rank 0 so the restart
+// must read it: the ranks have to find the damage and fall back.
+void Campaign::Damage(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix) {
+  auto committed = CommittedSteps(ckpt_dir_);
+  if (!committed.ok() || committed->empty()) return;  // nothing committed yet: try later
+  for (const auto& [rank, pid] : ranks) kill(pid, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no rename is half done now
+  committed = CommittedSteps(ckpt_dir_);
+  const int64_t step = committed.ok() && !committed->empty() ? committed->front() : -1;
+  std::string what = "no committed checkpoint";
+  if (step >= 0) {
+    std::mt19937_64 rng(f.plan.spec.damage_seed);
+    const int shard_rank = static_cast<int>(rng() % static_cast<uint64_t>(s_.ranks));
+    const std::string path = ckpt_dir_ + "/" + StepDirName(step) + "/shard_" + std::to_string(shard_rank) + ".bin";
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (!ec && size > 0) {
+      if (f.plan.spec.kind == FaultKind::kTruncateShard) {
+        fs::resize_file(path, size / 2, ec);
+        what = StrFormat("%s/shard_%d.bin truncated from %llu to %llu bytes", StepDirName(step).c_str(),
+                         shard_rank, static_cast<unsigned long long>(size),
+                         static_cast<unsigned long long>(size / 2));
+      } else {
+        const uint64_t offset = rng() % size;
+        std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+        io.seekg(static_cast<std::streamoff>(offset));
+        char byte = 0;
+        io.read(&byte, 1);
+        byte = static_cast<char>(byte ^ 0xff);
+        io.seekp(static_cast<std::streamoff>(offset));
+        io.write(&byte, 1);
+        io.flush();
+        what = StrFormat("%s/shard_%d.bin byte %llu inverted", StepDirName(step).c_str(), shard_rank,
+                         static_cast<unsigned long long>(offset));
+        if (!io) ec = std::make_error_code(std::errc::io_error);
+      }
+    }
+    if (ec) what += " (failed: " + ec.message() + ")";
+    else damaged_steps_.insert(step);
+    f.damaged_step = step;
+  }
+  // Make the damage matter: a restart has to read that checkpoint.
+  if (ranks.count(0)) kill(ranks.at(0), SIGKILL);
+  for (const auto& [rank, pid] : ranks) {
+    if (rank != 0) kill(pid, SIGCONT);
+  }
+  f.injected = true;
+  f.injected_unix = now_unix;
+  f.injected_step = StepNow();
+  f.target = what + ", then rank 0 killed";
+  Say(StrFormat("inject #%d %s: %s", f.plan.id, FaultKindName(f.plan.spec.kind), f.target.c_str()));
+}
+
+void Campaign::TickActive(double now_unix) {
+  for (FaultState& f : faults_) {
+    if (f.slower) {
+      if (!f.slower->Tick(Clock::now())) f.slower.reset();
+    }
+    if (!f.armed) continue;
+    const FaultKind k = f.plan.spec.kind;
+    const std::string fired = HooksPath("fired", f.plan.id);
+    struct stat st {};
+    const bool has_fired = ::stat(fired.c_str(), &st) == 0;
+    if (k == FaultKind::kKillInCheckpoint && has_fired) {
+      ::unlink(HooksPath("armed", f.plan.id).c_str());
+      f.armed = false;
+      f.injected = true;
+      f.injected_unix = st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
+      f.injected_step = StepNow();
+      f.target = "rank " + std::to_string(f.plan.spec.rank) + " in its shard write";
+      wait_progress_after_unix_ = f.injected_unix;
+      Say(StrFormat("inject #%d kill_in_checkpoint: rank %d killed itself in the middle of its shard write",
+                    f.plan.id, f.plan.spec.rank));
+    } else if (k == FaultKind::kKillInCheckpoint && now_unix - f.armed_unix > 120) {
+      ::unlink(HooksPath("armed", f.plan.id).c_str());
+      f.armed = false;
+      f.given_up = true;
+      f.note = "armed for 120 s but the rank wrote no checkpoint";
+    } else if (k == FaultKind::kIoError && now_unix >= f.active_until_unix) {
+      ::unlink(HooksPath("armed", f.plan.id).c_str());
+      f.armed = false;
+      if (!has_fired) f.note = "no checkpoint write happened while the I/O errors were armed";
+      Say(StrFormat("#%d io_error window over%s", f.plan.id, has_fired ? "" : " (no write was affected)"));
+    }
+  }
+}
+
+void Campaign::ReadLaunchReport() {
+  auto text = ReadFileToString(run_dir_ + "/launch/report.json");
+  if (!text.ok()) return;
+  auto v = ParseJson(*text, 1 << 20);
+  if (!v.ok()) return;
+  const JsonValue* start = v->Find("start_unix_s");
+  const JsonValue* failures = v->Find("failures");
+  const JsonValue* median = v->Find("median_step_s");
+  if (median != nullptr && median->is_number() && median->as_double() > 0) {
+    step_medians_.push_back(median->as_double());
+  }
+  if (start == nullptr || failures == nullptr || !failures->is_array()) return;
+  for (const JsonValue& f : failures->items()) {
+    ReportedFailure r;
+    auto num = [&](const char* key, double fallback) {
+      const JsonValue* x = f.Find(key);
+      return x != nullptr && x->is_number() ? x->as_double() : fallback;
+    };
+    if (const JsonValue* k = f.Find("kind")) r.kind = k->as_string();
+    if (const JsonValue* ranks = f.Find("ranks"); ranks != nullptr && ranks->is_array()) {
+      for (const JsonValue& x : ranks->items()) r.ranks.push_back(static_cast<int>(x.as_double()));
+    }
+    r.detected_unix = start->as_double() + num("detected_s", 0);
+    const double resumed = num("resumed_s", -1);
+    r.resumed_unix = resumed >= 0 ? start->as_double() + resumed : -1;
+    r.steps_lost = static_cast<int64_t>(num("steps_lost", 0));
+    failures_.push_back(r);
+  }
+}
+
+Result<std::string> Campaign::Reference(int64_t steps) {
+  if (!o_.reference_dir.empty()) return o_.reference_dir + "/model.safetensors";
+  const std::string ref = out_ + "/reference";
+  // What the reference ran, so a later chaos run of the same job reuses it.
+  std::string job;
+  for (const std::string& a : LaunchArgs(ref, steps)) job += Quote(a) + " ";
+  auto config_text = ReadFileToString(s_.config);
+  job += "\n" + (config_text.ok() ? *config_text : std::string()) + "\n";
+  auto recorded = ReadFileToString(ref + "/job.txt");
+  if (recorded.ok() && *recorded == job && fs::exists(ref + "/model.safetensors")) {
+    Say("reference: reusing " + ref + " (same job)");
+    return ref + "/model.safetensors";
+  }
+  std::error_code ec;
+  fs::remove_all(ref, ec);
+  fs::create_directories(ref, ec);
+  Say("reference: the same job without faults, in " + ref);
+  ProcessSession p;
+  RETURN_IF_ERROR(p.Start(LaunchArgs(ref, steps), {}, out_ + "/reference.log"));
+  std::optional<ProcessOutcome> done;
+  while (!(done = p.WaitFor(std::chrono::seconds(1)))) {
+  }
+  if (!done->exited || done->exit_code != 0) {
+    return Internal("the reference run failed (" + done->ToString() + "), see " + out_ + "/reference.log");
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(ref + "/job.txt", job));
+  return ref + "/model.safetensors";
+}
+
+// Pairs every injected fault with the evidence that the runtime saw it.
+void Campaign::MatchDetections(ChaosReport& report) {
+  auto first_event = [&](double after, double before, auto pred) -> const SupervisorEvent* {
+    for (const SupervisorEvent& e : events_seen_) {
+      if (e.unix_s >= after && e.unix_s <= before && pred(e)) return &e;
+    }
+    return nullptr;
+  };
+  auto take_failure = [&](double after) -> ReportedFailure* {
+    for (ReportedFailure& r : failures_) {
+      if (!r.matched && r.detected_unix >= after) {
+        r.matched = true;
+        return &r;
+      }
+    }
+    return nullptr;
+  };
+  for (FaultState& f : faults_) {
+    FaultOutcome out;
+    out.id = f.plan.id;
+    out.kind = FaultKindName(f.plan.spec.kind);
+    out.target = f.target.empty() ? f.plan.ToString() : f.target;
+    out.note = f.note;
+    if (!f.injected) {
+      if (out.note.empty()) out.note = "not injected: the run ended before it was due";
+      report.faults.push_back(out);
+      continue;
+    }
+    out.injected_s = T(f.injected_unix);
+    out.injected_step = f.injected_step;
+    const double t0 = f.injected_unix - 0.05;  // the supervisor's clock reads the same host clock
+    const double forever = 1e300;
+    auto use_failure = [&](ReportedFailure* r) {
+      if (r == nullptr) return;
+      out.detected = true;
+      out.detected_as = r->kind;
+      out.detection_s = std::max(0.0, r->detected_unix - f.injected_unix);
+      out.recovery_s = r->resumed_unix >= 0 ? r->resumed_unix - f.injected_unix : -1;
+      out.steps_lost = r->steps_lost;
+    };
+    switch (f.plan.spec.kind) {
+      case FaultKind::kKillRank:
+      case FaultKind::kStopRank:
+      case FaultKind::kKillHost:
+      case FaultKind::kKillInCheckpoint:
+        use_failure(take_failure(t0));
+        break;
+      case FaultKind::kSlowRank: {
+        const std::string who = "rank " + std::to_string(f.plan.spec.rank) + " ";
+        if (const SupervisorEvent* e = first_event(t0, f.active_until_unix + 10, [&](const SupervisorEvent& ev) {
+              return ev.kind == "straggler" && ev.message.rfind(who, 0) == 0;
+            })) {
+          out.detected = true;
+          out.detected_as = "straggler";
+          out.detection_s = e->unix_s - f.injected_unix;
+        }
+        break;
+      }
+      case FaultKind::kCorruptShard:
+      case FaultKind::kTruncateShard:
+        if (const SupervisorEvent* e = first_event(t0, forever, [](const SupervisorEvent& ev) {
+              return ev.kind == "ckpt_corrupt";
+            })) {
+          out.detected = true;
+          out.detected_as = "ckpt_corrupt";
+          out.detection_s = e->unix_s - f.injected_unix;
+        }
+        // The restart it forced: its recovery is this fault's.
+        if (ReportedFailure* r = take_failure(t0)) {
+          out.recovery_s = r->resumed_unix >= 0 ? r->resumed_unix - f.injected_unix : -1;
+          out.steps_lost = r->steps_lost;
+        }
+        break;
+      case FaultKind::kIoError:
+        if (const SupervisorEvent* e = first_event(t0, f.active_until_unix + 30, [](const SupervisorEvent& ev) {
+              return ev.kind == "ckpt_save_failed";
+            })) {
+          out.detected = true;
+          out.detected_as = "ckpt_save_failed";
+          out.detection_s = e->unix_s - f.injected_unix;
+        }
+        break;
+      case FaultKind::kPreempt:
+        if (const SupervisorEvent* e = first_event(t0, forever, [](const SupervisorEvent& ev) {
+              return ev.kind == "preempt";
+            })) {
+          out.detected = true;
+          out.detected_as = "preempt";
+          out.detection_s = e->unix_s - f.injected_unix;
+          // Recovery: the relaunch's first step.
+          const SupervisorEvent* launch = first_event(e->unix_s, forever, [](const SupervisorEvent& ev) {
+            return ev.kind == "launch";
+          });
+          if (launch != nullptr) {
+            if (const SupervisorEvent* p = first_event(launch->unix_s, forever, [](const SupervisorEvent& ev) {
+                  return ev.kind == "progress";
+                })) {
+              out.recovery_s = p->unix_s - f.injected_unix;
+            }
+          }
+        }
+        break;
+    }
+    if (!out.detected && out.note.empty()) out.note = "no detection found in the supervisor's events";
+    report.faults.push_back(out);
+  }
+  // Failures no fault explains: worth a look (a false detection, or a fault's side effect).
+  std::string unexplained;
+  for (const ReportedFailure& r : failures_) {
+    if (!r.matched) unexplained += (unexplained.empty() ? "" : ", ") + r.kind + " (" + RankWord(r.ranks) + ")";
+  }
+  if (!unexplained.empty()) report.verdict.run_detail += "; failures no fault explains: " + unexplained;
+}
+
+Result<ChaosReport> Campaign::Run() {
+  RETURN_IF_ERROR(Prepare());
+  start_unix_ = UnixNow();
+  ChaosReport report;
+  report.scenario = s_.path;
+  for (const FaultState& f : faults_) report.schedule += f.plan.ToString() + "\n";
+  Say(StrFormat("%s: %zu fault(s) scheduled%s", s_.path.c_str(), faults_.size(),
+                s_.soak_s > 0 ? StrFormat(", soak for %.0f s", s_.soak_s).c_str() : ""));
+  RETURN_IF_ERROR(StartLaunch(0));
+
+  bool soak_stop_sent = false, soak_finishing = false;
+  int64_t soak_steps = 0;
+  std::string end_detail;
+  bool completed = false;
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    PollFiles();
+    const double now = UnixNow();
+    TickActive(now);
+    if (s_.soak_s > 0 && !soak_stop_sent && T(now) >= s_.soak_s) {
+      soak_stop_sent = true;
+      (void)launch_->Signal(SIGTERM);  // a launch that already ended is handled just below
+      Say("soak: time is up, stopping the job (it saves a checkpoint)");
+    }
+    if (!soak_stop_sent) InjectDue(now);
+    auto exited = launch_->Poll();
+    if (!exited) continue;
+    launch_->Stop(std::chrono::seconds(1));  // reaps anything left in its session
+    ReadLaunchReport();
+    PollFiles();
+    const int code = exited->ShellCode();
+    Say("tessera launch ended: " + exited->ToString());
+    bool relaunch = false;
+    for (FaultState& f : faults_) {
+      if (f.relaunch && code == kExitStopped) {
+        f.relaunch = false;
+        relaunch = true;
+      }
+    }
+    if (code == kExitStopped && soak_stop_sent && !soak_finishing) {
+      // Stopped at the soak's end: finish at the step it saved (writes model.safetensors).
+      auto steps = CommittedSteps(ckpt_dir_);
+      soak_steps = steps.ok() && !steps->empty() ? steps->front() : 0;
+      soak_finishing = true;
+      RETURN_IF_ERROR(StartLaunch(soak_steps));
+      continue;
+    }
+    if (relaunch) {
+      RETURN_IF_ERROR(StartLaunch(soak_finishing ? soak_steps : 0));
+      continue;
+    }
+    completed = code == kExitOk;
+    end_detail = completed ? "finished" : "tessera launch exited with " + exited->ToString();
+    break;
+  }
+  for (FaultState& f : faults_) {
+    if (f.slower) f.slower->Finish();
+    if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
+  }
+  report.wall_s = UnixNow() - start_unix_;
+  report.final_step = step_now_;
+  report.loss = loss_;
+  report.memory = memory_;
+  report.median_step_s = step_medians_.empty() ? 0 : Median(step_medians_);
+  report.goodput = report.wall_s > 0 ? std::min(1.0, report.final_step * report.median_step_s / report.wall_s) : 0;
+  Verdict& v = report.verdict;
+  v.run_completed = completed;
+  v.run_detail = end_detail + (soak_finishing ? StrFormat(" (soak: stopped at step %lld)", static_cast<long long>(soak_steps)) : "");
+  MatchDetections(report);
+  for (const FaultOutcome& f : report.faults) {
+    v.faults_injected += f.injected_s >= 0;
+    v.faults_detected += f.injected_s >= 0 && f.detected;
+  }
+
+  // The reference and the comparison.
+  const double ref_start = UnixNow();
+  auto reference = Reference(soak_finishing ? soak_steps : 0);
+  report.reference_wall_s = o_.reference_dir.empty() ? UnixNow() - ref_start : 0;
+  if (!reference.ok()) {
+    v.weights_detail = reference.status().ToString();
+  } else if (auto cmp = CompareWeightFiles(*reference, run_dir_ + "/model.safetensors"); !cmp.ok()) {
+    v.weights_detail = cmp.status().ToString();
+  } else {
+    v.weights_identical = cmp->identical;
+    v.weights_detail = cmp->detail;
+  }
+  if (auto audit = AuditCheckpoints(ckpt_dir_, damaged_steps_); audit.ok()) {
+    v.committed_checkpoints = audit->committed;
+    v.checkpoints_lost = audit->lost;
+    v.checkpoints_detail = audit->detail;
+  } else {
+    v.checkpoints_lost = -1;
+    v.checkpoints_detail = "audit failed: " + audit.status().ToString();
+  }
+  if (s_.soak_s > 0 && memory_.size() >= 2) {
+    // Growth after the first minute (start-up allocations excluded).
+    const MemorySample* base = &memory_.front();
+    for (const MemorySample& m : memory_) {
+      if (m.t_s >= 60) {
+        base = &m;
+        break;
+      }
+    }
+    double peak = base->supervisor_rss_mib;
+    for (const MemorySample& m : memory_) {
+      if (m.t_s >= base->t_s) peak = std::max(peak, m.supervisor_rss_mib);
+    }
+    const double growth = peak - base->supervisor_rss_mib;
+    v.memory_ok = growth <= s_.max_supervisor_rss_growth_mib;
+    v.memory_detail = StrFormat("supervisor RSS %.1f MiB at %.0f s, peak %.1f MiB after (growth %.1f MiB, "
+                                "allowed %.0f)",
+                                base->supervisor_rss_mib, base->t_s, peak, growth, s_.max_supervisor_rss_growth_mib);
+  }
+  return report;
+}
+
+}  // namespace
+
+Result<ChaosReport> RunCampaign(const Scenario& scenario, const std::vector<PlannedFault>& schedule,
+                                const CampaignOptions& options) {
+  if (options.tessera.empty()) return InvalidArgument("chaos: no tessera binary");
+  if (options.out_dir.empty()) return InvalidArgument("chaos: no output directory");
+  Campaign c(scenario, schedule, options);
+  return c.Run();
+}
+
+}  // namespace tessera
