@@ -504,9 +504,14 @@ Result<std::string> Campaign::Reference(int64_t steps) {
 
 // Pairs every injected fault with the evidence that the runtime saw it.
 void Campaign::MatchDetections(ChaosReport& report) {
+  // Each piece of evidence explains one fault only.
+  std::set<const SupervisorEvent*> used;
   auto first_event = [&](double after, double before, auto pred) -> const SupervisorEvent* {
     for (const SupervisorEvent& e : events_seen_) {
-      if (e.unix_s >= after && e.unix_s <= before && pred(e)) return &e;
+      if (e.unix_s >= after && e.unix_s <= before && !used.count(&e) && pred(e)) {
+        used.insert(&e);
+        return &e;
+      }
     }
     return nullptr;
   };
@@ -532,7 +537,7 @@ void Campaign::MatchDetections(ChaosReport& report) {
     }
     out.injected_s = T(f.injected_unix);
     out.injected_step = f.injected_step;
-    const double t0 = f.injected_unix - 0.05;  // the supervisor's clock reads the same host clock
+    const double t0 = f.injected_unix;  // the supervisor stamps events with the same host clock
     const double forever = 1e300;
     auto use_failure = [&](ReportedFailure* r) {
       if (r == nullptr) return;
@@ -582,6 +587,16 @@ void Campaign::MatchDetections(ChaosReport& report) {
           out.detected = true;
           out.detected_as = "ckpt_save_failed";
           out.detection_s = e->unix_s - f.injected_unix;
+        }
+        // checkpoint.max_failures saves failing in a row stop the run (exit 1) and the
+        // supervisor restarts it: those restarts are this fault's doing.
+        for (ReportedFailure& r : failures_) {
+          if (!r.matched && r.kind == "rank_exit" && r.detected_unix >= t0 &&
+              r.detected_unix <= f.active_until_unix + 5) {
+            r.matched = true;
+            out.steps_lost += r.steps_lost;
+            if (r.resumed_unix >= 0) out.recovery_s = r.resumed_unix - f.injected_unix;
+          }
         }
         break;
       case FaultKind::kPreempt:

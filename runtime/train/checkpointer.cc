@@ -483,9 +483,14 @@ Status Checkpointer::Commit(Manifest m) {
   policy.keep_last = config_.checkpoint.keep_last;
   policy.keep_every = config_.checkpoint.keep_every;
   for (int64_t old : StepsToDelete(committed, policy)) {
-    Status s = DeleteCheckpoint(root_, old, fs_);
-    if (s.ok() && sink_) (void)sink_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
-    if (!s.ok()) Event("retention_failed", s.ToString());
+    // The record first: a rank killed between the two leaves "deleted" beside a directory
+    // the next pass removes — never "committed" beside a directory that is gone (a relayed
+    // record may die with the rank; a record written before the delete was already sent).
+    if (sink_) (void)sink_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
+    if (Status s = DeleteCheckpoint(root_, old, fs_); !s.ok()) {
+      if (sink_) (void)sink_->SetStatus(old, CheckpointStatus::kCommitted, "retention failed: " + s.ToString());
+      Event("retention_failed", s.ToString());
+    }
   }
   return Status::Ok();
 }
