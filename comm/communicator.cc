@@ -72,8 +72,20 @@ Status OpState::WaitFor(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_.load(std::memory_order_relaxed)) {
     if (waiters_) waiters_->fetch_add(1, std::memory_order_relaxed);
-    bool finished = cv_.wait_until(lock, start + timeout,
-                                   [&] { return done_.load(std::memory_order_relaxed); });
+    // Waits in slices so that a thread which wakes far later than its slice asked (the process
+    // was stopped: SIGSTOP, a frozen VM, or starved of a core) can tell comm/activity.h that this
+    // stretch of the wait was not waiting for peers. The wakeups are cheap next to a collective.
+    const auto deadline = start + timeout;
+    bool finished = false;
+    for (auto slice_start = start;;) {
+      const auto slice_end = std::min(deadline, slice_start + comm_internal::kWaitSlice);
+      finished = cv_.wait_until(lock, slice_end,
+                                [&] { return done_.load(std::memory_order_relaxed); });
+      const auto now = std::chrono::steady_clock::now();
+      if (now - slice_end > comm_internal::kStallThreshold) comm_internal::CountStall(now - slice_end);
+      if (finished || now >= deadline) break;
+      slice_start = now;
+    }
     if (waiters_) waiters_->fetch_sub(1, std::memory_order_relaxed);
     if (!finished) {
       return Status(StatusCode::kTimeout,
@@ -90,8 +102,9 @@ Status OpState::WaitFor(std::chrono::milliseconds timeout) {
 Work::Work(std::shared_ptr<OpState> state) : state_(std::move(state)) {}
 Work::~Work() = default;
 bool Work::IsCompleted() const { return state_->done(); }
-// Both overloads count the thread in comm/activity.h while the op is still pending (a wait on
-// a finished op returns at once and is not "blocked").
+// Both overloads count the thread in comm/activity.h while the op is still pending, and add the
+// time it stayed blocked, less the stretches it evidently was not running, to the wait total (a
+// wait on a finished op returns at once and is not "blocked": it adds nothing).
 Status Work::Wait(std::chrono::milliseconds timeout) {
   if (state_->done()) return state_->WaitFor(timeout);
   comm_internal::WaitingGuard waiting;

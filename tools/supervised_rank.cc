@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -218,6 +219,32 @@ bool SupervisedRank::FaultFires(const std::optional<FaultPoint>& f, int64_t step
 }
 
 void SupervisedRank::SetStep(int64_t steps_done) {
+  // A step boundary on the training thread. The interval since the previous one is one step's
+  // work (plus the rank's bookkeeping around it: metrics, checkpoints); what its threads spent
+  // blocked in Work::Wait was waiting for peers, the rest is this rank's own time. A rank slowed
+  // down (a slow core, a SIGSTOP duty cycle) grows the rest; its peers grow their waits. The
+  // first call of a run (start or resume) only sets the baseline.
+  // Published: the mean over the last few steps, not the last step alone. A rank slowed by
+  // being stopped now and then has a few very slow steps among normal ones, and its heartbeat
+  // thread is stopped with it: the heartbeats it does send go out right after a stop ends, while
+  // the step the stop interrupted is still running, so "the last completed step" would almost
+  // always be a normal one. A window of steps holds the slow ones. The value goes out before the
+  // step number, so a heartbeat carrying the new step carries the new value too.
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t wait_ns = SampleCommActivity().wait_ns;
+  if (have_step_start_) {
+    const int64_t wall_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - step_start_).count();
+    recent_compute_ns_.push_back(std::max<int64_t>(0, wall_ns - (wait_ns - step_start_wait_ns_)));
+    if (recent_compute_ns_.size() > kComputeWindowSteps) recent_compute_ns_.pop_front();
+    int64_t sum_ns = 0;
+    for (int64_t ns : recent_compute_ns_) sum_ns += ns;
+    const int64_t mean_ns = sum_ns / static_cast<int64_t>(recent_compute_ns_.size());
+    client_->SetComputeMs((mean_ns + 500'000) / 1'000'000);
+  }
+  have_step_start_ = true;
+  step_start_ = now;
+  step_start_wait_ns_ = wait_ns;
   client_->SetStep(steps_done);
   if (FaultFires(env_.fault_crash, steps_done)) {
     std::fprintf(stderr, "tessera: rank %d: %s fault hook: SIGKILL at step %lld\n", rank_,

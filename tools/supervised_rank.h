@@ -9,7 +9,10 @@
 // should hold (the caller exits kExitRestartable: a launcher bug or a race, never the config).
 // Heartbeats carry the step and phase the trainer publishes, overridden from the comm layer's
 // activity (comm/activity.h): phase "collective" while a thread waits on a collective, and the
-// count of launched operations as the collective sequence number.
+// count of launched operations as the collective sequence number, and the rank's recent step
+// time outside waits for collectives (compute_ms: per step, wall time between two SetStep calls
+// minus the comm layer's wait time over it; published as the mean of the last 8 steps; the
+// supervisor's straggler signal).
 // Stop: the supervisor said stop, or the connection to it is gone (then the job is being torn
 // down anyway and a save is the best this rank can do).
 //
@@ -28,7 +31,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +100,15 @@ class SupervisedRank final : public RunLink {
   std::unique_ptr<RelayCatalog> catalog_;
   std::unique_ptr<ChaosHooks> chaos_hooks_;  // null unless `tessera chaos` set a plan
   std::atomic<bool> told_lost_{false};
+  // The step boundary SetStep saw last (training thread only): when, and the comm layer's wait
+  // total then. The next SetStep turns the difference into the finished step's compute time.
+  bool have_step_start_ = false;
+  std::chrono::steady_clock::time_point step_start_;
+  int64_t step_start_wait_ns_ = 0;
+  // Compute times of the last kComputeWindowSteps completed steps, ns, oldest first; their mean
+  // is the published compute_ms.
+  static constexpr size_t kComputeWindowSteps = 8;
+  std::deque<int64_t> recent_compute_ns_;
 };
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 // reach it through atomics and asio::post.
 #include "runtime/supervisor/control_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -43,6 +44,7 @@ struct ControlClient::Impl {
   std::atomic<int64_t> step{0};
   std::atomic<int> phase{static_cast<int>(RankPhase::kIdle)};
   std::atomic<int64_t> collective_seq{0};
+  std::atomic<int64_t> compute_ms{-1};
   std::atomic<bool> checkpoint_requested{false};
   std::atomic<bool> stop_requested{false};
   std::atomic<bool> lost{false};
@@ -109,9 +111,12 @@ struct ControlClient::Impl {
   void SendHeartbeat(bool final = false) {
     if (closed || (!out.empty() && !final)) return;  // coalesce: the newest values go next tick
     HeartbeatMsg hb;
-    hb.step = step.load(std::memory_order_relaxed);
+    // Acquire pairs with SetStep's release: a trainer that calls SetComputeMs before SetStep
+    // never has a step's new number sent with the previous step's compute time.
+    hb.step = step.load(std::memory_order_acquire);
     hb.phase = static_cast<RankPhase>(phase.load(std::memory_order_relaxed));
     hb.collective_seq = collective_seq.load(std::memory_order_relaxed);
+    hb.compute_ms = compute_ms.load(std::memory_order_relaxed);
     hb.unix_ms = UnixMs();
     if (options.before_heartbeat) options.before_heartbeat(hb);
     Result<std::string> frame = EncodeHeartbeat(hb);
@@ -257,7 +262,11 @@ ControlClient::~ControlClient() {
 }
 
 void ControlClient::SetStep(int64_t step) {
-  impl_->step.store(step < 0 ? 0 : step, std::memory_order_relaxed);
+  impl_->step.store(step < 0 ? 0 : step, std::memory_order_release);
+}
+void ControlClient::SetComputeMs(int64_t compute_ms) {
+  const int64_t v = std::clamp<int64_t>(compute_ms, -1, kControlMaxComputeMs);
+  impl_->compute_ms.store(v, std::memory_order_relaxed);
 }
 void ControlClient::SetPhase(RankPhase phase) {
   impl_->phase.store(static_cast<int>(phase), std::memory_order_relaxed);

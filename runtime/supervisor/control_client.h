@@ -2,7 +2,7 @@
 //
 // Owns: one TCP connection to the supervisor (Boost.Asio behind a pimpl) and a side thread
 // that sends heartbeats every heartbeat_interval_ms, built from values the trainer publishes
-// through atomics (SetStep, SetPhase, SetCollectiveSeq), forwards commit reports, and receives
+// through atomics (SetStep, SetPhase, SetCollectiveSeq, SetComputeMs), forwards commit reports, and receives
 // commands (checkpoint_now, stop), exposed as atomic flags plus an optional callback.
 //
 // Never blocks training: the setters are relaxed atomic stores, ReportCommit only hands a
@@ -64,6 +64,11 @@ class ControlClient {
   void SetStep(int64_t step);
   void SetPhase(RankPhase phase);
   void SetCollectiveSeq(int64_t seq);
+  // The rank's recent step time outside waits for collectives, ms (HeartbeatMsg::compute_ms;
+  // -1 = not measured yet, the initial value). Clamped to [-1, kControlMaxComputeMs]. Call it
+  // BEFORE the SetStep that starts the next step: a heartbeat that carries the new step then
+  // carries this value too.
+  void SetComputeMs(int64_t compute_ms);
   // Queues a commit report for checkpoint `step` (>= 0). Dropped if the supervisor is lost.
   void ReportCommit(int64_t step);
   // Queues a catalog write for the supervisor to perform (validated; an invalid record is

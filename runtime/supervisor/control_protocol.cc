@@ -224,6 +224,7 @@ Status ValidateHeartbeat(const HeartbeatMsg& m) {
   if (static_cast<size_t>(m.phase) >= kPhaseNames.size()) return InvalidArgument("phase: invalid");
   RETURN_IF_ERROR(CheckRange("step", m.step, 0, kMax));
   RETURN_IF_ERROR(CheckRange("collective_seq", m.collective_seq, 0, kMax));
+  RETURN_IF_ERROR(CheckRange("compute_ms", m.compute_ms, -1, kControlMaxComputeMs));
   return CheckRange("unix_ms", m.unix_ms, 0, kMax);
 }
 
@@ -283,7 +284,7 @@ Result<std::string> EncodeHeartbeat(const HeartbeatMsg& m) {
   JsonWriter w;
   w.BeginObject().Key("type").String("heartbeat").Key("step").Int(m.step);
   w.Key("phase").String(RankPhaseName(m.phase)).Key("collective_seq").Int(m.collective_seq);
-  w.Key("unix_ms").Int(m.unix_ms).EndObject();
+  w.Key("compute_ms").Int(m.compute_ms).Key("unix_ms").Int(m.unix_ms).EndObject();
   return Frame(w);
 }
 
@@ -387,6 +388,7 @@ Result<RankMessage> DecodeRankMessage(std::string_view body) {
     RETURN_IF_ERROR(r.Int("step", hb.step));
     RETURN_IF_ERROR(r.String("phase", phase));
     RETURN_IF_ERROR(r.Int("collective_seq", hb.collective_seq));
+    RETURN_IF_ERROR(r.Int("compute_ms", hb.compute_ms));
     RETURN_IF_ERROR(r.Int("unix_ms", hb.unix_ms));
     RETURN_IF_ERROR(r.NoOtherKeys());
     Result<RankPhase> p = ParseRankPhase(phase);

@@ -9,7 +9,7 @@
 //
 // Rank -> supervisor, every body has "type":
 //   hello     {run_id, incarnation, rank, world_size, pid, host, secret}  first frame, once
-//   heartbeat {step, phase, collective_seq, unix_ms}                      from a side thread
+//   heartbeat {step, phase, collective_seq, compute_ms, unix_ms}          from a side thread
 //   commit    {step}                                                      a checkpoint committed
 //   catalog   {op, ...}: a catalog write the supervisor performs for the coordinator, which
 //             does not open the catalog itself under a supervisor (single writer):
@@ -47,6 +47,8 @@ inline constexpr size_t kControlMaxRunIdBytes = 128;
 inline constexpr size_t kControlMaxHostBytes = 255;
 inline constexpr size_t kControlMaxSecretBytes = 256;
 inline constexpr int kControlMaxWorldSize = 1 << 20;
+// Upper bound on a heartbeat's compute_ms (about 11.6 days: far above any real step).
+inline constexpr int64_t kControlMaxComputeMs = 1'000'000'000;
 inline constexpr size_t kControlMaxCatalogKindBytes = 64;
 // A catalog entry's dir and layout (short names; the bound keeps a put within one frame).
 inline constexpr size_t kControlMaxCatalogFieldBytes = 4096;
@@ -72,6 +74,11 @@ struct HeartbeatMsg {
   RankPhase phase = RankPhase::kIdle;
   int64_t collective_seq = 0;  // >= 0: sequence number of the last collective entered
   int64_t unix_ms = 0;         // >= 0: the rank's wall clock (diagnostics only; never compared)
+  // [-1, kControlMaxComputeMs]: how long the rank's recent steps took outside waits for
+  // collectives (per step: wall time minus the time its threads were blocked in Work::Wait;
+  // the rank sends the mean of its last few completed steps), ms; -1 until the rank has
+  // completed a step in this incarnation. The straggler signal.
+  int64_t compute_ms = -1;
 };
 
 struct CommitMsg {

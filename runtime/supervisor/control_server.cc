@@ -253,10 +253,12 @@ void ControlServerCore::OnFrame(const std::shared_ptr<ControlConnection>& c,
         s.step = m.heartbeat.step;
         s.phase = m.heartbeat.phase;
         s.collective_seq = m.heartbeat.collective_seq;
+        s.compute_ms = m.heartbeat.compute_ms;
         e.kind = ControlEventKind::kHeartbeat;
         e.step = s.step;
         e.phase = s.phase;
         e.collective_seq = s.collective_seq;
+        e.compute_ms = s.compute_ms;
         break;
       case RankMessageType::kCommit:
         s.last_commit_step = std::max(s.last_commit_step, m.commit.step);

@@ -71,6 +71,7 @@ struct ControlEvent {
   int64_t step = -1;                   // kHeartbeat, kCommit: the step reported
   RankPhase phase = RankPhase::kIdle;  // kHeartbeat
   int64_t collective_seq = -1;         // kHeartbeat
+  int64_t compute_ms = -1;             // kHeartbeat: last step's time outside waits; -1 unknown
   int exit_code = -1;                  // kBye, and kDisconnected after a bye; else -1
   CatalogRecordMsg catalog;            // kCatalog: the write the rank asks for
 };
@@ -89,6 +90,7 @@ struct RankState {
   int64_t step = -1;       // from the last heartbeat; -1 before the first
   RankPhase phase = RankPhase::kIdle;
   int64_t collective_seq = -1;
+  int64_t compute_ms = -1;  // from the last heartbeat (HeartbeatMsg::compute_ms); -1 unknown
   int64_t last_commit_step = -1;  // newest commit reported; -1 if none
   bool said_bye = false;          // the last connection ended with a bye
   int exit_code = -1;             // from that bye

@@ -46,6 +46,9 @@ Status ValidateDetectorOptions(const DetectorOptions& o) {
   if (!Finite(o.straggler_factor) || o.straggler_factor < 1) {
     return InvalidArgument(StrFormat("straggler_factor must be >= 1, got %g", o.straggler_factor));
   }
+  if (!Finite(o.straggler_floor_ms) || o.straggler_floor_ms < 0) {
+    return InvalidArgument(StrFormat("straggler_floor_ms must be >= 0, got %g", o.straggler_floor_ms));
+  }
   if (o.straggler_window < 2) {
     return InvalidArgument(StrFormat("straggler_window must be >= 2, got %d", o.straggler_window));
   }
@@ -115,14 +118,20 @@ void FailureDetector::OnEvent(const ControlEvent& e) {
       // A new connection of this rank: what the previous one said no longer applies.
       r.said_bye = false;
       r.bye_exit_code = -1;
-      r.waiting.clear();
+      r.compute_ms.clear();
+      r.last_heartbeat_step = -1;
       break;
     case ControlEventKind::kHeartbeat:
       ObserveStep(e.step, e.time);
-      r.waiting.push_back(e.phase == RankPhase::kCollective);
-      while (r.waiting.size() > static_cast<size_t>(options_.straggler_window)) {
-        r.waiting.pop_front();
+      // One value per completed step at most: a heartbeat that repeats the step repeats the
+      // value too (the rank publishes it with the step).
+      if (e.compute_ms >= 0 && r.last_heartbeat_step >= 0 && e.step > r.last_heartbeat_step) {
+        r.compute_ms.push_back(e.compute_ms);
+        while (r.compute_ms.size() > static_cast<size_t>(options_.straggler_window)) {
+          r.compute_ms.pop_front();
+        }
       }
+      r.last_heartbeat_step = std::max(r.last_heartbeat_step, e.step);
       break;
     case ControlEventKind::kBye:
       r.said_bye = true;
@@ -368,22 +377,25 @@ std::optional<Failure> FailureDetector::CheckStartup(const std::vector<RankState
 }
 
 void FailureDetector::CheckStragglers(Clock::time_point now) {
-  std::vector<double> fraction(world_size_, -1);  // -1: too few heartbeats to judge
+  // Startup is no evidence: rank 0 measures the sgemm peak before step 0 while the others wait.
+  if (!first_step_done_) return;
+  auto judged = [&](int r) {
+    return static_cast<int>(ranks_[r].compute_ms.size()) >= options_.straggler_min_heartbeats;
+  };
   for (int r = 0; r < world_size_; ++r) {
-    const auto& w = ranks_[r].waiting;
-    if (static_cast<int>(w.size()) < options_.straggler_min_heartbeats) continue;
-    fraction[r] = static_cast<double>(std::count(w.begin(), w.end(), true)) / w.size();
-  }
-  for (int r = 0; r < world_size_; ++r) {
-    if (fraction[r] < 0) continue;
-    std::vector<double> others;
-    for (int o = 0; o < world_size_; ++o) {
-      if (o != r && fraction[o] >= 0) others.push_back(fraction[o]);
-    }
-    if (others.empty()) continue;
-    const double peers = Median(others);
-    if (peers < kStragglerMinPeerWait || fraction[r] >= peers / options_.straggler_factor) continue;
+    if (!judged(r)) continue;
     PerRank& pr = ranks_[r];
+    std::vector<double> peers_ms;
+    for (int o = 0; o < world_size_; ++o) {
+      if (o == r || !judged(o)) continue;
+      peers_ms.insert(peers_ms.end(), ranks_[o].compute_ms.begin(), ranks_[o].compute_ms.end());
+    }
+    if (peers_ms.empty()) continue;
+    const double mine = Median(std::vector<double>(pr.compute_ms.begin(), pr.compute_ms.end()));
+    const double peers = Median(peers_ms);
+    if (mine <= options_.straggler_factor * peers || mine - peers < options_.straggler_floor_ms) {
+      continue;
+    }
     if (pr.reported_straggler &&
         Seconds(now - pr.last_straggler_report) < options_.straggler_report_interval_s) {
       continue;
@@ -394,9 +406,9 @@ void FailureDetector::CheckStragglers(Clock::time_point now) {
     rep.rank = r;
     rep.at = now;
     rep.detail = StrFormat(
-        "rank %d is a straggler: it waits in collectives %.0f%% of its last %zu heartbeats while "
-        "the other ranks wait %.0f%% (median), so everybody waits for it (step %lld)",
-        r, 100 * fraction[r], pr.waiting.size(), 100 * peers, static_cast<long long>(max_step_));
+        "rank %d is a straggler: its steps take %.1f ms outside collectives (median of its last "
+        "%zu) against %.1f ms for its peers (median), so everybody waits for it (step %lld)",
+        r, mine, pr.compute_ms.size(), peers, static_cast<long long>(max_step_));
     stragglers_.push_back(std::move(rep));
   }
 }

@@ -29,11 +29,20 @@
 // sample (Δt measured between the heartbeats that revealed the advances, so heartbeat spacing
 // cancels out over many steps); the median of the last kStepSamples samples is the step time.
 //
-// Stragglers (world_size >= 2, reported, never a failure): per rank, over its last
-// straggler_window heartbeats, the fraction spent in phase collective (waiting for peers). A
-// rank whose fraction is below (median of the other ranks' fractions) / straggler_factor while
-// that median is >= kStragglerMinPeerWait is the one everybody waits for. Each rank is
-// reported at most once per straggler_report_interval_s.
+// Stragglers (step-time outliers; world_size >= 2, reported, never a failure): each heartbeat
+// carries compute_ms, the rank's recent time per step outside waits for collectives (mean of
+// its last few steps; tools/supervised_rank.cc). Per rank the detector keeps the last straggler_window values, one
+// per heartbeat whose compute_ms >= 0 and whose step is above the step of that rank's previous
+// heartbeat (a value is not counted twice for the same step). Once the first step completed, a
+// rank with >= straggler_min_heartbeats values whose median exceeds straggler_factor x the
+// median of its peers' values (all of them pooled, from peers that have enough values too) AND
+// exceeds it by >= straggler_floor_ms is the one everybody waits for: slowed down, it spends the
+// extra time outside waits, while its peers spend it waiting for it and their compute stays
+// small. The floor keeps millisecond jitter of tiny steps from counting. Why not the fraction of
+// heartbeats in phase collective: a rank slowed by being stopped (SIGSTOP duty cycle, a
+// descheduled VM) is stopped at random points, inside collectives too, and shows the same
+// waiting fraction as its peers. Each rank is reported at most once per
+// straggler_report_interval_s.
 //
 // Thread-safety: none; one thread (the supervisor loop) owns a detector. Invariants: ranks
 // outside [0, world_size) in events are ignored; max_step() never decreases.
@@ -67,14 +76,17 @@ struct DetectorOptions {
   // Every rank must register and the job complete its first step within this many seconds of
   // the launch (includes checkpoint load). Default 300, > 0.
   double startup_timeout_s = 300;
-  // A rank waiting in collectives less than (others' median) / straggler_factor is a straggler.
-  // Default 3, >= 1.
-  double straggler_factor = 3;
-  int straggler_window = 20;             // heartbeats per rank considered; default 20 (2-4 s), >= 2
+  // A rank whose recent compute_ms (median) exceeds straggler_factor x its peers' median and
+  // exceeds it by >= straggler_floor_ms is a straggler. Factor default 2, >= 1; floor ms,
+  // default 5, >= 0.
+  double straggler_factor = 2;
+  double straggler_floor_ms = 5;
+  // compute_ms values per rank considered (at most one per heartbeat); default 10, >= 2.
+  int straggler_window = 10;
   // Connection losses within this many ms of the first one are one failure (ranks that died
   // together: a lost host); later ones are the job being taken down after it.
   double simultaneous_loss_ms = 2;
-  int straggler_min_heartbeats = 15;     // a rank is judged once it has this many; [1, window]
+  int straggler_min_heartbeats = 5;      // a rank is judged once it has this many values; [1, window]
   double straggler_report_interval_s = 60;  // per rank, at most one report per this; >= 0
 };
 
@@ -108,8 +120,7 @@ struct HangBlame {
 
 class FailureDetector {
  public:
-  static constexpr int kStepSamples = 64;              // step-time samples kept for the median
-  static constexpr double kStragglerMinPeerWait = 0.2;  // peers' median wait fraction needed
+  static constexpr int kStepSamples = 64;  // step-time samples kept for the median
 
   // `options` must pass ValidateDetectorOptions; world_size >= 1.
   FailureDetector(const DetectorOptions& options, int world_size,
@@ -155,7 +166,8 @@ class FailureDetector {
     bool lost = false;  // closed without bye, not yet reported
     std::chrono::steady_clock::time_point lost_at;
     std::string lost_reason;
-    std::deque<bool> waiting;  // last heartbeats: phase == collective
+    std::deque<int64_t> compute_ms;  // last compute_ms values, oldest first (<= window)
+    int64_t last_heartbeat_step = -1;  // step of this connection's previous heartbeat
     bool reported_straggler = false;
     std::chrono::steady_clock::time_point last_straggler_report;
   };

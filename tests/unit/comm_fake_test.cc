@@ -407,7 +407,7 @@ TEST(FakeComm, AbortWakesWaitersAndFailsLaterOps) {
   EXPECT_EQ(c0->Barrier()->Wait().message().find("second"), std::string::npos);
 }
 
-TEST(FakeComm, ActivityCountsLaunchedOpsAndBlockedWaiters) {
+TEST(FakeComm, ActivityCountsLaunchedOpsBlockedWaitersAndWaitTime) {
   // The counters are process-wide: measure deltas (no other test runs concurrently).
   auto hub = FakeHub::Create(1);
   CommOptions o;
@@ -425,6 +425,7 @@ TEST(FakeComm, ActivityCountsLaunchedOpsAndBlockedWaiters) {
   EXPECT_EQ(c->Send(bad, 0)->Wait().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SampleCommActivity().ops_launched - before.ops_launched, 3);
   EXPECT_EQ(SampleCommActivity().waiting, 0);
+  EXPECT_GE(SampleCommActivity().wait_ns, before.wait_ns);  // cumulative: never goes back
 
   auto hung = c->AllReduce(t, ReduceOp::kSum);  // op 3 of the fault plan: hangs
   EXPECT_EQ(SampleCommActivity().ops_launched - before.ops_launched, 4);
@@ -436,13 +437,25 @@ TEST(FakeComm, ActivityCountsLaunchedOpsAndBlockedWaiters) {
     if (!seen_waiting) std::this_thread::sleep_for(milliseconds(1));
   }
   EXPECT_TRUE(seen_waiting) << "a thread blocked in Work::Wait was not counted";
+  // A wait still blocked is not in the total yet; it is added, all of it, when the wait ends.
+  const int64_t wait_ns_while_blocked = SampleCommActivity().wait_ns;
+  const auto blocked_from = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(milliseconds(30));
+  const auto blocked_at_least = std::chrono::steady_clock::now() - blocked_from;
+  EXPECT_EQ(SampleCommActivity().wait_ns, wait_ns_while_blocked);
   c->Abort(Status(StatusCode::kTimeout, "test over"));
   waiter.join();
   EXPECT_EQ(result.code(), StatusCode::kAborted);
   EXPECT_EQ(SampleCommActivity().waiting, 0);
-  // Waiting on a finished op (with or without a timeout) leaves the count at 0 afterwards.
+  const int64_t wait_ns_after = SampleCommActivity().wait_ns;
+  EXPECT_GE(wait_ns_after - wait_ns_while_blocked,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(blocked_at_least).count());
+  EXPECT_LT(wait_ns_after - before.wait_ns, std::chrono::nanoseconds(std::chrono::seconds(10)).count());
+  // Waiting on a finished op (with or without a timeout) leaves the count at 0 afterwards and
+  // adds nothing to the wait total (it never blocked).
   EXPECT_EQ(hung->Wait(milliseconds(10)).code(), StatusCode::kAborted);
   EXPECT_EQ(SampleCommActivity().waiting, 0);
+  EXPECT_EQ(SampleCommActivity().wait_ns, wait_ns_after);
 }
 
 TEST(FakeComm, DesyncIsReportedOnEveryRank) {

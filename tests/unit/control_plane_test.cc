@@ -173,14 +173,23 @@ TEST(ControlProtocol, RoundTrips) {
   EXPECT_EQ(m->hello.secret, "sec");
 
   for (int p = 0; p <= static_cast<int>(RankPhase::kIdle); ++p) {
-    HeartbeatMsg hb{123456789012, static_cast<RankPhase>(p), 99, 1700000000000};
+    // compute_ms walks its whole range: -1 (not measured yet), 0, a real value, the bound.
+    const int64_t compute[] = {-1, 0, 41, kControlMaxComputeMs};
+    const int64_t compute_ms = compute[p % 4];
+    HeartbeatMsg hb{123456789012, static_cast<RankPhase>(p), 99, 1700000000000, compute_ms};
     Result<RankMessage> d = DecodeRankMessage(EncodeHeartbeat(hb)->substr(4));
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_EQ(d->heartbeat.step, 123456789012);
     EXPECT_EQ(d->heartbeat.phase, static_cast<RankPhase>(p));
     EXPECT_EQ(d->heartbeat.collective_seq, 99);
     EXPECT_EQ(d->heartbeat.unix_ms, 1700000000000);
+    EXPECT_EQ(d->heartbeat.compute_ms, compute_ms);
   }
+  EXPECT_EQ(HeartbeatMsg{}.compute_ms, -1);  // "not measured yet" unless a rank says otherwise
+  HeartbeatMsg out_of_range{1, RankPhase::kForward, 0, 0, -2};
+  EXPECT_EQ(EncodeHeartbeat(out_of_range).status().code(), StatusCode::kInvalidArgument);
+  out_of_range.compute_ms = kControlMaxComputeMs + 1;
+  EXPECT_EQ(EncodeHeartbeat(out_of_range).status().code(), StatusCode::kInvalidArgument);
   Result<RankMessage> c = DecodeRankMessage(EncodeCommit(CommitMsg{40})->substr(4));
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->type, RankMessageType::kCommit);
@@ -205,12 +214,16 @@ TEST(ControlProtocol, RejectsMalformedMessages) {
       "[1,2]",
       R"({"step":1})",
       R"({"type":"launch_missiles"})",
-      R"({"type":"heartbeat","step":1,"phase":"dancing","collective_seq":0,"unix_ms":0})",
-      R"({"type":"heartbeat","step":-1,"phase":"forward","collective_seq":0,"unix_ms":0})",
-      R"({"type":"heartbeat","step":"1","phase":"forward","collective_seq":0,"unix_ms":0})",
-      R"({"type":"heartbeat","step":1.5,"phase":"forward","collective_seq":0,"unix_ms":0})",
-      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0})",
-      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"unix_ms":0,"x":1})",
+      R"({"type":"heartbeat","step":1,"phase":"dancing","collective_seq":0,"compute_ms":5,"unix_ms":0})",
+      R"({"type":"heartbeat","step":-1,"phase":"forward","collective_seq":0,"compute_ms":5,"unix_ms":0})",
+      R"({"type":"heartbeat","step":"1","phase":"forward","collective_seq":0,"compute_ms":5,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1.5,"phase":"forward","collective_seq":0,"compute_ms":5,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"compute_ms":5})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"compute_ms":5,"unix_ms":0,"x":1})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"compute_ms":-2,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"compute_ms":1000000001,"unix_ms":0})",
+      R"({"type":"heartbeat","step":1,"phase":"forward","collective_seq":0,"compute_ms":2.5,"unix_ms":0})",
       R"({"type":"commit","step":-5})",
       R"({"type":"bye","exit_code":300})",
       R"({"type":"hello","run_id":"r","incarnation":0,"rank":4,"world_size":4,"pid":1,"host":"h","secret":"s"})",

@@ -1,7 +1,8 @@
 // links: tessera_supervisor
 // tests/unit/failure_detector_test.cc — FailureDetector on fake times: every detection kind,
 // the stall's rank attribution by collective sequence, bye-then-disconnect, derived and fixed
-// stall timeouts with the floor, step-time measurement, and straggler reports.
+// stall timeouts with the floor, step-time measurement, and straggler reports (compute-time
+// outliers: factor, floor, window, once per interval, none at startup).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -38,17 +39,20 @@ class FakeJob {
   void RegisterAll(double t) {
     for (size_t r = 0; r < ranks.size(); ++r) Register(static_cast<int>(r), t);
   }
-  void Heartbeat(int r, int64_t step, RankPhase phase, int64_t seq, double t) {
+  void Heartbeat(int r, int64_t step, RankPhase phase, int64_t seq, double t,
+                 int64_t compute_ms = -1) {
     RankState& s = ranks[r];
     s.last_heartbeat = At(t);
     ++s.heartbeats;
     s.step = step;
     s.phase = phase;
     s.collective_seq = seq;
+    s.compute_ms = compute_ms;
     ControlEvent e = MakeEvent(ControlEventKind::kHeartbeat, r, t);
     e.step = step;
     e.phase = phase;
     e.collective_seq = seq;
+    e.compute_ms = compute_ms;
     detector.OnEvent(e);
   }
   // Every rank heartbeats `step` in phase collective at sequence `seq`.
@@ -128,7 +132,13 @@ TEST(FailureDetectorTest, ValidateNamesTheFlag) {
   o.straggler_factor = 0.5;
   EXPECT_FALSE(ValidateDetectorOptions(o).ok());
   o = {};
-  o.straggler_min_heartbeats = 21;  // above the window
+  o.straggler_min_heartbeats = 11;  // above the window
+  EXPECT_FALSE(ValidateDetectorOptions(o).ok());
+  o = {};
+  o.straggler_floor_ms = -1;
+  EXPECT_NE(ValidateDetectorOptions(o).message().find("straggler_floor_ms"), std::string::npos);
+  o = {};
+  o.straggler_window = 1;
   EXPECT_FALSE(ValidateDetectorOptions(o).ok());
 }
 
@@ -433,71 +443,158 @@ TEST(FailureDetectorTest, FirstStepCompletesOnAdvanceOrAfterTheStartStep) {
   EXPECT_TRUE(resumed.detector.first_step_completed());
 }
 
-// Ranks 0, 1, 3 wait in collectives 60% of the time; rank 2 never does: it is the straggler.
-// Steps first_step.. one per heartbeat, 0.1 s apart from t0.
-void StragglerHeartbeats(FakeJob& job, int64_t first_step, double t0, int count) {
+// Steps first_step.. one per heartbeat round, 0.1 s apart from t0: every rank heartbeats the
+// step with compute_ms[rank] (the first heartbeat of a connection only sets the step baseline).
+void ComputeHeartbeats(FakeJob& job, int64_t first_step, double t0, int count,
+                       const std::vector<int64_t>& compute_ms) {
   for (int i = 0; i < count; ++i) {
-    const bool wait = i % 5 < 3;
     const int64_t step = first_step + i;
-    for (int r : {0, 1, 3}) {
-      job.Heartbeat(r, step, wait ? RankPhase::kCollective : RankPhase::kForward, step,
-                    t0 + 0.1 * i);
+    for (size_t r = 0; r < compute_ms.size(); ++r) {
+      job.Heartbeat(static_cast<int>(r), step, RankPhase::kForward, step, t0 + 0.1 * i,
+                    compute_ms[r]);
     }
-    job.Heartbeat(2, step, RankPhase::kBackward, step, t0 + 0.1 * i);
   }
 }
 
-TEST(FailureDetectorTest, StragglerReportedAtMostOncePerInterval) {
+TEST(FailureDetectorTest, StragglerIsTheComputeTimeOutlierReportedOncePerInterval) {
   FakeJob job(4);
   job.RegisterAll(0.5);
-  StragglerHeartbeats(job, 0, 1.0, 50);
+  // Rank 2 takes 41 ms per step outside collectives; its peers 6 ms (they wait for it).
+  ComputeHeartbeats(job, 0, 1.0, 30, {6, 6, 41, 7});
   EXPECT_FALSE(job.Check(6.0).has_value());
   std::vector<StragglerReport> reports = job.detector.TakeStragglers();
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].rank, 2);
   EXPECT_EQ(reports[0].at, At(6.0));
-  EXPECT_NE(reports[0].detail.find("0% of its last 20 heartbeats"), std::string::npos)
-      << reports[0].detail;
-  EXPECT_NE(reports[0].detail.find("60%"), std::string::npos) << reports[0].detail;
-  EXPECT_TRUE(job.detector.TakeStragglers().empty());  // taken
+  EXPECT_EQ(reports[0].detail,
+            "rank 2 is a straggler: its steps take 41.0 ms outside collectives (median of its "
+            "last 10) against 6.0 ms for its peers (median), so everybody waits for it (step 29)");
+  EXPECT_EQ(reports[0].detail.rfind("rank 2 ", 0), 0u);  // what `tessera chaos` matches
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());   // taken
 
-  StragglerHeartbeats(job, 50, 25.2, 50);
+  ComputeHeartbeats(job, 30, 25.2, 30, {6, 6, 41, 7});
   EXPECT_FALSE(job.Check(30.2).has_value());
   EXPECT_TRUE(job.detector.TakeStragglers().empty());  // within 60 s of the last report
-  StragglerHeartbeats(job, 100, 62.0, 50);
+  ComputeHeartbeats(job, 60, 62.0, 30, {6, 6, 41, 7});
   EXPECT_FALSE(job.Check(67.0).has_value());
   EXPECT_EQ(job.detector.TakeStragglers().size(), 1u);
 }
 
-TEST(FailureDetectorTest, NoStragglerWhenPeersRarelyWaitOrTooFewHeartbeats) {
+TEST(FailureDetectorTest, StragglerJudgedOnTheMedianOfRecentSteps) {
+  FakeJob job(3);
+  job.RegisterAll(0.5);
+  // One slow step (a checkpoint, a page-in) in rank 1's window is not an outlier...
+  ComputeHeartbeats(job, 0, 1.0, 12, {8, 8, 8});
+  job.Heartbeat(0, 12, RankPhase::kForward, 12, 2.2, 8);
+  job.Heartbeat(1, 12, RankPhase::kForward, 12, 2.2, 300);
+  job.Heartbeat(2, 12, RankPhase::kForward, 12, 2.2, 8);
+  EXPECT_FALSE(job.Check(2.3).has_value());
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());
+  // ...a rank that stays slow is: its median moves once most of its window is slow.
+  ComputeHeartbeats(job, 13, 2.4, 6, {8, 30, 8});
+  EXPECT_FALSE(job.Check(3.1).has_value());
+  std::vector<StragglerReport> reports = job.detector.TakeStragglers();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rank, 1);
+}
+
+TEST(FailureDetectorTest, NoStragglerWithSimilarComputeTimes) {
+  FakeJob job(4);
+  job.RegisterAll(0.5);
+  // Rank 0 does a little more (metrics, checkpoint commits): 1.5x, not an outlier.
+  ComputeHeartbeats(job, 0, 1.0, 30, {15, 10, 11, 10});
+  EXPECT_FALSE(job.Check(4.0).has_value());
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());
+}
+
+TEST(FailureDetectorTest, NoStragglerUnderTheAbsoluteFloor) {
+  FakeJob job(4);
+  job.RegisterAll(0.5);
+  // 4 ms against 1 ms is 4x, but 3 ms of difference is jitter on a tiny step.
+  ComputeHeartbeats(job, 0, 1.0, 30, {1, 1, 4, 1});
+  EXPECT_FALSE(job.Check(4.0).has_value());
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());
+  // 7 ms against 1 ms clears both the factor and the 5 ms floor.
+  FakeJob over(4);
+  over.RegisterAll(0.5);
+  ComputeHeartbeats(over, 0, 1.0, 30, {1, 1, 7, 1});
+  EXPECT_FALSE(over.Check(4.0).has_value());
+  std::vector<StragglerReport> reports = over.detector.TakeStragglers();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rank, 2);
+}
+
+TEST(FailureDetectorTest, NoStragglerBeforeTheFirstStep) {
+  FakeJob job(4);
+  job.detector.SetStartStep(100);
+  job.RegisterAll(0.5);
+  // The ranks' steps move (below the resume step 100) and they report compute times with rank 0
+  // far above its peers, but no step of this incarnation has completed: nothing is judged.
+  ComputeHeartbeats(job, 0, 1.0, 30, {900, 1, 1, 1});
+  EXPECT_FALSE(job.detector.first_step_completed());
+  EXPECT_FALSE(job.Check(4.0).has_value());
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());
+  // The same values once a step completed are judged (the guard is what held them back).
+  ComputeHeartbeats(job, 101, 4.1, 1, {900, 1, 1, 1});
+  EXPECT_TRUE(job.detector.first_step_completed());
+  EXPECT_FALSE(job.Check(4.2).has_value());
+  std::vector<StragglerReport> reports = job.detector.TakeStragglers();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rank, 0);
+}
+
+TEST(FailureDetectorTest, NoStragglerWithTooFewValues) {
   {
     FakeJob job(4);
     job.RegisterAll(0.5);
-    StragglerHeartbeats(job, 0, 1.0, 5);  // fewer than straggler_min_heartbeats
+    // 4 rounds: the first only sets each rank's step baseline, so 3 values < min 5.
+    ComputeHeartbeats(job, 0, 1.0, 4, {6, 6, 41, 6});
+    EXPECT_TRUE(job.detector.first_step_completed());
     EXPECT_FALSE(job.Check(2.0).has_value());
     EXPECT_TRUE(job.detector.TakeStragglers().empty());
   }
   {
-    FakeJob job(3);
+    // Many heartbeats, but the same step again and again: one value, not one per heartbeat.
+    FakeJob job(4);
     job.RegisterAll(0.5);
-    // Peers wait 10% of the time (< 20%): nobody is holding anyone up in a meaningful way.
-    for (int i = 0; i < 50; ++i) {
-      for (int r : {0, 1}) {
-        job.Heartbeat(r, i, i % 10 == 0 ? RankPhase::kCollective : RankPhase::kForward, i,
-                      1 + 0.1 * i);
+    for (int i = 0; i < 30; ++i) {
+      const int64_t step = i < 2 ? i : 1;
+      for (int r = 0; r < 4; ++r) {
+        job.Heartbeat(r, step, RankPhase::kForward, step, 1 + 0.1 * i, r == 2 ? 41 : 6);
       }
-      job.Heartbeat(2, i, RankPhase::kForward, i, 1 + 0.1 * i);
     }
-    EXPECT_FALSE(job.Check(6.0).has_value());
+    EXPECT_FALSE(job.Check(4.0).has_value());
     EXPECT_TRUE(job.detector.TakeStragglers().empty());
   }
   {
-    FakeJob job(1);
+    // Not measured yet (-1) is no value.
+    FakeJob job(4);
     job.RegisterAll(0.5);
-    for (int i = 0; i < 50; ++i) job.Heartbeat(0, i, RankPhase::kForward, i, 1 + 0.1 * i);
-    EXPECT_FALSE(job.Check(6.0).has_value());
+    ComputeHeartbeats(job, 0, 1.0, 30, {-1, -1, -1, -1});
+    EXPECT_FALSE(job.Check(4.0).has_value());
     EXPECT_TRUE(job.detector.TakeStragglers().empty());
   }
+  {
+    // A single rank has no peers to be slower than.
+    FakeJob job(1);
+    job.RegisterAll(0.5);
+    ComputeHeartbeats(job, 0, 1.0, 30, {500});
+    EXPECT_FALSE(job.Check(4.0).has_value());
+    EXPECT_TRUE(job.detector.TakeStragglers().empty());
+  }
+}
+
+TEST(FailureDetectorTest, ReconnectedRankStartsItsStragglerWindowOver) {
+  FakeJob job(2);
+  job.RegisterAll(0.5);
+  ComputeHeartbeats(job, 0, 1.0, 6, {6, 41});  // 5 values each: rank 1 would be judged...
+  job.Register(1, 1.55);                      // ...but a new connection's history starts empty
+  ComputeHeartbeats(job, 6, 1.6, 3, {6, 41});
+  EXPECT_FALSE(job.Check(2.0).has_value());
+  EXPECT_TRUE(job.detector.TakeStragglers().empty());
+  ComputeHeartbeats(job, 9, 2.0, 3, {6, 41});  // now rank 1 has 5 values from its new connection
+  EXPECT_FALSE(job.Check(2.5).has_value());
+  EXPECT_EQ(job.detector.TakeStragglers().size(), 1u);
 }
 
 TEST(FailureDetectorTest, EventsForUnknownRanksAreIgnored) {
