@@ -326,20 +326,27 @@ Result<FaultKind> Kind(const Errors& errors, const YAML::Node& node, const std::
 }
 
 // The config path as the runner will use it: as written if it names a file from the current
-// directory, else relative to the scenario's folder.
+// directory, else relative to the scenario's folder or one of its parents (the shipped
+// scenarios say "configs/tiny.yaml", which resolves from configs/chaos/ up to the repo root,
+// wherever `tessera chaos` runs from).
 Result<std::string> ResolveConfig(const Errors& errors, const MapReader& job,
                                   const std::string& config) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path written(config);
   if (fs::is_regular_file(written, ec)) return config;
-  const fs::path beside = fs::path(errors.file()).parent_path() / written;
-  if (written.is_relative() && fs::is_regular_file(beside, ec))
-    return beside.lexically_normal().string();
+  const fs::path folder = fs::absolute(fs::path(errors.file()), ec).parent_path();
+  if (written.is_relative()) {
+    for (fs::path dir = folder; !dir.empty(); dir = dir.parent_path()) {
+      const fs::path candidate = dir / written;
+      if (fs::is_regular_file(candidate, ec)) return candidate.lexically_normal().string();
+      if (dir == dir.parent_path()) break;
+    }
+  }
   const std::string looked =
       written.is_relative()
-          ? " (looked in the current directory and in " +
-                fs::path(errors.file()).parent_path().lexically_normal().string() + ")"
+          ? " (looked in the current directory and in " + folder.lexically_normal().string() +
+                " and its parents)"
           : "";
   return errors.At(job.ValueMark("config"), job.Dotted("config"),
                    "expected an existing config file, got \"" + config + "\"" + looked);
