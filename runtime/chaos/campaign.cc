@@ -145,6 +145,7 @@ class Campaign {
   // One fault at a time: after a disruptive one, the next waits for the job's first step
   // after it (the supervisor's "progress" event); after a timed one, for its window to end.
   double wait_progress_after_unix_ = -1;
+  int wait_launches_ = 0;  // after a preemption: the relaunch must have happened too
   double busy_until_unix_ = 0;
 };
 
@@ -262,6 +263,7 @@ void Campaign::InjectDue(double now_unix) {
   for (const FaultState& f : faults_) {
     if (f.armed) return;  // a hook is waiting for its moment
   }
+  if (launches_ < wait_launches_) return;
   if (wait_progress_after_unix_ >= 0) {
     bool progressed = false;
     for (const SupervisorEvent& e : events_seen_) {
@@ -288,6 +290,7 @@ void Campaign::InjectDue(double now_unix) {
         busy_until_unix_ = f.active_until_unix;
       } else if (k != FaultKind::kKillInCheckpoint) {
         wait_progress_after_unix_ = f.injected_unix;
+        if (k == FaultKind::kPreempt) wait_launches_ = launches_ + 1;
       }
     }
     return;  // at most one per poll: the next sees the job's reaction
@@ -360,7 +363,12 @@ void Campaign::Inject(FaultState& f, const std::map<int, pid_t>& ranks, double n
 // must read it: the ranks have to find the damage and fall back.
 void Campaign::Damage(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix) {
   auto committed = CommittedSteps(ckpt_dir_);
-  if (!committed.ok() || committed->empty()) return;  // nothing committed yet: try later
+  // A checkpoint fault hits one checkpoint: the newest, and only once the job has committed a
+  // newer one than the last it damaged. Damaging the fallback too, again and again, would
+  // destroy every retained checkpoint — a disaster the runtime rightly ends with exit 5, not
+  // the fault being tested. Until then the fault waits.
+  const int64_t last_damaged = damaged_steps_.empty() ? -1 : *damaged_steps_.rbegin();
+  if (!committed.ok() || committed->empty() || committed->front() <= last_damaged) return;
   for (const auto& [rank, pid] : ranks) kill(pid, SIGSTOP);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no rename is half done now
   committed = CommittedSteps(ckpt_dir_);

@@ -162,6 +162,23 @@ void Checkpointer::Event(const std::string& kind, const std::string& message) {
   }
 }
 
+void Checkpointer::RecordAttempt(int64_t step, CheckpointStatus status, const std::string& note) {
+  if (!sink_) return;
+  // A step saved again after a fallback (a restart re-runs the steps after the checkpoint it
+  // resumed from) may still have its earlier committed directory: until the new save commits
+  // in its place, the catalog keeps saying that one is committed (it is, and it verifies).
+  if (auto fd = fs_.OpenForRead(root_ + "/" + StepDirName(step) + "/manifest.json"); fd.ok()) {
+    (void)fs_.Close(*fd, root_);
+    return;
+  }
+  CheckpointEntry e;
+  e.step = step;
+  e.status = status;
+  e.dir = StepDirName(step);
+  e.note = note;
+  if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
+}
+
 Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& state,
                           const JsonValue& layout) {
   if (pending_) {
@@ -179,26 +196,13 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   Status prep = Status::Ok();
   if (rank_ == 0) {
     prep = PrepareStaging(root_, step, fs_);
-    if (prep.ok() && sink_) {
-      CheckpointEntry e;
-      e.step = step;
-      e.status = CheckpointStatus::kWriting;
-      e.dir = StepDirName(step);
-      if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
-    }
+    if (prep.ok()) RecordAttempt(step, CheckpointStatus::kWriting, "");
   }
   ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
   if (prepared[0] == 0.0) {
     ++stats_.failed;
     ++consecutive_failures_;
-    if (sink_) {
-      CheckpointEntry e;
-      e.step = step;
-      e.status = CheckpointStatus::kFailed;
-      e.dir = StepDirName(step);
-      e.note = prep.ToString();
-      if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
-    }
+    RecordAttempt(step, CheckpointStatus::kFailed, prep.ToString());
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
     if (consecutive_failures_ >= config_.checkpoint.max_failures) {
       return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
@@ -404,14 +408,7 @@ Status Checkpointer::Complete() {
   ++consecutive_failures_;
   if (rank_ == 0) {
     if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());
-    if (sink_) {
-      CheckpointEntry e;
-      e.step = step;
-      e.status = CheckpointStatus::kFailed;
-      e.dir = StepDirName(step);
-      e.note = outcome.ToString();
-      (void)sink_->Put(e);
-    }
+    RecordAttempt(step, CheckpointStatus::kFailed, outcome.ToString());
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + outcome.ToString() +
                              " (" + std::to_string(consecutive_failures_) + " in a row; training goes on)");
   }

@@ -122,6 +122,9 @@ class Checkpointer {
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   void Event(const std::string& kind, const std::string& message);
+  // Rank 0: the catalog record of a save attempt (writing / failed), unless the step's earlier
+  // committed directory is still there (see the .cc).
+  void RecordAttempt(int64_t step, CheckpointStatus status, const std::string& note);
   Result<std::vector<double>> Gather(const std::vector<double>& mine);
 
   const Config& config_;

@@ -21,6 +21,8 @@ and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
   corrupt    the newest committed checkpoint's shard damaged while the job is down after a
              crash: the restart falls back to the previous checkpoint (ckpt_corrupt event)
              and still ends bit-identical
+  ckptnow    SIGUSR1 to the supervisor with checkpoint.interval_steps=100: every rank agrees on a
+             step and a checkpoint off the interval commits; the run goes on and finishes
   budget     a crash on every incarnation (TESSERA_FAULT_CRASH) with --max-restarts 1: the
              supervisor gives up with exit 8 after 2 failures
   crashloop  the same crash with --crash-loop 2: gives up (no new checkpoint between them)
@@ -35,7 +37,7 @@ from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
 cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
-                         "corrupt", "budget", "crashloop"]
+                         "corrupt", "ckptnow", "budget", "crashloop"]
 STEPS = 48
 COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
           "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
@@ -264,6 +266,15 @@ if "corrupt" in cases:
     text = finish("corrupt", p, logname)
     check("ckpt_corrupt" in text, "the restart found the damaged checkpoint and said so")
     same_bits(ref, out, "corrupt newest + crash: final weights", failures)
+
+if "ckptnow" in cases:
+    out, p, logname = start("ckptnow", sets=["checkpoint.interval_steps=100"])
+    if wait_steps(out, 10, p):
+        os.kill(p.pid, signal.SIGUSR1)
+    text = finish("ckptnow", p, logname)
+    steps = sorted(int(d[5:]) for d in os.listdir(os.path.join(out, "ckpt")) if re.fullmatch(r"step_\d{8}", d))
+    check(any(s not in (STEPS,) and s % 100 != 0 for s in steps) and "checkpoint requested" in text,
+          f"SIGUSR1: a checkpoint off the interval committed ({steps})")
 
 if "budget" in cases:
     out, p, logname = start("budget", extra=["--max-restarts", "1", "--crash-loop", "10"],
