@@ -713,10 +713,11 @@ Result<ChaosReport> Campaign::Run() {
     v.faults_detected += f.injected_s >= 0 && f.detected;
   }
 
-  // The reference and the comparison.
+  // The reference and the comparison (a run that did not finish has no final weights).
   const double ref_start = UnixNow();
-  auto reference = Reference(soak_finishing ? soak_steps : 0);
-  report.reference_wall_s = o_.reference_dir.empty() ? UnixNow() - ref_start : 0;
+  Result<std::string> reference = FailedPrecondition("not compared: the run did not finish");
+  if (completed) reference = Reference(soak_finishing ? soak_steps : 0);
+  report.reference_wall_s = o_.reference_dir.empty() && completed ? UnixNow() - ref_start : 0;
   if (!reference.ok()) {
     v.weights_detail = reference.status().ToString();
   } else if (auto cmp = CompareWeightFiles(*reference, run_dir_ + "/model.safetensors"); !cmp.ok()) {
