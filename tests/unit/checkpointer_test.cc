@@ -1331,3 +1331,35 @@ TEST(Checkpointer, AnExternalCatalogGetsEveryWriteAndNoLocalCatalogIsOpened) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A restart that fell back re-runs steps it had saved before: a failed new save of such a step
+// must not mark its earlier, still valid, committed checkpoint as failed in the catalog.
+TEST(CheckpointerFaults, AFailedResaveKeepsTheEarlierCommittedRecord) {
+  cpu::SetNumThreads(1);
+  const ModelConfig mc = TinyModel(1);
+  auto r = Build(mc, 0, DType::kF32, nullptr);
+  ASSERT_NE(r, nullptr);
+  ScopedTempDir tmp("ckpt_resave");
+  const std::string root = tmp / "ckpt";
+  const Config cfg = MakeConfig(root, mc);
+  FaultyFileSystem ffs;
+  {
+    auto ck = MakeCheckpointer(cfg, ffs);
+    ASSERT_NE(ck, nullptr);
+    SaveAndCommit(*ck, 1, *r->shards);
+    Arm(ffs, Fault::kMkdir, 4);  // <root>/step_00000001.tmp: the re-save fails
+    SaveAndCommit(*ck, 1, *r->shards);
+    Arm(ffs, Fault::kMkdir, 0);
+    ASSERT_EQ(ck->stats().failed, 1);
+  }
+  ExpectVerified(root, 1);
+  auto cat = ReadCatalog(root);
+  ASSERT_NE(cat, nullptr);
+  EXPECT_EQ(CatalogStatus(*cat, 1), "committed");
+}
+
+}  // namespace
+}  // namespace tessera
