@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -458,7 +459,7 @@ void Campaign::ReadLaunchReport() {
   if (!v.ok()) return;
   const JsonValue* start = v->Find("start_unix_s");
   const JsonValue* failures = v->Find("failures");
-  const JsonValue* median = v->Find("median_step_s");
+  const JsonValue* median = v->Find("step_s");
   if (median != nullptr && median->is_number() && median->as_double() > 0) {
     step_medians_.push_back(median->as_double());
   }
@@ -523,15 +524,30 @@ void Campaign::MatchDetections(ChaosReport& report) {
     }
     return nullptr;
   };
-  auto take_failure = [&](double after) -> ReportedFailure* {
+  // The failure a fault caused: the first unclaimed one after it that names one of the ranks
+  // it hit, within a bound (a detection later than that is something else). Under load a
+  // lost host's failure may name only the first rank to go, so any one rank in common counts.
+  auto take_failure = [&](double after, const std::vector<int>& hit, double within_s) -> ReportedFailure* {
     for (ReportedFailure& r : failures_) {
-      if (!r.matched && r.detected_unix >= after) {
-        r.matched = true;
-        return &r;
-      }
+      if (r.matched || r.detected_unix < after || r.detected_unix > after + within_s) continue;
+      bool names = r.ranks.empty();  // mpirun's own exit may name nobody
+      for (int rank : r.ranks) names |= std::find(hit.begin(), hit.end(), rank) != hit.end();
+      if (!names) continue;
+      r.matched = true;
+      return &r;
     }
     return nullptr;
   };
+  // Detection bounds: a kill is seen at once (allow a restart in progress); a stopped rank
+  // after the heartbeat timeout.
+  double heartbeat_timeout_s = 10;
+  if (auto it = s_.supervisor.find("heartbeat_timeout"); it != s_.supervisor.end()) {
+    heartbeat_timeout_s = std::atof(it->second.c_str());
+  }
+  const double kill_within_s = 10, stop_within_s = heartbeat_timeout_s + 10;
+  std::vector<int> every_rank;
+  for (int r = 0; r < s_.ranks; ++r) every_rank.push_back(r);
+
   for (FaultState& f : faults_) {
     FaultOutcome out;
     out.id = f.plan.id;
@@ -557,10 +573,14 @@ void Campaign::MatchDetections(ChaosReport& report) {
     };
     switch (f.plan.spec.kind) {
       case FaultKind::kKillRank:
-      case FaultKind::kStopRank:
-      case FaultKind::kKillHost:
       case FaultKind::kKillInCheckpoint:
-        use_failure(take_failure(t0));
+        use_failure(take_failure(t0, {f.plan.spec.rank}, kill_within_s));
+        break;
+      case FaultKind::kStopRank:
+        use_failure(take_failure(t0, {f.plan.spec.rank}, stop_within_s));
+        break;
+      case FaultKind::kKillHost:
+        use_failure(take_failure(t0, s_.hosts.at(f.plan.spec.host), kill_within_s));
         break;
       case FaultKind::kSlowRank: {
         const std::string who = "rank " + std::to_string(f.plan.spec.rank) + " ";
@@ -583,7 +603,7 @@ void Campaign::MatchDetections(ChaosReport& report) {
           out.detection_s = e->unix_s - f.injected_unix;
         }
         // The restart it forced: its recovery is this fault's.
-        if (ReportedFailure* r = take_failure(t0)) {
+        if (ReportedFailure* r = take_failure(t0, {0}, kill_within_s)) {
           out.recovery_s = r->resumed_unix >= 0 ? r->resumed_unix - f.injected_unix : -1;
           out.steps_lost = r->steps_lost;
         }

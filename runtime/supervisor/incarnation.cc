@@ -107,6 +107,9 @@ class Watch {
   Clock::time_point stop_deadline_{};
   int64_t max_step_ = -1;
   bool first_step_seen_ = false;
+  // The stepping interval: first completed step seen (after the resume point) and the last.
+  int64_t first_timed_step_ = -1, last_timed_step_ = -1;
+  Clock::time_point first_timed_at_, last_timed_at_;
   std::optional<ControlEvent> failed_bye_;  // the first bye with a code a restart may cure
 };
 
@@ -170,6 +173,14 @@ void Watch::OnHeartbeat(const ControlEvent& e) {
   if (e.step <= max_step_) return;
   max_step_ = e.step;
   run_.max_step_seen = std::max(run_.max_step_seen, e.step);
+  if (e.step > resume_step_) {
+    if (first_timed_step_ < 0) {
+      first_timed_step_ = e.step;
+      first_timed_at_ = e.time;
+    }
+    last_timed_step_ = e.step;
+    last_timed_at_ = e.time;
+  }
   if (first_step_seen_ || e.step <= resume_step_) return;
   // The first step this incarnation completed: the end of a recovery.
   first_step_seen_ = true;
@@ -423,6 +434,10 @@ Result<IncarnationEnd> Watch::Run() {
   Drain();
   echo_->Pump();
   log_.FlushRejected(k_);
+  if (last_timed_step_ > first_timed_step_) {
+    run_.stepping_s += std::chrono::duration<double>(last_timed_at_ - first_timed_at_).count();
+    run_.steps_stepped += last_timed_step_ - first_timed_step_;
+  }
   const std::vector<double> samples = detector_->step_samples_s();
   run_.step_samples_s.insert(run_.step_samples_s.end(), samples.begin(), samples.end());
   // The directories are the ground truth: a commit whose report died with the job (rank 0

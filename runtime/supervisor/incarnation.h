@@ -44,7 +44,9 @@ struct RunState {
   // the directories (the ground truth) between incarnations.
   int64_t newest_committed = -1;
   int64_t max_step_seen = -1;         // over all incarnations
-  std::vector<double> step_samples_s;  // the detectors' step times, for the run's median
+  std::vector<double> step_samples_s;  // the detectors' step times (fallback for step_s)
+  double stepping_s = 0;               // wall time from first to last completed step, summed
+  int64_t steps_stepped = 0;           //   over incarnations, and the steps in it
   // Requests from signal handlers (counts) and how many of them were acted on.
   const std::atomic<int>* stop_requests = nullptr;
   int stops_handled = 0;

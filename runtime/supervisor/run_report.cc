@@ -49,8 +49,8 @@ RunTotals ComputeTotals(const RunReport& report) {
   t.recovery_median_s = Median(recovery_s);
   t.recovery_max_s = Max(recovery_s);
   const int64_t start_step = report.incarnations.empty() ? 0 : report.incarnations[0].start_step;
-  if (report.final_step > start_step && report.median_step_s > 0) {
-    t.productive_s = static_cast<double>(report.final_step - start_step) * report.median_step_s;
+  if (report.final_step > start_step && report.step_s > 0) {
+    t.productive_s = static_cast<double>(report.final_step - start_step) * report.step_s;
   }
   if (report.wall_s > 0) t.goodput = std::clamp(t.productive_s / report.wall_s, 0.0, 1.0);
   return t;
@@ -99,10 +99,10 @@ std::string FormatRunReport(const RunReport& report) {
     out += "  no failures\n";
   }
   const int64_t start_step = report.incarnations.empty() ? 0 : report.incarnations[0].start_step;
-  out += StrFormat("  goodput %.1f%%: productive %.1f s (%lld steps x median %.4f s) over wall %.1f s\n",
+  out += StrFormat("  goodput %.1f%%: productive %.1f s (%lld steps x %.4f s per step) over wall %.1f s\n",
                 100 * t.goodput, t.productive_s,
                 static_cast<long long>(std::max<int64_t>(0, report.final_step - start_step)),
-                report.median_step_s, report.wall_s);
+                report.step_s, report.wall_s);
   for (const StragglerRecord& s : report.stragglers) {
     out += StrFormat("  straggler at %.1f s: %s\n", s.at_s, s.detail.c_str());
   }
@@ -167,7 +167,7 @@ JsonValue RunReportJson(const RunReport& report) {
       {"start_unix_s", Num(report.start_unix_s)},
       {"final_step", Int(report.final_step)},
       {"target_steps", Int(report.target_steps)},
-      {"median_step_s", Num(report.median_step_s)},
+      {"step_s", Num(report.step_s)},
       {"incarnations", JsonValue::Array(std::move(incarnations))},
       {"failures", JsonValue::Array(std::move(failures))},
       {"stragglers", JsonValue::Array(std::move(stragglers))},

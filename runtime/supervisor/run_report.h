@@ -10,7 +10,10 @@
 //   after the restart; failures never resumed (resumed_s < 0) are left out.
 // - steps lost by a failure = step_at_failure - resume_step, at least 0; 0 when either is
 //   unknown (-1).
-// - productive_s = (final_step - incarnations[0].start_step) * median_step_s: the step time
+// - step_s = wall time spent stepping / steps stepped, over the incarnations (from the first
+//   completed step to the last one each saw): the typical step time, startup and restarts
+//   excluded.
+// - productive_s = (final_step - incarnations[0].start_step) * step_s: the step time
 //   that produced the final model (0 when negative or unknown).
 // - goodput = productive_s / wall_s, clamped to [0, 1] (0 when wall_s <= 0).
 // Medians of an even count average the middle two; medians and maxima of nothing are 0.
@@ -64,7 +67,7 @@ struct RunReport {
                             // seconds after it (tools that correlate with outside events add it)
   int64_t final_step = -1;
   int64_t target_steps = 0;
-  double median_step_s = 0;
+  double step_s = 0;  // see above
   std::vector<IncarnationRecord> incarnations;
   std::vector<FailureRecord> failures;
   std::vector<StragglerRecord> stragglers;

@@ -172,7 +172,8 @@ Result<SupervisorOutcome> Supervisor::Run() {
   report.wall_s = log.Now();
   // A run that did not finish keeps only what its newest checkpoint holds.
   report.final_step = report.outcome == "finished" ? run.max_step_seen : run.newest_committed;
-  report.median_step_s = Median(run.step_samples_s);
+  report.step_s = run.steps_stepped > 0 ? run.stepping_s / static_cast<double>(run.steps_stepped)
+                                        : Median(run.step_samples_s);
   log.Emit(static_cast<int64_t>(report.incarnations.size()) - 1, "end",
            report.outcome + (report.outcome_detail.empty() ? "" : ": " + report.outcome_detail));
   if (o.out != nullptr) {

@@ -19,7 +19,7 @@ RunReport Example() {
   r.wall_s = 100;
   r.final_step = 100;
   r.target_steps = 200;
-  r.median_step_s = 0.5;
+  r.step_s = 0.5;
   r.incarnations = {{0, 0, 20, 0, 40, "failed: rank_exit"},
                     {1, 22, 50, 30, 80, "failed: stall"},
                     {2, 82, 90, 70, 100, "failed: rank_exit"}};
@@ -92,7 +92,7 @@ TEST(RunReportTest, TextNamesOutcomeFailuresKindsAndGoodput) {
         "crash loop: 2 failures", "rank_exit", "stall", "0,3", "never",
         "all 3 failures detected (rank_exit 2, stall 1)", "detection median 0.250 s, max 30.500 s",
         "2/3 resumed", "median 19.75 s, max 34.50 s", "steps lost 20",
-        "goodput 50.0%: productive 50.0 s (100 steps x median 0.5000 s) over wall 100.0 s",
+        "goodput 50.0%: productive 50.0 s (100 steps x 0.5000 s per step) over wall 100.0 s",
         "straggler at 60.0 s: rank 3 is a straggler"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in\n" << text;
   }
@@ -109,7 +109,7 @@ TEST(RunReportTest, JsonKeysRoundTrip) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   const JsonValue& v = *parsed;
   for (const char* key : {"run_id", "outcome", "outcome_detail", "wall_s", "final_step",
-                          "target_steps", "median_step_s", "incarnations", "failures",
+                          "target_steps", "step_s", "incarnations", "failures",
                           "stragglers", "totals"}) {
     EXPECT_NE(v.Find(key), nullptr) << key;
   }
