@@ -38,8 +38,7 @@ double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// New complete lines appended to a file since the last call (a file that shrank — metrics
-// truncated at a resume — is read again from the start).
+// New complete lines appended to a file since the last call (events.jsonl only grows).
 class LineTail {
  public:
   explicit LineTail(std::string path) : path_(std::move(path)) {}
@@ -64,6 +63,37 @@ class LineTail {
  private:
   std::string path_;
   uint64_t offset_ = 0;
+};
+
+// The lines of a file that a resume may rewrite (metrics.jsonl is cut back to the resumed
+// step, then appended to): returns the complete lines that are new since the last call —
+// those after the longest prefix the file still shares with what was read before.
+class RewrittenTail {
+ public:
+  explicit RewrittenTail(std::string path) : path_(std::move(path)) {}
+  std::vector<std::string> Read() {
+    auto text = ReadFileToString(path_);
+    std::vector<std::string> lines;
+    if (!text.ok()) return lines;
+    const std::string& now = *text;
+    size_t same = 0;
+    const size_t limit = std::min(now.size(), seen_.size());
+    while (same < limit && now[same] == seen_[same]) ++same;
+    // Back to the start of the line the difference is in.
+    size_t begin = same == 0 ? 0 : now.rfind('\n', same - 1);
+    begin = begin == std::string::npos || same == 0 ? 0 : begin + 1;
+    if (same == seen_.size() && same > 0 && seen_.back() == '\n') begin = same;
+    size_t end = begin;
+    for (size_t nl; (nl = now.find('\n', end)) != std::string::npos; end = nl + 1) {
+      lines.push_back(now.substr(end, nl - end));
+    }
+    seen_ = now.substr(0, end);
+    return lines;
+  }
+
+ private:
+  std::string path_;
+  std::string seen_;  // complete lines read so far, as they were
 };
 
 struct SupervisorEvent {
@@ -113,7 +143,7 @@ class Campaign {
   Status StartLaunch(int64_t steps_override);
   void Say(const std::string& line);
   double T(double unix_s) const { return unix_s - start_unix_; }
-  void PollFiles();
+  void PollFiles(bool force = false);
   int64_t StepNow() const { return step_now_; }
   bool Due(const FaultState& f, double now_unix) const;
   void InjectDue(double now_unix);
@@ -134,7 +164,8 @@ class Campaign {
   std::vector<FaultState> faults_;
   std::unique_ptr<ProcessSession> launch_;
   int launches_ = 0;
-  std::unique_ptr<LineTail> metrics_, events_, launch_log_;
+  std::unique_ptr<RewrittenTail> metrics_;
+  std::unique_ptr<LineTail> events_, launch_log_;
   int64_t step_now_ = 0;
   std::vector<LossPoint> loss_;
   std::vector<SupervisorEvent> events_seen_;
@@ -142,6 +173,7 @@ class Campaign {
   std::vector<double> step_medians_;
   std::vector<MemorySample> memory_;
   double next_memory_unix_ = 0;
+  double next_metrics_unix_ = 0;
   std::set<int64_t> damaged_steps_;
   // One fault at a time: after a disruptive one, the next waits for the job's first step
   // after it (the supervisor's "progress" event); after a timed one, for its window to end.
@@ -204,7 +236,7 @@ Status Campaign::Prepare() {
   }
   w.EndArray().EndObject();
   RETURN_IF_ERROR(WriteFileAtomic(hooks_dir_ + "/hooks.json", w.str() + "\n"));
-  metrics_ = std::make_unique<LineTail>(run_dir_ + "/metrics.jsonl");
+  metrics_ = std::make_unique<RewrittenTail>(run_dir_ + "/metrics.jsonl");
   events_ = std::make_unique<LineTail>(run_dir_ + "/launch/events.jsonl");
   return Status::Ok();
 }
@@ -220,12 +252,15 @@ Status Campaign::StartLaunch(int64_t steps_override) {
   return Status::Ok();
 }
 
-void Campaign::PollFiles() {
+void Campaign::PollFiles(bool force) {
   const double now = UnixNow();
   if (o_.echo_job && o_.out != nullptr && launch_log_) {
     for (const std::string& line : launch_log_->Read()) std::fprintf(o_.out, "  | %s\n", line.c_str());
   }
-  for (const std::string& line : metrics_->Read()) {
+  // The metrics file is read whole (a resume rewrites it): ten times a second is plenty.
+  const bool read_metrics = force || now >= next_metrics_unix_;
+  if (read_metrics) next_metrics_unix_ = now + 0.1;
+  for (const std::string& line : read_metrics ? metrics_->Read() : std::vector<std::string>()) {
     auto v = ParseJson(line);
     if (!v.ok()) continue;
     const JsonValue* step = v->Find("step");
@@ -688,7 +723,7 @@ Result<ChaosReport> Campaign::Run() {
     if (!exited) continue;
     launch_->Stop(std::chrono::seconds(1));  // reaps anything left in its session
     ReadLaunchReport();
-    PollFiles();
+    PollFiles(/*force=*/true);
     const int code = exited->ShellCode();
     Say("tessera launch ended: " + exited->ToString());
     bool relaunch = false;
