@@ -104,6 +104,7 @@ struct SupervisorEvent {
 // A failure as the supervisor's report.json recorded it, in wall-clock terms.
 struct ReportedFailure {
   std::string kind;
+  std::string detail;
   std::vector<int> ranks;
   double detected_unix = 0, resumed_unix = -1;
   int64_t steps_lost = 0;
@@ -506,6 +507,7 @@ void Campaign::ReadLaunchReport() {
       return x != nullptr && x->is_number() ? x->as_double() : fallback;
     };
     if (const JsonValue* k = f.Find("kind")) r.kind = k->as_string();
+    if (const JsonValue* d = f.Find("detail")) r.detail = d->as_string();
     if (const JsonValue* ranks = f.Find("ranks"); ranks != nullptr && ranks->is_array()) {
       for (const JsonValue& x : ranks->items()) r.ranks.push_back(static_cast<int>(x.as_double()));
     }
@@ -654,8 +656,10 @@ void Campaign::MatchDetections(ChaosReport& report) {
         // checkpoint.max_failures saves failing in a row stop the run (exit 1) and the
         // supervisor restarts it: those restarts are this fault's doing.
         for (ReportedFailure& r : failures_) {
-          if (!r.matched && r.kind == "rank_exit" && r.detected_unix >= t0 &&
-              r.detected_unix <= f.active_until_unix + 5) {
+          // Only the checkpointer's own stop (exit 1); a kill in the same seconds is another
+          // fault's.
+          if (!r.matched && r.kind == "rank_exit" && r.detail.find("exited with code 1") != std::string::npos &&
+              r.detected_unix >= t0 && r.detected_unix <= f.active_until_unix + 5) {
             r.matched = true;
             out.steps_lost += r.steps_lost;
             if (r.resumed_unix >= 0) out.recovery_s = r.resumed_unix - f.injected_unix;
