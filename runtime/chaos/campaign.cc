@@ -318,7 +318,14 @@ void Campaign::InjectDue(double now_unix) {
       ranks = FindRankPids(run_dir_);
       looked = true;
     }
-    const bool job_up = static_cast<int>(ranks.size()) == s_.ranks;
+    // Rank faults hit a job that runs: every rank alive and the current incarnation past its
+    // first step (a rank stopped inside MPI_Init would only be caught by the startup timeout).
+    double last_launch = -1, last_progress = -1;
+    for (const SupervisorEvent& e : events_seen_) {
+      if (e.kind == "launch") last_launch = e.unix_s;
+      if (e.kind == "progress") last_progress = e.unix_s;
+    }
+    const bool job_up = static_cast<int>(ranks.size()) == s_.ranks && last_progress > last_launch;
     if (!job_up && f.plan.spec.kind != FaultKind::kPreempt) return;
     Inject(f, ranks, now_unix);
     if (f.injected || f.armed) {
@@ -404,12 +411,14 @@ void Campaign::Damage(FaultState& f, const std::map<int, pid_t>& ranks, double n
   // newer one than the last it damaged. Damaging the fallback too, again and again, would
   // destroy every retained checkpoint — a disaster the runtime rightly ends with exit 5, not
   // the fault being tested. Until then the fault waits.
+  // And only with an older one to fall back to: damaging the only checkpoint is the same
+  // disaster.
   const int64_t last_damaged = damaged_steps_.empty() ? -1 : *damaged_steps_.rbegin();
-  if (!committed.ok() || committed->empty() || committed->front() <= last_damaged) return;
+  if (!committed.ok() || committed->size() < 2 || committed->front() <= last_damaged) return;
   for (const auto& [rank, pid] : ranks) kill(pid, SIGSTOP);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no rename is half done now
   committed = CommittedSteps(ckpt_dir_);
-  const int64_t step = committed.ok() && !committed->empty() ? committed->front() : -1;
+  const int64_t step = committed.ok() && committed->size() >= 2 ? committed->front() : -1;
   std::string what = "no committed checkpoint";
   if (step >= 0) {
     std::mt19937_64 rng(f.plan.spec.damage_seed);

@@ -111,6 +111,7 @@ class Watch {
   int64_t first_timed_step_ = -1, last_timed_step_ = -1;
   Clock::time_point first_timed_at_, last_timed_at_;
   std::optional<ControlEvent> failed_bye_;  // the first bye with a code a restart may cure
+  std::optional<ControlEvent> final_bye_;   // the first bye with a code a restart cannot cure
 };
 
 Status Watch::Launch() {
@@ -250,6 +251,7 @@ bool Watch::Drain() {
         OnCatalog(e);
         break;
       case ControlEventKind::kBye:
+        if (IsFinalExitCode(e.exit_code) && !final_bye_) final_bye_ = e;
         if (e.exit_code != kExitOk && !IsFinalExitCode(e.exit_code) &&
             !(e.exit_code == kExitStopped && stop_sent_) && !failed_bye_) {
           failed_bye_ = e;
@@ -327,6 +329,17 @@ void Watch::Fail(Failure f, bool mpirun_knows) {
 }
 
 bool Watch::Decide(Clock::time_point now) {
+  if (final_bye_ && !stop_sent_) {
+    // A rank says the job cannot work (bad config or input, no usable checkpoint): its peers,
+    // killed by mpirun next, are not failures, and no restart can help.
+    const int code = final_bye_->exit_code;
+    StopJob(StrFormat("rank %d exited with code %d", final_bye_->rank, code), /*mpirun_knows=*/true);
+    Finish(IncarnationEnd::Kind::kFinalError, code,
+           StrFormat("rank %d exited with code %d (%s): a restart cannot help; see %s", final_bye_->rank,
+                     code, code == kExitCorruptCheckpoint ? "no usable checkpoint" : "bad config or input",
+                     end_.job_log.c_str()));
+    return true;
+  }
   if (failed_bye_) {
     const ControlEvent& bye = *failed_bye_;
     Failure f;

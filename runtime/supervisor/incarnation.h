@@ -10,6 +10,9 @@
 // before RunIncarnation returns, so no process of it outlives the call.
 //
 // Failure attribution, in order:
+//   - a rank's bye with a code no restart can cure (bad config or input, no usable
+//     checkpoint): the incarnation ends with that code — the peers mpirun kills next are not
+//     failures;
 //   - a rank's bye with a code a restart may cure: rank_exit of that rank, except a
 //     collective timeout (exit 6), which is a hang elsewhere: stall, blamed with the
 //     detector's collective counts on the ranks that did not reach the collective;

@@ -23,6 +23,8 @@ and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
              and still ends bit-identical
   ckptnow    SIGUSR1 to the supervisor with checkpoint.interval_steps=100: every rank agrees on a
              step and a checkpoint off the interval commits; the run goes on and finishes
+  nockpt     every committed checkpoint of a finished run damaged, then a relaunch: the ranks
+             find none usable and exit 5; the supervisor ends with 5 at once (no restart loop)
   budget     a crash on every incarnation (TESSERA_FAULT_CRASH) with --max-restarts 1: the
              supervisor gives up with exit 8 after 2 failures
   crashloop  the same crash with --crash-loop 2: gives up (no new checkpoint between them)
@@ -37,7 +39,7 @@ from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
 cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
-                         "corrupt", "ckptnow", "budget", "crashloop"]
+                         "corrupt", "ckptnow", "nockpt", "budget", "crashloop"]
 STEPS = 48
 COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
           "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
@@ -275,6 +277,19 @@ if "ckptnow" in cases:
     steps = sorted(int(d[5:]) for d in os.listdir(os.path.join(out, "ckpt")) if re.fullmatch(r"step_\d{8}", d))
     check(any(s not in (STEPS,) and s % 100 != 0 for s in steps) and "checkpoint requested" in text,
           f"SIGUSR1: a checkpoint off the interval committed ({steps})")
+
+if "nockpt" in cases:
+    ckpt = os.path.join(ref, "ckpt")
+    for d in os.listdir(ckpt):
+        if re.fullmatch(r"step_\d{8}", d):
+            with open(os.path.join(ckpt, d, "shard_0.bin"), "r+b") as f:
+                f.truncate(10)
+    t0 = time.time()
+    out, p, logname = start("reference", log_name="nockpt")  # the reference's dirs: resumes
+    text = finish("nockpt", p, logname, expect=5)
+    r = report(ref)
+    check(r["outcome"] == "failed" and r["failures"] == [] and time.time() - t0 < 60,
+          f"no usable checkpoint: exit 5 without a restart ({r['outcome']}, {len(r['failures'])} failures)")
 
 if "budget" in cases:
     out, p, logname = start("budget", extra=["--max-restarts", "1", "--crash-loop", "10"],
