@@ -546,29 +546,44 @@ TEST(CheckpointerFaults, EveryFailedMkdirOfASaveKeepsThePreviousCheckpoint) {
 // checkpointer.h: a failed save "records "failed"" in the catalog. A save whose staging
 // directory cannot be prepared (rank 0's PrepareStaging: mkdir, or the crash sweep's renames
 // and fsyncs) must too, like one whose shard write fails.
-TEST(CheckpointerFaults, FailedStagingIsRecordedAsFailedInTheCatalog) {
+// Commits step 1, then fails the staging mkdir of a save of `second`; returns the catalog's
+// status for `second` afterwards.
+std::string CatalogStatusAfterAFailedSave(const std::string& name, int64_t second) {
   cpu::SetNumThreads(1);
   const ModelConfig mc = TinyModel(1);
   auto r = Build(mc, 0, DType::kF32, nullptr);
-  ASSERT_NE(r, nullptr);
-  ScopedTempDir tmp("ckpt_prepfail");
+  EXPECT_NE(r, nullptr);
+  if (r == nullptr) return "";
+  ScopedTempDir tmp(name);
   const std::string root = tmp / "ckpt";
   const Config cfg = MakeConfig(root, mc);
   FaultyFileSystem ffs;
   {
     auto ck = MakeCheckpointer(cfg, ffs);
-    ASSERT_NE(ck, nullptr);
+    EXPECT_NE(ck, nullptr);
+    if (ck == nullptr) return "";
     SaveAndCommit(*ck, 1, *r->shards);
-    Arm(ffs, Fault::kMkdir, 4);  // <root>/step_00000002.tmp (after /tmp, the temp dir, the root)
-    SaveAndCommit(*ck, 2, *r->shards);
+    Arm(ffs, Fault::kMkdir, 4);  // <root>/step_<second>.tmp (after /tmp, the temp dir, the root)
+    SaveAndCommit(*ck, second, *r->shards);
     Arm(ffs, Fault::kMkdir, 0);
-    ASSERT_EQ(ck->stats().failed, 1);
+    EXPECT_EQ(ck->stats().failed, 1);
   }
-  EXPECT_FALSE(fs::exists(root + "/" + StagingDirName(2)));
+  EXPECT_FALSE(fs::exists(root + "/" + StagingDirName(second)));
+  ExpectVerified(root, 1);
   auto cat = ReadCatalog(root);
-  ASSERT_NE(cat, nullptr);
-  EXPECT_EQ(CatalogStatus(*cat, 2), "failed")
+  EXPECT_NE(cat, nullptr);
+  return cat == nullptr ? "" : CatalogStatus(*cat, second);
+}
+
+TEST(CheckpointerFaults, FailedStagingIsRecordedAsFailedInTheCatalog) {
+  EXPECT_EQ(CatalogStatusAfterAFailedSave("ckpt_prepfail", 2), "failed")
       << "runtime/train/checkpointer.cc Save: a PrepareStaging failure records only an event";
+}
+
+// A restart that fell back re-runs steps it had saved before: a failed new save of such a step
+// must not mark its earlier, still valid, committed checkpoint as failed in the catalog.
+TEST(CheckpointerFaults, AFailedResaveKeepsTheEarlierCommittedRecord) {
+  EXPECT_EQ(CatalogStatusAfterAFailedSave("ckpt_resave", 1), "committed");
 }
 
 // A shard write failing on rank 1 only: both ranks count the save as failed and go on, rank 0
@@ -1327,38 +1342,6 @@ TEST(Checkpointer, AnExternalCatalogGetsEveryWriteAndNoLocalCatalogIsOpened) {
   EXPECT_EQ(commits, 2);
   // Retention (keep_last 1) reports its deletion through the sink too.
   EXPECT_EQ(sink.statuses, (std::vector<std::string>{"1 deleted retention"}));
-}
-
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
-// A restart that fell back re-runs steps it had saved before: a failed new save of such a step
-// must not mark its earlier, still valid, committed checkpoint as failed in the catalog.
-TEST(CheckpointerFaults, AFailedResaveKeepsTheEarlierCommittedRecord) {
-  cpu::SetNumThreads(1);
-  const ModelConfig mc = TinyModel(1);
-  auto r = Build(mc, 0, DType::kF32, nullptr);
-  ASSERT_NE(r, nullptr);
-  ScopedTempDir tmp("ckpt_resave");
-  const std::string root = tmp / "ckpt";
-  const Config cfg = MakeConfig(root, mc);
-  FaultyFileSystem ffs;
-  {
-    auto ck = MakeCheckpointer(cfg, ffs);
-    ASSERT_NE(ck, nullptr);
-    SaveAndCommit(*ck, 1, *r->shards);
-    Arm(ffs, Fault::kMkdir, 4);  // <root>/step_00000001.tmp: the re-save fails
-    SaveAndCommit(*ck, 1, *r->shards);
-    Arm(ffs, Fault::kMkdir, 0);
-    ASSERT_EQ(ck->stats().failed, 1);
-  }
-  ExpectVerified(root, 1);
-  auto cat = ReadCatalog(root);
-  ASSERT_NE(cat, nullptr);
-  EXPECT_EQ(CatalogStatus(*cat, 1), "committed");
 }
 
 }  // namespace
