@@ -1,0 +1,114 @@
+// models/partition.h — how a model's parameters are split across tensor-parallel ranks
+// (Megatron-style) and where every local element lives in the global, one-rank model.
+//
+// A tp rank holds, for each global parameter (DeclareParameters order, Hugging Face names):
+//   column-parallel (kRows: output rows split in tp equal blocks)
+//       GPT-2  attn.c_attn.{weight,bias}  [q | k | v] rows: this rank's heads of q, of k and of
+//                                         v (three row blocks of NH/tp * HS rows each), stored
+//                                         locally as [q_r | k_r | v_r] so the block's fused
+//                                         qkv GEMM and attention kernel work unchanged
+//              mlp.c_fc.{weight,bias}     rows [r*F/tp, (r+1)*F/tp)
+//       Llama  q_proj (NH/tp heads), k_proj, v_proj (NKV/tp heads each), gate_proj, up_proj
+//              (F/tp rows each): still adjacent locally, so [q|k|v] and [gate|up] stay ONE GEMM
+//   row-parallel (kCols: input columns split)
+//       attn.c_proj.weight / o_proj (C, NH*HS): columns of this rank's heads
+//       mlp.c_proj.weight / down_proj (C, F):   columns [r*F/tp, (r+1)*F/tp)
+//   vocab-parallel (kVocab: rows of the vocabulary split, padded)
+//       wte / embed_tokens / lm_head (V, C): rows [r*Vp, (r+1)*Vp), Vp = VocabPerRank; rows at or
+//       past vocab_size are PADDING: zero-initialised, never looked up, their logits excluded
+//       from the softmax, never saved or loaded (no global element)
+//   replicated (kReplicated: every tp rank holds the whole tensor, identical bits)
+//       norms (weights and biases), row-parallel biases (attn.c_proj.bias, mlp.c_proj.bias),
+//       wpe
+// With tp = 1 every parameter is whole like a kReplicated one (one segment each; `split` still
+// names the tensor's role) and the local layout IS DeclareParameters / UnitBounds, bit for bit.
+// Units (param_store.h) keep their meaning: unit 0 embeddings, 1 + l block l, L + 1 final
+// norm [+ lm_head]; local unit bounds are those of the local flat buffer.
+// Pure functions of (config, tp size, tp rank); thread-safe values.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "models/model_config.h"
+#include "models/param_layout.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+enum class TpSplit : uint8_t { kReplicated, kRows, kCols, kVocab };
+
+// InvalidArgument naming the numbers and what to change when `tp` cannot split `config`:
+// tp < 1, num_heads % tp, kv_heads % tp, ffn_size % tp. (The vocabulary never needs to divide:
+// it is padded.)
+Status ValidateTensorParallel(const ModelConfig& config, int tp);
+
+// Rows of the (padded) vocabulary each tp rank holds: ceil(vocab_size / tp).
+int64_t VocabPerRank(const ModelConfig& config, int tp);
+
+struct TpSegment {
+  int64_t local_begin = 0;   // row-major element offset inside the local tensor
+  int64_t global_begin = 0;  // row-major element offset inside the global tensor
+  int64_t length = 0;        // elements
+};
+
+struct TpParam {
+  ParamDecl local;            // global name, LOCAL shape, kind, init rule, unit
+  int global_index = 0;       // index in DeclareParameters(config)
+  Shape global_shape;
+  TpSplit split = TpSplit::kReplicated;
+  int64_t local_offset = 0;   // flat offset in the local buffer
+  int64_t global_offset = 0;  // flat offset of the global tensor in the one-rank layout
+  // Under sequence parallelism each rank's gradient of this tensor covers only its sequence
+  // shard (norm weights and biases, row-parallel biases): the model sums it over tp.
+  bool sequence_partial = false;
+  // Local elements -> global elements, sorted by local_begin, merged where contiguous in both.
+  // Together they cover every non-padding local element exactly once.
+  std::vector<TpSegment> segments;
+};
+
+class ModelPartition {
+ public:
+  // ValidateTensorParallel, then the local layout of rank `tp_rank` of `tp_size`.
+  static Result<ModelPartition> Create(const ModelConfig& config, int tp_size, int tp_rank);
+
+  const ModelConfig& config() const { return config_; }  // the global model
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  // Every local parameter, in local flat order (the global order, local shapes).
+  const std::vector<TpParam>& params() const { return params_; }
+  // Local unit bounds (num_layers + 3 values, as UnitBounds for the global layout).
+  const std::vector<int64_t>& unit_bounds() const { return bounds_; }
+  int64_t num_local() const { return bounds_.back(); }
+  int64_t vocab_per_rank() const { return vocab_per_rank_; }
+  int64_t vocab_begin() const { return vocab_per_rank_ * tp_rank_; }  // first local vocab row
+
+  // Calls fn(param, global_begin, length, local_flat) for every maximal piece of the local flat
+  // range [begin, end) that maps to consecutive elements of one global tensor (padding
+  // elements are skipped), in increasing local order. global_begin is inside the tensor.
+  using PieceFn = std::function<void(const TpParam& param, int64_t global_begin, int64_t length,
+                                     int64_t local_flat)>;
+  void ForEachGlobalPiece(int64_t begin, int64_t end, const PieceFn& fn) const;
+
+  // out[i] = the initial value of local flat element begin + i: the one-rank model's
+  // InitParameterRange value of the global element it maps to (the same bits), 0 for padding.
+  void InitRange(uint64_t seed, int64_t begin, int64_t end, float* out) const;
+
+  // Local flat ranges [first, second) that are copies of what tp rank 0 also holds
+  // (kReplicated parameters on tp ranks > 0; none on rank 0 or with tp = 1): left out of
+  // global sums such as the gradient norm so every element counts once.
+  const std::vector<std::pair<int64_t, int64_t>>& duplicate_ranges() const { return dups_; }
+
+ private:
+  ModelPartition() = default;
+  ModelConfig config_;
+  int tp_size_ = 1, tp_rank_ = 0;
+  int64_t vocab_per_rank_ = 0;
+  std::vector<TpParam> params_;
+  std::vector<int64_t> bounds_;
+  std::vector<std::pair<int64_t, int64_t>> dups_;
+};
+
+}  // namespace tessera
