@@ -5,6 +5,8 @@
 // differentiates.
 #include "models/block.h"
 
+#include <cstring>
+
 #include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/ops.h"
 
@@ -61,17 +63,17 @@ void DecoderBlock::Round(float* x, int64_t n) const {
 void DecoderBlock::Round(const Tensor& t) const { Round(t.f32(), t.numel()); }
 
 void DecoderBlock::AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const {
-  out = Alloc(a, {d_.N(), d_.C});
-  mean = d_.gpt2() ? Alloc(a, {d_.N()}) : Tensor();
-  rstd = Alloc(a, {d_.N()});
+  out = Alloc(a, {d_.rows(), d_.C});
+  mean = d_.gpt2() ? Alloc(a, {d_.rows()}) : Tensor();
+  rstd = Alloc(a, {d_.rows()});
 }
 
 void DecoderBlock::NormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                const float* x, const float* w, const float* b) const {
   if (d_.gpt2()) {
-    cpu::LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, w, b, d_.N(), d_.C, d_.eps);
+    cpu::LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, w, b, d_.rows(), d_.C, d_.eps);
   } else {
-    cpu::RmsNormForward(out.f32(), rstd.f32(), x, w, d_.N(), d_.C, d_.eps);
+    cpu::RmsNormForward(out.f32(), rstd.f32(), x, w, d_.rows(), d_.C, d_.eps);
   }
 }
 
@@ -79,9 +81,10 @@ void DecoderBlock::NormBackward(float* d_x, float* d_w, float* d_b, const float*
                                 const float* x, const float* w, const Tensor& mean,
                                 const Tensor& rstd) const {
   if (d_.gpt2()) {
-    cpu::LayerNormBackward(d_x, d_w, d_b, d_out, x, w, mean.f32(), rstd.f32(), d_.N(), d_.C);
+    cpu::LayerNormBackward(d_x, d_w, d_b, d_out, x, w, mean.f32(), rstd.f32(), d_.rows(),
+                           d_.C);
   } else {
-    cpu::RmsNormBackward(d_x, d_w, d_out, x, w, rstd.f32(), d_.N(), d_.C);
+    cpu::RmsNormBackward(d_x, d_w, d_out, x, w, rstd.f32(), d_.rows(), d_.C);
   }
 }
 
@@ -101,10 +104,37 @@ void DecoderBlock::AttentionCore(const Tensor& att_out, const Tensor& att,
   Round(att_out);
 }
 
+// The input of a column-parallel layer: the norm output itself, or (sequence parallel) its
+// rows gathered from every tp rank into a workspace buffer.
+const float* DecoderBlock::Gathered(Arena& ws, const Tensor& norm_out, bool live) const {
+  if (d_.tp == nullptr || !d_.tp->sequence_parallel()) return norm_out.f32();
+  Tensor full = Alloc(ws, {d_.N(), d_.C});
+  return live ? d_.tp->EnterForward(norm_out.f32(), full.f32(), d_.N(), d_.C) : nullptr;
+}
+
+// out(rows, C) = linear(inp(N, K)) + b: one GEMM with the bias fused; under tp the partial
+// products of this rank's K columns are summed over tp (Exit region) before the bias is added.
+void DecoderBlock::RowParallel(Arena& ws, float* out, const float* inp, const float* w,
+                               const float* b, int64_t K, bool live) const {
+  const int64_t N = d_.N(), C = d_.C;
+  if (d_.tp == nullptr) {
+    if (live) cpu::LinearForward(out, inp, w, b, N, K, C);
+    return;
+  }
+  const bool sp = d_.tp->sequence_parallel();
+  Tensor partial = sp ? Alloc(ws, {N, C}) : Tensor();
+  if (!live) return;
+  float* p = sp ? partial.f32() : out;  // without SP the output holds all N rows
+  cpu::LinearForward(p, inp, w, nullptr, N, K, C);
+  d_.tp->ExitForward(p, out, N, C);
+  if (b != nullptr) cpu::AddBias(out, b, d_.rows(), C);
+}
+
 void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x,
                            float* out, BlockSaved& s, const BlockWeights& w) const {
   const bool live = arenas.live();
-  const int64_t N = d_.N(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
+  Arena& ws = *arenas.workspace;
+  const int64_t N = d_.N(), R = d_.rows(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
   AttentionSaved& at = s.attn;
   MlpSaved& m = s.mlp;
 
@@ -113,19 +143,24 @@ void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, cons
   at.qkv = Alloc(kept, {N, QKV});
   at.att = Alloc(dropped, {d_.B, d_.NH, d_.T, d_.T});
   at.att_out = Alloc(dropped, {N, A});
-  s.mid = Alloc(kept, {N, C});
+  s.mid = Alloc(kept, {R, C});
   if (live) {
     NormForward(at.norm_out, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
     Round(at.norm_out);
-    cpu::LinearForward(at.qkv.f32(), at.norm_out.f32(), w.qkv_w, w.qkv_b, N, C, QKV);
+  }
+  const float* qkv_in = Gathered(ws, at.norm_out, live);
+  if (live) {
+    cpu::LinearForward(at.qkv.f32(), qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
     if (!d_.gpt2()) {
       cpu::RopeForward(at.qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
     }
     Round(at.qkv);
     AttentionCore(at.att_out, at.att, at.qkv);
-    cpu::LinearForward(s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, N, A, C);
+  }
+  RowParallel(ws, s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, A, live);
+  if (live) {
     Round(s.mid);  // the projection's output
-    cpu::AddInPlace(s.mid.f32(), x, N * C);
+    cpu::AddInPlace(s.mid.f32(), x, R * C);
     Round(s.mid);  // the residual sum
   }
 
@@ -136,14 +171,19 @@ void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, cons
   if (live) {
     NormForward(m.norm_out, m.norm_mean, m.norm_rstd, s.mid.f32(), w.norm2_w, w.norm2_b);
     Round(m.norm_out);
-    cpu::LinearForward(m.fc_out.f32(), m.norm_out.f32(), w.fc_w, w.fc_b, N, C, d_.fc_dim());
+  }
+  const float* fc_in = Gathered(ws, m.norm_out, live);
+  if (live) {
+    cpu::LinearForward(m.fc_out.f32(), fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
     Round(m.fc_out);
     Activation(m.act_out, m.fc_out);
-    if (out != nullptr) {
-      cpu::LinearForward(out, m.act_out.f32(), w.out_w, w.out_b, N, d_.F, C);
-      Round(out, N * C);  // the projection's output
-      cpu::AddInPlace(out, s.mid.f32(), N * C);
-      Round(out, N * C);  // the block's output
+  }
+  if (out != nullptr) {
+    RowParallel(ws, out, m.act_out.f32(), w.out_w, w.out_b, d_.F, live);
+    if (live) {
+      Round(out, R * C);  // the projection's output
+      cpu::AddInPlace(out, s.mid.f32(), R * C);
+      Round(out, R * C);  // the block's output
     }
   }
 }
@@ -160,35 +200,68 @@ void DecoderBlock::Forward(StepArenas& arenas, RecomputePolicy keep, const float
   if (keep == RecomputePolicy::kFull) saved = BlockSaved();  // nothing of it survives
 }
 
+// Backward of a row-parallel layer out(rows, C) = linear(inp(N, K)) + b: d_inp (N, K) written,
+// weight and bias gradients accumulated. Under tp the bias gradient comes from this rank's
+// rows of d_out (all of them without SP) and d_out reaches the GEMMs through the Exit
+// region's dual (SP: gathered into workspace).
+void DecoderBlock::RowParallelBackward(Arena& ws, float* d_inp, float* g_w, float* g_b,
+                                       const float* d_out, const float* inp, const float* w,
+                                       int64_t K, bool live) const {
+  const int64_t N = d_.N(), C = d_.C;
+  if (d_.tp == nullptr) {
+    if (live) cpu::LinearBackward(d_inp, g_w, g_b, d_out, inp, w, N, K, C);
+    return;
+  }
+  Tensor full = d_.tp->sequence_parallel() ? Alloc(ws, {N, C}) : Tensor();
+  if (!live) return;
+  const float* d_full = d_.tp->ExitBackward(d_out, full.f32(), N, C);
+  cpu::LinearBackward(d_inp, g_w, nullptr, d_full, inp, w, N, K, C);
+  if (g_b != nullptr) cpu::LinearBackward(nullptr, nullptr, g_b, d_out, nullptr, nullptr, d_.rows(), 1, C);
+}
+
+// Backward of a column-parallel layer fed through the Enter region: the layer's input
+// gradient d_full (N, C) (this rank's partial) becomes d_local (rows, C), summed over tp.
+void DecoderBlock::EnterBackward(float* d_full, float* d_local, bool live) const {
+  if (live && d_.tp != nullptr) d_.tp->EnterBackward(d_full, d_local, d_.N(), d_.C);
+}
+
 void DecoderBlock::MlpBackward(StepArenas& arenas, float* d_res, const BlockSaved& s,
                                const Tensor& act_out, const BlockWeights& w,
                                const BlockGrads& g) const {
   Arena& ws = *arenas.workspace;
   const size_t mark = ws.Mark();
-  const int64_t N = d_.N(), C = d_.C, F = d_.F, FC = d_.fc_dim();
+  const bool live = arenas.live();
+  const int64_t N = d_.N(), R = d_.rows(), C = d_.C, F = d_.F, FC = d_.fc_dim();
+  const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
   const MlpSaved& m = s.mlp;
   // GELU backward may write in place (elementwise), so d_act and d_fc share a buffer there;
   // SwiGLU's input gradient is twice as wide as its output gradient.
   Tensor d_act = Alloc(ws, {N, F});
   Tensor d_fc = d_.gpt2() ? d_act : Alloc(ws, {N, FC});
-  Tensor d_norm = Alloc(ws, {N, C});
-  Tensor d_mid = Alloc(ws, {N, C});
-  if (arenas.live()) {
-    // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
-    cpu::LinearBackward(d_act.f32(), g.out_w, g.out_b, d_res, act_out.f32(), w.out_w, N, F, C);
-    // act_out = act(fc_out)
+  Tensor d_norm = Alloc(ws, {N, C});                   // fc's input gradient (partial under tp)
+  Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;  // summed over tp, this rank's rows
+  Tensor d_mid = Alloc(ws, {R, C});
+  // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
+  RowParallelBackward(ws, d_act.f32(), g.out_w, g.out_b, d_res, act_out.f32(), w.out_w, F, live);
+  // act_out = act(fc_out)
+  if (live) {
     if (d_.gpt2()) {
       cpu::GeluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N * F);
     } else {
       cpu::SwigluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N, F);
     }
-    // fc_out = fc(norm_out)
-    cpu::LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), m.norm_out.f32(), w.fc_w, N,
-                        C, FC);
+  }
+  // fc_out = fc(norm_out)
+  const float* fc_in = Gathered(ws, m.norm_out, live);
+  if (live) {
+    cpu::LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
+  }
+  EnterBackward(d_norm.f32(), d_norm_local.f32(), live);
+  if (live) {
     // norm_out = norm2(mid); d_res becomes dL/d(mid)
-    NormBackward(d_mid.f32(), g.norm2_w, g.norm2_b, d_norm.f32(), s.mid.f32(), w.norm2_w,
+    NormBackward(d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(), s.mid.f32(), w.norm2_w,
                  m.norm_mean, m.norm_rstd);
-    cpu::AddInPlace(d_res, d_mid.f32(), N * C);
+    cpu::AddInPlace(d_res, d_mid.f32(), R * C);
   }
   ws.Release(mark);
 }
@@ -199,17 +272,20 @@ void DecoderBlock::AttentionBackward(StepArenas& arenas, float* d_res, const flo
                                      const BlockGrads& g) const {
   Arena& ws = *arenas.workspace;
   const size_t mark = ws.Mark();
-  const int64_t N = d_.N(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
+  const bool live = arenas.live();
+  const int64_t N = d_.N(), R = d_.rows(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
+  const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
   const AttentionSaved& at = s.attn;
   Tensor d_att_out = Alloc(ws, {N, A});
   Tensor d_qkv = Alloc(ws, {N, QKV});
   Tensor scratch = Alloc(ws, {d_.B, d_.NH, d_.T, d_.T});
   Tensor d_norm = Alloc(ws, {N, C});
-  Tensor d_x = Alloc(ws, {N, C});
-  if (arenas.live()) {
-    // mid = x + proj(att_out)
-    cpu::LinearBackward(d_att_out.f32(), g.proj_w, g.proj_b, d_res, att_out.f32(), w.proj_w, N,
-                        A, C);
+  Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;
+  Tensor d_x = Alloc(ws, {R, C});
+  // mid = x + proj(att_out)
+  RowParallelBackward(ws, d_att_out.f32(), g.proj_w, g.proj_b, d_res, att_out.f32(), w.proj_w,
+                      A, live);
+  if (live) {
     // att_out = attention(qkv)
     cpu::AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), at.qkv.f32(), att.f32(),
                            d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
@@ -217,13 +293,18 @@ void DecoderBlock::AttentionBackward(StepArenas& arenas, float* d_res, const flo
     if (!d_.gpt2()) {
       cpu::RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
     }
-    // qkv = qkv_proj(norm_out)
-    cpu::LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), at.norm_out.f32(), w.qkv_w,
-                        N, C, QKV);
+  }
+  // qkv = qkv_proj(norm_out)
+  const float* qkv_in = Gathered(ws, at.norm_out, live);
+  if (live) {
+    cpu::LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
+  }
+  EnterBackward(d_norm.f32(), d_norm_local.f32(), live);
+  if (live) {
     // norm_out = norm1(x); d_res becomes dL/dx
-    NormBackward(d_x.f32(), g.norm1_w, g.norm1_b, d_norm.f32(), x, w.norm1_w, at.norm_mean,
+    NormBackward(d_x.f32(), g.norm1_w, g.norm1_b, d_norm_local.f32(), x, w.norm1_w, at.norm_mean,
                  at.norm_rstd);
-    cpu::AddInPlace(d_res, d_x.f32(), N * C);
+    cpu::AddInPlace(d_res, d_x.f32(), R * C);
   }
   ws.Release(mark);
 }
@@ -236,6 +317,21 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
   const bool live = arenas.live();
   const BlockSaved* s = &saved;
   BlockSaved recomputed;
+  // Sequence parallel: the norm and row-parallel bias gradients of this micro-batch are
+  // computed from this rank's rows into `partial` (zeroed), summed over tp once at the end,
+  // then accumulated into g.
+  BlockGrads gs = g;
+  Tensor partial;
+  const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
+  if (sp) {
+    partial = Alloc(ws, {6 * d_.C});
+    if (live) std::memset(partial.f32(), 0, partial.nbytes());
+    float* p = live ? partial.f32() : nullptr;
+    float** fields[6] = {&gs.norm1_w, &gs.norm1_b, &gs.proj_b, &gs.norm2_w, &gs.norm2_b, &gs.out_b};
+    for (int i = 0; i < 6; ++i) {
+      if (*fields[i] != nullptr) *fields[i] = p + i * d_.C;
+    }
+  }
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
     Compute(arenas, ws, ws, x, nullptr, recomputed, w);
@@ -249,7 +345,7 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
     act_out = Alloc(ws, {d_.N(), d_.F});
     if (live) Activation(act_out, s->mlp.fc_out);
   }
-  MlpBackward(arenas, d_res, *s, act_out, w, g);
+  MlpBackward(arenas, d_res, *s, act_out, w, gs);
   ws.Release(mlp_mark);
 
   // Attention: probabilities and output are recomputed from the saved qkv under selective.
@@ -259,8 +355,16 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
     att_out = Alloc(ws, {d_.N(), d_.attn_dim()});
     if (live) AttentionCore(att_out, att, s->attn.qkv);
   }
-  AttentionBackward(arenas, d_res, x, *s, att, att_out, w, g);
-  if (live) Round(d_res, d_.N() * d_.C);
+  AttentionBackward(arenas, d_res, x, *s, att, att_out, w, gs);
+  if (sp && live) {
+    d_.tp->SumInPlace(partial.f32(), 6 * d_.C);
+    const float* sums[6] = {gs.norm1_w, gs.norm1_b, gs.proj_b, gs.norm2_w, gs.norm2_b, gs.out_b};
+    float* dst[6] = {g.norm1_w, g.norm1_b, g.proj_b, g.norm2_w, g.norm2_b, g.out_b};
+    for (int i = 0; i < 6; ++i) {
+      if (dst[i] != nullptr) cpu::AddInPlace(dst[i], sums[i], d_.C);
+    }
+  }
+  if (live) Round(d_res, d_.rows() * d_.C);
   ws.Release(mark);
 }
 

@@ -16,6 +16,16 @@
 // Invariant: every policy runs the same kernels on the same inputs in the same order, so
 // gradients are bit-identical under none / selective / full.
 //
+// Tensor parallelism (BlockDims::tp): qkv and fc are column-parallel (this rank's heads and
+// MLP columns), proj and out row-parallel: their partial products are summed over tp by the
+// Exit region (all-reduce, or reduce-scatter under sequence parallelism) BEFORE the bias is
+// added once, and the norm outputs reach qkv / fc through the Enter region (copy, or
+// all-gather). Backward runs the duals (tensor_parallel.h). Under sequence parallelism the
+// norm outputs are kept as row shards and gathered again in backward (what saves the
+// activation memory), and the gradients of the norms and the row-parallel biases, computed
+// from this rank's rows only, are summed over tp once per block backward.
+// Without tp the code path is the one-rank path bit for bit (biases fused into the GEMM).
+//
 // Low-precision activations (BlockDims::act_dtype = kBF16 / kF16): compute stays fp32, but
 // every activation a GPU would store in the low type is rounded to it (cpu::RoundTo) right
 // after the op that produces it: norm outputs, qkv (after RoPE), attention probabilities and
@@ -28,6 +38,7 @@
 #include <cstdint>
 
 #include "models/model_config.h"
+#include "models/tensor_parallel.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
@@ -45,8 +56,14 @@ struct BlockDims {
   float eps = 1e-5f;     // norm epsilon
   float rope_theta = 10000.0f;
   DType act_dtype = DType::kF32;  // activations are rounded to this type (kF32: not at all)
+  // Tensor parallelism (tensor_parallel.h), null without. NH, NKV and F are then THIS rank's
+  // heads and MLP width (models/partition.h); under sequence parallelism the residual stream
+  // (x, out, mid, norm outputs) holds rows() = N/tp rows.
+  TensorParallel* tp = nullptr;
 
   int64_t N() const { return B * T; }
+  // Rows of the residual stream on this rank: N, or N/tp under sequence parallelism.
+  int64_t rows() const { return tp != nullptr ? tp->LocalRows(N()) : N(); }
   int64_t qkv_dim() const { return (NH + 2 * NKV) * HS; }
   int64_t attn_dim() const { return NH * HS; }
   // Width of the first MLP projection: F (GPT-2 fc) or 2F (Llama [gate | up]).
@@ -157,6 +174,13 @@ class DecoderBlock {
   void Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x, float* out,
                BlockSaved& s, const BlockWeights& w) const;
   void AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const;
+  // Tensor-parallel pieces (see the file comment); without tp they are the plain kernels.
+  const float* Gathered(Arena& ws, const Tensor& norm_out, bool live) const;
+  void RowParallel(Arena& ws, float* out, const float* inp, const float* w, const float* b,
+                   int64_t K, bool live) const;
+  void RowParallelBackward(Arena& ws, float* d_inp, float* g_w, float* g_b, const float* d_out,
+                           const float* inp, const float* w, int64_t K, bool live) const;
+  void EnterBackward(float* d_full, float* d_local, bool live) const;
   void NormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const float* x,
                    const float* w, const float* b) const;
   // d_x(N,C) written from d_out(N,C).

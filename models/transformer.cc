@@ -23,6 +23,7 @@
 
 #include "models/block.h"
 #include "models/param_layout.h"
+#include "models/tensor_parallel.h"
 #include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/ops.h"
 
@@ -105,6 +106,16 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
   if (act != DType::kF32 && act != DType::kBF16 && act != DType::kF16) {
     return bad("activation dtype " + std::string(DTypeName(act)) + " is not f32, bf16 or f16");
   }
+  if (options.tp != nullptr && options.tp->size() > 1) {
+    const int tp = options.tp->size();
+    RETURN_IF_ERROR(ValidateTensorParallel(c, tp));
+    if (options.sequence_parallel && (B * T) % tp != 0) {
+      return InvalidArgument("parallel.sequence_parallel: the micro-batch's " + Num(B * T) +
+                             " tokens (micro_batch_size " + Num(B) + " x seq_len " + Num(T) +
+                             ") do not divide among parallel.tp=" + std::to_string(tp) +
+                             " ranks");
+    }
+  }
   return CheckFitsInMemory(c, B, T, options.store == nullptr);
 }
 
@@ -166,13 +177,16 @@ class TransformerImpl final : public Transformer {
   Tensor flat_grads() override { return grads_; }
   int64_t num_params() const override { return bounds_.back(); }
   DType activation_dtype() const override { return act_dtype_; }
+  const ModelPartition& partition() const override { return partition_; }
+  Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
   // the sequence length T of Create.
   double TrainFlopsPerToken() const override {
-    return 6.0 * static_cast<double>(MatmulParams(config_)) +
-           12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_);
+    return (6.0 * static_cast<double>(MatmulParams(config_)) +
+            12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
+           partition_.tp_size();
   }
 
  private:
@@ -204,8 +218,18 @@ class TransformerImpl final : public Transformer {
   }
   int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
   int final_unit() const { return static_cast<int>(config_.num_layers) + 1; }
+  // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
+  int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
+  void EmbedForward(StepArenas& arenas, const int32_t* inputs, const float* embed);
+  void EmbedBackward(StepArenas& arenas, const int32_t* inputs, const float* d_res,
+                     float* embed_grads);
+  void FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h, float* grads);
+  double Head(StepArenas& arenas, const int32_t* targets, float loss_scale, const float* head_w,
+              float* head_grads, float* d_h, Tensor& losses, Tensor& logits);
 
   ModelConfig config_;
+  ModelPartition partition_;
+  std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
   int64_t B_, T_;
   MemoryTracker* tracker_;
   DType act_dtype_;
@@ -241,16 +265,28 @@ class TransformerImpl final : public Transformer {
   } final_;
 };
 
-BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype) {
+// The block's dimensions on this rank: under tp its share of the heads and MLP width.
+// Validate() has checked the split.
+ModelPartition MakePartition(const ModelConfig& config, Communicator* tp) {
+  auto p = tp != nullptr ? ModelPartition::Create(config, tp->size(), tp->rank())
+                         : ModelPartition::Create(config, 1, 0);
+  TESSERA_CHECK_MSG(p.ok(), "%s", p.status().ToString().c_str());
+  return std::move(*p);
+}
+
+BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
+                   TensorParallel* tp) {
+  const int t = tp != nullptr ? tp->size() : 1;
   BlockDims d;
   d.family = c.family;
   d.B = B;
   d.T = T;
   d.C = c.hidden_size;
-  d.NH = c.num_heads;
-  d.NKV = c.kv_heads();
+  d.NH = c.num_heads / t;
+  d.NKV = c.kv_heads() / t;
   d.HS = c.head_size();
-  d.F = c.ffn_size();
+  d.F = c.ffn_size() / t;
+  d.tp = tp;
   d.eps = c.norm_eps;
   d.rope_theta = c.rope_theta;
   d.act_dtype = act_dtype;
@@ -260,11 +296,15 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype) 
 TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T,
                                  MemoryTracker* tracker, const ModelOptions& options)
     : config_(config),
+      partition_(MakePartition(config, options.tp)),
+      tp_(options.tp != nullptr && options.tp->size() > 1
+              ? std::make_unique<TensorParallel>(options.tp, options.sequence_parallel)
+              : nullptr),
       B_(B),
       T_(T),
       tracker_(tracker),
       act_dtype_(options.activation_dtype),
-      block_(MakeDims(config, B, T, options.activation_dtype)),
+      block_(MakeDims(config, B, T, options.activation_dtype, tp_.get())),
       param_arena_(Arena::Measuring(MemoryKind::kParameters)),
       grad_arena_(Arena::Measuring(MemoryKind::kGradients)),
       act_(Arena::Measuring(MemoryKind::kActivations)),
@@ -282,8 +322,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
 // Named views at their flat offsets. Without a caller's store the model allocates the flat
 // buffers and serves them through own_store_; with one, the views keep shape but no data.
 void TransformerImpl::LayOutParameters() {
-  std::vector<ParamDecl> decls = DeclareParameters(config_);
-  bounds_ = UnitBounds(config_);
+  bounds_ = partition_.unit_bounds();
   const int64_t total = bounds_.back();
   if (store_ == nullptr) {
     const size_t bytes = static_cast<size_t>(total) * sizeof(float);
@@ -297,8 +336,9 @@ void TransformerImpl::LayOutParameters() {
   }
 
   int64_t offset = 0;
-  params_.reserve(decls.size());
-  for (ParamDecl& d : decls) {
+  params_.reserve(partition_.params().size());
+  for (const TpParam& tp : partition_.params()) {
+    const ParamDecl& d = tp.local;
     Parameter p;
     p.kind = d.kind;
     p.hf_transposed = d.hf_transposed;
@@ -308,6 +348,7 @@ void TransformerImpl::LayOutParameters() {
     p.value = Tensor(value, DType::kF32, d.shape);
     p.grad = Tensor(grad, DType::kF32, d.shape);
     p.spec = ShardSpec::Whole(d.name, d.shape);
+    p.spec.global_shape = tp.global_shape;
     // Each parameter lies inside its unit.
     TESSERA_CHECK(bounds_[d.unit] <= offset && offset + d.shape.numel() <= bounds_[d.unit + 1]);
     index_[d.name] = static_cast<int>(params_.size());
@@ -397,7 +438,7 @@ void TransformerImpl::MeasureArenas() {
 void TransformerImpl::InitRandom(uint64_t seed) {
   TESSERA_CHECK_MSG(own_store_ != nullptr,
                     "a model with a ParamStore has no parameters to init: use InitParameterRange");
-  InitParameterRange(config_, seed, 0, num_params(), flat_params_.f32());
+  partition_.InitRange(seed, 0, num_params(), flat_params_.f32());
 }
 
 // Token ids come from the data pipeline; one out of range would read outside the embedding.
@@ -416,21 +457,18 @@ void TransformerImpl::CheckTokens(const int32_t* inputs, const int32_t* targets)
 // (final_base_): the untied head and the final norm's backward read it.
 void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
   const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
+  const int64_t C = config_.hidden_size, L = config_.num_layers;
   // x0 = embed[tokens] (+ wpe[t]); x_{l+1} = block_l(x_l)
   resid_.assign(L + 1, Tensor());
   saved_.assign(L, BlockSaved());
-  resid_[0] = act_.Allocate(DType::kF32, {N, C});
+  const int64_t R = Rows();
+  resid_[0] = act_.Allocate(DType::kF32, {R, C});
   const float* embed = Acquire(live, 0);
-  if (live) {
-    cpu::EmbeddingForward(resid_[0].f32(), inputs, At(embed, wte_off_), At(embed, wpe_off_),
-                          B_, T_, C);
-    Round(resid_[0].f32(), N * C);
-  }
+  EmbedForward(arenas, inputs, embed);
   Release(live, 0);
   for (int64_t l = 0; l < L; ++l) {
     const int unit = static_cast<int>(1 + l);
-    resid_[l + 1] = act_.Allocate(DType::kF32, {N, C});
+    resid_[l + 1] = act_.Allocate(DType::kF32, {R, C});
     const float* weights = Acquire(live, unit);
     Prefetch(live, unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
@@ -440,20 +478,141 @@ void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
     Release(live, unit);
   }
   // h = final_norm(x_L)
-  final_.out = act_.Allocate(DType::kF32, {N, C});
-  final_.mean = config_.family == ModelFamily::kGpt2 ? act_.Allocate(DType::kF32, {N}) : Tensor();
-  final_.rstd = act_.Allocate(DType::kF32, {N});
+  final_.out = act_.Allocate(DType::kF32, {R, C});
+  final_.mean = config_.family == ModelFamily::kGpt2 ? act_.Allocate(DType::kF32, {R}) : Tensor();
+  final_.rstd = act_.Allocate(DType::kF32, {R});
   final_base_ = Acquire(live, final_unit());
   if (!live) return;
   if (config_.family == ModelFamily::kGpt2) {
     cpu::LayerNormForward(final_.out.f32(), final_.mean.f32(), final_.rstd.f32(),
                           resid_[L].f32(), At(final_base_, lnf_w_off_),
-                          At(final_base_, lnf_b_off_), N, C, config_.norm_eps);
+                          At(final_base_, lnf_b_off_), R, C, config_.norm_eps);
   } else {
     cpu::RmsNormForward(final_.out.f32(), final_.rstd.f32(), resid_[L].f32(),
-                        At(final_base_, lnf_w_off_), N, C, config_.norm_eps);
+                        At(final_base_, lnf_w_off_), R, C, config_.norm_eps);
   }
-  Round(final_.out.f32(), N * C);
+  Round(final_.out.f32(), R * C);
+}
+
+// x0 = embed[tokens] (+ wpe[t]) into resid_[0]. Under tp each rank looks up the tokens of its
+// vocabulary rows (zeros elsewhere), the Exit region sums the partial rows over tp (SP:
+// reduce-scatter to this rank's rows), then the positions are added once.
+void TransformerImpl::EmbedForward(StepArenas& arenas, const int32_t* inputs,
+                                   const float* embed) {
+  const bool live = arenas.live();
+  const int64_t N = B_ * T_, C = config_.hidden_size, R = Rows();
+  float* x0 = resid_[0].f32();
+  if (!tp_) {
+    if (live) {
+      cpu::EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
+      Round(x0, N * C);
+    }
+    return;
+  }
+  const size_t mark = ws_.Mark();
+  Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : resid_[0];
+  if (live) {
+    cpu::VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_),
+                               partition_.vocab_begin(), partition_.vocab_per_rank(), N, C);
+    tp_->ExitForward(partial.f32(), x0, N, C);
+    if (wpe_off_ >= 0) cpu::AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
+    Round(x0, R * C);
+  }
+  ws_.Release(mark);
+}
+
+// Backward of EmbedForward from d_res (Rows(), C): needs no weights. Under tp the Exit
+// region's dual gathers the rows (SP), each rank scatters into its vocabulary rows, and every
+// rank computes the (replicated) position gradient from all rows.
+void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
+                                    const float* d_res, float* embed_grads) {
+  const bool live = arenas.live();
+  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
+  if (!tp_) {
+    if (live) {
+      cpu::EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res,
+                             inputs, B_, T_, C, V);
+    }
+    return;
+  }
+  const size_t mark = ws_.Mark();
+  Tensor full = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
+  if (live) {
+    const float* d_full = tp_->ExitBackward(d_res, full.f32(), N, C);
+    cpu::VocabEmbeddingBackward(At(embed_grads, wte_off_), d_full, inputs,
+                                partition_.vocab_begin(), partition_.vocab_per_rank(), N, C);
+    if (wpe_off_ >= 0) {
+      cpu::EmbeddingBackward(nullptr, At(embed_grads, wpe_off_), d_full, inputs, B_, T_, C, V);
+    }
+  }
+  ws_.Release(mark);
+}
+
+// h = final_norm(x_L) backward: d_res (Rows(), C) written from d_h. Under sequence
+// parallelism the norm's gradients of this rank's rows are summed over tp before they are
+// accumulated into `grads` (unit L + 1).
+void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h,
+                                        float* grads) {
+  const bool live = arenas.live();
+  const int64_t R = Rows(), C = config_.hidden_size, L = config_.num_layers;
+  const bool sp = tp_ && tp_->sequence_parallel();
+  const size_t mark = ws_.Mark();
+  Tensor partial = sp ? ws_.Allocate(DType::kF32, {2 * C}) : Tensor();
+  if (live) {
+    float* g_w = At(grads, lnf_w_off_);
+    float* g_b = At(grads, lnf_b_off_);
+    if (sp) {
+      std::memset(partial.f32(), 0, partial.nbytes());
+      g_w = partial.f32();
+      g_b = partial.f32() + C;
+    }
+    const float* w = At(final_base_, lnf_w_off_);
+    if (config_.family == ModelFamily::kGpt2) {
+      cpu::LayerNormBackward(d_res, g_w, g_b, d_h, resid_[L].f32(), w, final_.mean.f32(),
+                             final_.rstd.f32(), R, C);
+    } else {
+      cpu::RmsNormBackward(d_res, g_w, d_h, resid_[L].f32(), w, final_.rstd.f32(), R, C);
+    }
+    if (sp) {
+      tp_->SumInPlace(partial.f32(), 2 * C);
+      cpu::AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
+      if (lnf_b_off_ >= 0) cpu::AddInPlace(At(grads, lnf_b_off_), partial.f32() + C, C);
+    }
+    Round(d_res, R * C);
+  }
+  ws_.Release(mark);
+}
+
+// LM head + cross-entropy over all N rows, fused with its backward when d_h is non-null
+// (d_h (Rows(), C) = dL/dh). Returns the loss sum. Under tp the head is vocab-parallel: the
+// norm output enters through the Enter region (SP: gathered), the classifier reduces its
+// softmax statistics over tp, and the partial d_h is summed by the Enter region's dual.
+// `losses` (N) and `logits` (the chunk scratch) are the caller's workspace tensors.
+double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float loss_scale,
+                             const float* head_w, float* head_grads, float* d_h,
+                             Tensor& losses, Tensor& logits) {
+  const bool live = arenas.live();
+  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
+  if (!tp_) {
+    if (!live) return 0.0;
+    return cpu::ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
+                                          final_.out.f32(), At(head_w, head_off_), targets, N,
+                                          C, V, loss_scale, logits.f32(), chunk_rows_);
+  }
+  const bool sp = tp_->sequence_parallel();
+  Tensor h_full = sp ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
+  Tensor d_full = sp && d_h != nullptr ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
+  if (!live) return 0.0;
+  const float* h = tp_->EnterForward(final_.out.f32(), h_full.f32(), N, C);
+  float* d_partial = d_h == nullptr ? nullptr : sp ? d_full.f32() : d_h;
+  const int64_t vp = partition_.vocab_per_rank(), vb = partition_.vocab_begin();
+  const int64_t real = std::clamp<int64_t>(V - vb, 0, vp);
+  const double sum = cpu::VocabParallelClassifier(
+      losses.f32(), d_partial, At(head_grads, head_off_), h, At(head_w, head_off_), targets, N,
+      C, vp, real, vb, loss_scale, logits.f32(), chunk_rows_, &TensorParallel::Combine,
+      tp_.get());
+  if (d_h != nullptr) tp_->EnterBackward(d_partial, d_h, N, C);
+  return sum;
 }
 
 // Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
@@ -462,21 +621,10 @@ void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
 void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
                                    size_t d_h_mark, const Tensor& d_res) {
   const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, L = config_.num_layers;
+  const int64_t L = config_.num_layers;
   // h = final_norm(x_L)
   float* final_grads = Grads(live, final_unit());
-  if (live) {
-    const float* w = At(final_base_, lnf_w_off_);
-    if (config_.family == ModelFamily::kGpt2) {
-      cpu::LayerNormBackward(d_res.f32(), At(final_grads, lnf_w_off_),
-                             At(final_grads, lnf_b_off_), d_h.f32(), resid_[L].f32(), w,
-                             final_.mean.f32(), final_.rstd.f32(), N, C);
-    } else {
-      cpu::RmsNormBackward(d_res.f32(), At(final_grads, lnf_w_off_), d_h.f32(), resid_[L].f32(),
-                           w, final_.rstd.f32(), N, C);
-    }
-    Round(d_res.f32(), N * C);
-  }
+  FinalNormBackward(arenas, d_res.f32(), d_h.f32(), final_grads);
   GradsDone(live, final_unit());
   Release(live, final_unit());
   final_base_ = nullptr;
@@ -494,10 +642,7 @@ void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, co
   }
   // x0 = embed[tokens] (+ wpe[t]): needs no weights
   float* embed_grads = Grads(live, 0);
-  if (live) {
-    cpu::EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res.f32(),
-                           inputs, B_, T_, C, config_.vocab_size);
-  }
+  EmbedBackward(arenas, inputs, d_res.f32(), embed_grads);
   GradsDone(live, 0);
 }
 
@@ -518,12 +663,13 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
 
   // LM head + cross-entropy, fused with its backward: d_h = dL/dh, scaled for the mean over
   // counted tokens and the caller's accumulation factor.
-  Tensor d_res = backward ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
+  Tensor d_res = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const size_t d_h_mark = ws_.Mark();
-  Tensor d_h = backward ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
+  Tensor d_h = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const size_t head_mark = ws_.Mark();
   Tensor losses = ws_.Allocate(DType::kF32, {N});
-  Tensor logits = ws_.Allocate(DType::kF32, {chunk_rows_, V});
+  Tensor logits =
+      ws_.Allocate(DType::kF32, {chunk_rows_, tp_ ? partition_.vocab_per_rank() : V});
   const float loss_scale =
       counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
   // The head's weights: unit 0's embedding when tied, else in unit L + 1 (acquired).
@@ -531,13 +677,8 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   const int head_unit = tied ? 0 : final_unit();
   const float* head_base = tied ? Acquire(live, 0) : final_base_;
   float* head_grads = backward ? Grads(live, head_unit) : nullptr;
-  double loss_sum = 0.0;
-  if (live) {
-    loss_sum = cpu::ClassifierForwardBackward(
-        losses.f32(), backward ? d_h.f32() : nullptr, At(head_grads, head_off_),
-        final_.out.f32(), At(head_base, head_off_), targets, N, C, V, loss_scale,
-        logits.f32(), chunk_rows_);
-  }
+  const double loss_sum = Head(arenas, targets, loss_scale, head_base, head_grads,
+                               backward ? d_h.f32() : nullptr, losses, logits);
   if (tied) Release(live, 0);
   ws_.Release(head_mark);
 

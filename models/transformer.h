@@ -18,7 +18,9 @@
 #include <span>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "models/model_config.h"
+#include "models/partition.h"
 #include "models/param_store.h"
 #include "models/parameter.h"
 #include "runtime/core/dtype.h"
@@ -36,12 +38,22 @@ struct ModelOptions {
   // lists which), and the residual gradient after each block and the final norm backward.
   // Compute, the logits and the loss stay fp32 (as autocast does). kF32: no rounding.
   DType activation_dtype = DType::kF32;
+  // Tensor parallelism: this rank's tp group (null or size 1: none). The model then holds
+  // only this rank's share of every parameter (models/partition.h: local shapes, global
+  // names), runs column/row-parallel blocks, a vocab-parallel embedding and a vocab-parallel
+  // LM head + cross-entropy that never gathers the logits (tensor_parallel.h has the
+  // communication regions). Must outlive the model; every tp rank drives its model in step.
+  Communicator* tp = nullptr;
+  // parallel.sequence_parallel: with tp >= 2 the residual stream, norms and biases run on
+  // B*T/tp rows per rank (B*T must divide by tp); ignored without tp.
+  bool sequence_parallel = false;
 };
 
 class Transformer {
  public:
   // Validates the config (heads divide hidden, kv heads divide heads, T <= max_seq_len) and the
-  // options (activation_dtype f32 / bf16 / f16), allocates every buffer (not the parameters and
+  // options (activation_dtype f32 / bf16 / f16; tp divides the heads, kv heads and MLP width;
+  // B*T divisible by tp under sequence parallelism), allocates every buffer (not the parameters and
   // gradients when options.store is set). Parameters are zero until InitRandom or a weights
   // load.
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config, int64_t B,
@@ -52,7 +64,7 @@ class Transformer {
   // GPT-2-style init: weights ~ N(0, init_std), residual output projections scaled by
   // 1/sqrt(2 * num_layers), biases 0, norm weights 1. Deterministic from `seed`; element i
   // equals InitParameterRange(config, seed, i, i + 1) (param_layout.h), which is how a
-  // trainer with a store inits. With a store: a CHECK failure.
+  // trainer with a store inits (under tp: partition().InitRange, the one-rank model's values). With a store: a CHECK failure.
   virtual void InitRandom(uint64_t seed) = 0;
 
   // One micro-batch: inputs(B,T) and targets(B,T) token ids (targets < 0 are ignored).
@@ -90,8 +102,14 @@ class Transformer {
   virtual Tensor flat_grads() = 0;    // (num_params) gradients at the same offsets; store: empty
   virtual int64_t num_params() const = 0;
   virtual DType activation_dtype() const = 0;
-  // Training FLOPs per token (forward + backward) for MFU: 6 * matmul params + attention.
+  // Training FLOPs per token (forward + backward) for MFU: 6 * matmul params + attention;
+  // under tensor parallelism this rank's share (the global figure / tp).
   virtual double TrainFlopsPerToken() const = 0;
+  // The layout of this rank's parameters relative to the one-rank model (tp = 1: identity).
+  virtual const ModelPartition& partition() const = 0;
+  // The first failed tensor-parallel collective of a step, else OK: after one the step's
+  // results are garbage and the caller must end the job (tensor_parallel.h).
+  virtual Status comm_status() const = 0;
 };
 
 }  // namespace tessera

@@ -52,19 +52,11 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // The three saved tensors of parameter `name`, in canonical order (index 3*i + k).
 const char* const kKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
 
-// Calls visit(decl index, first flat element, last flat element + 1) for each parameter that
-// intersects the flat range [begin, end), clipped to it.
-template <typename Visit>
-void ForEachParam(const std::vector<int64_t>& offsets, const std::vector<ParamDecl>& decls,
-                  int64_t begin, int64_t end, Visit visit) {
-  // offsets is sorted: find the first parameter ending after `begin`.
-  size_t i = std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin();
-  i = i == 0 ? 0 : i - 1;
-  for (; i < decls.size() && offsets[i] < end; ++i) {
-    const int64_t pb = offsets[i], pe = pb + decls[i].shape.numel();
-    const int64_t b = std::max(begin, pb), e = std::min(end, pe);
-    if (e > b) visit(i, b, e);
-  }
+// The rank's parameter layout relative to the global model: `rank` is its place in the
+// world group (tp fastest, comm/device_mesh.h).
+Result<ModelPartition> RankPartition(const Config& config, int rank) {
+  const int tp = std::max(1, config.parallel.tp);
+  return ModelPartition::Create(config.model, tp, rank % tp);
 }
 
 }  // namespace
@@ -101,11 +93,6 @@ Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, Fi
   rank_ = dp != nullptr ? dp->rank() : 0;
   ranks_ = dp != nullptr ? dp->size() : 1;
   decls_ = DeclareParameters(config.model);
-  int64_t off = 0;
-  for (const ParamDecl& d : decls_) {
-    offsets_.push_back(off);
-    off += d.shape.numel();
-  }
 }
 
 Checkpointer::~Checkpointer() {
@@ -117,6 +104,8 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
                                                            MemoryTracker* tracker,
                                                            CatalogSink* external_catalog) {
   std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs, tracker));
+  ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(config, c->rank_));
+  c->partition_.emplace(std::move(partition));
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
@@ -221,15 +210,22 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   p->state = state;
   p->layout = layout;
   size_t off = 0;
+  // Tensor parallel: each local piece is a run of elements of one global tensor; parameters
+  // every tp rank holds whole (norms, ...) are saved by tp rank 0 only, so the ranks' shares
+  // cover every tensor exactly once.
+  const bool tp_copy = partition_->tp_rank() > 0;
   for (const auto& span : shards.SaveSpans()) {
-    ForEachParam(offsets_, decls_, span.begin, span.end, [&](size_t i, int64_t b, int64_t e) {
-      const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
-      for (int k = 0; k < 3; ++k) {
-        p->segments.push_back({static_cast<int>(3 * i + k), b - offsets_[i], e - offsets_[i], off,
-                               src[k] + (b - span.begin)});
-        off += static_cast<size_t>(e - b) * sizeof(float);
-      }
-    });
+    partition_->ForEachGlobalPiece(
+        span.begin, span.end,
+        [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
+          if (tp_copy && param.split == TpSplit::kReplicated) return;
+          const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
+          for (int k = 0; k < 3; ++k) {
+            p->segments.push_back({3 * param.global_index + k, global_begin,
+                                   global_begin + length, off, src[k] + (local - span.begin)});
+            off += static_cast<size_t>(length) * sizeof(float);
+          }
+        });
   }
   const size_t staging_bytes = off;
   if (tracker_ != nullptr && staging_bytes > staged_bytes_) {  // accounted here: one thread
@@ -536,7 +532,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
     if (!reader.ok()) {
       st = reader.status();
     } else {
-      st = LoadCheckpointInto(**reader, config_.model, shards, /*with_optimizer=*/true);
+      st = LoadCheckpointInto(**reader, *partition_, shards, /*with_optimizer=*/true);
       loaded.step = (*reader)->manifest().step;
       loaded.dir = dir;
       loaded.state = (*reader)->manifest().state;
@@ -586,13 +582,15 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
                           ParamShards& shards, bool with_optimizer) {
+  ASSIGN_OR_RETURN(ModelPartition whole, ModelPartition::Create(model, 1, 0));
+  return LoadCheckpointInto(reader, whole, shards, with_optimizer);
+}
+
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
+                          ParamShards& shards, bool with_optimizer) {
   const Manifest& m = reader.manifest();
-  const std::vector<ParamDecl> decls = DeclareParameters(model);
-  std::vector<int64_t> offsets;
-  int64_t off = 0;
+  const std::vector<ParamDecl> decls = DeclareParameters(partition.config());
   for (const ParamDecl& d : decls) {
-    offsets.push_back(off);
-    off += d.shape.numel();
     for (int k = 0; k < (with_optimizer ? 3 : 1); ++k) {
       const std::string name = kKinds[k] + d.name;
       const TensorRecord* t = m.FindTensor(name);
@@ -617,15 +615,18 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& mod
                              " that this config's model does not (a different model?)");
     }
   }
-  // Reads flat range [b, e) of tensor kind k into out; the first error is kept.
+  // Reads local flat range [b, e) of tensor kind k into out (the global elements each local
+  // one maps to; vocabulary padding is zero); the first error is kept.
   Status first = Status::Ok();
   auto fill = [&](int k) {
     return [&, k](int64_t b, int64_t e, float* out) {
-      ForEachParam(offsets, decls, b, e, [&](size_t i, int64_t pb, int64_t pe) {
-        if (!first.ok()) return;
-        first = reader.Read(kKinds[k] + decls[i].name, pb - offsets[i], pe - offsets[i],
-                            out + (pb - b));
-      });
+      std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+      partition.ForEachGlobalPiece(
+          b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
+            if (!first.ok()) return;
+            first = reader.Read(kKinds[k] + param.local.name, global_begin,
+                                global_begin + length, out + (local - b));
+          });
     };
   };
   shards.Load(fill(0));

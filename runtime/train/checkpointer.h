@@ -7,8 +7,10 @@
 // "exp_avg_sq/<name>"; the trainer's state (a JSON object: step, data position, AdamW step,
 // loss scale), the layout, the resolved config and the environment fingerprint. Each rank
 // writes its pieces (ParamShards::SaveSpans), so the shares of all ranks cover every tensor
-// exactly once; the loader reads global ranges, so a checkpoint loads under any dp and ZeRO
-// stage (and any precision: master weights are fp32).
+// exactly once (under tensor parallelism each local piece maps to global element ranges,
+// models/partition.h, and replicated tensors are saved by tp rank 0 only); the loader reads
+// global ranges, so a checkpoint loads under any dp, tp and ZeRO stage (and any precision:
+// master weights are fp32).
 //
 // Save (at step N, on every rank at the same point of the loop):
 //   1. the previous save is still writing: wait for it (checkpoint.on_busy: wait) or skip;
@@ -55,6 +57,7 @@
 #include "checkpoint/shard_file.h"
 #include "comm/communicator.h"
 #include "models/param_layout.h"
+#include "models/partition.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
 #include "runtime/train/config.h"
@@ -79,8 +82,10 @@ struct LoadedCheckpoint {
 
 class Checkpointer {
  public:
-  // `config` must outlive the Checkpointer (it is kept by reference). `dp`: the data-parallel
-  // group (null: one process); rank 0 of it coordinates and owns the catalog. Writes go
+  // `config` must outlive the Checkpointer (it is kept by reference). `dp`: every rank that
+  // saves — the data-parallel group of a dp-only job, the world group (in mesh order, tp
+  // fastest) once parallel.tp > 1 — or null for one process; rank 0 of it coordinates and
+  // owns the catalog, and rank r % parallel.tp is its tp rank. Writes go
   // through `fs` (tests inject faults). `log` gets rank 0's event lines.
   // The staging buffer is accounted to `tracker` (may be null) as kCheckpointStaging.
   // `external_catalog` (rank 0; must outlive the Checkpointer): when set, every catalog write
@@ -135,8 +140,8 @@ class Checkpointer {
   FileSystem& fs_;
   std::unique_ptr<Catalog> owned_catalog_;  // rank 0 of a standalone run
   CatalogSink* sink_ = nullptr;  // rank 0: owned_catalog_ or the external one; else null
-  std::vector<ParamDecl> decls_;
-  std::vector<int64_t> offsets_;      // flat offset of each decl
+  std::vector<ParamDecl> decls_;      // the global model's parameters
+  std::optional<ModelPartition> partition_;  // this rank's layout relative to them
   std::unordered_map<std::string, int> tensor_index_;  // saved tensor name -> 3 * decl + kind
   std::unique_ptr<Pending> pending_;  // the save in flight
   std::vector<char> staging_;         // reused between saves; resized by the writer thread
@@ -150,6 +155,11 @@ class Checkpointer {
 // into `shards`, checking that every parameter of `model` is there with the same shape (a
 // clear error naming the tensor and both shapes otherwise). Every byte read is verified.
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
+                          ParamShards& shards, bool with_optimizer);
+// The same for a tensor-parallel rank: `shards` holds the local layout of `partition`; each
+// local element is read from the global element it maps to (models/partition.h), so a
+// checkpoint saved under any (dp, tp, ZeRO) layout loads under any other.
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
                           ParamShards& shards, bool with_optimizer);
 
 // The checkpoint directory `path` names: a step_<N> directory holding manifest.json, or a root

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <utility>
 
+#include "models/partition.h"
 #include "runtime/train/config_emit.h"
 #include "runtime/train/config_suggest.h"
 
@@ -470,6 +471,7 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
   RETURN_IF_ERROR(s.Int("pp", 1, kMaxRanks, &p->pp));
   RETURN_IF_ERROR(s.Int("ep", 1, kMaxRanks, &p->ep));
   RETURN_IF_ERROR(s.Int("zero", 0, 3, &p->zero));
+  RETURN_IF_ERROR(s.Bool("sequence_parallel", &p->sequence_parallel));
   return s.Finish();
 }
 
@@ -595,15 +597,29 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                      N(c.train.seq_len) + " (needs seq_len + 1)");
     }
   }
-  // Parallel axes and stages this build cannot run yet (tp, pp, ep > 1; ZeRO-3) are refused here,
-  // before any rank does work, rather than silently trained as something else.
+  // Parallel axes this build cannot run yet (pp, ep > 1) are refused here, before any rank
+  // does work, rather than silently trained as something else.
   const ParallelConfig& par = c.parallel;
-  for (const auto& [key, value] : {std::pair<const char*, int>{"parallel.tp", par.tp},
-                                   {"parallel.pp", par.pp}, {"parallel.ep", par.ep}}) {
+  for (const auto& [key, value] : {std::pair<const char*, int>{"parallel.pp", par.pp},
+                                   {"parallel.ep", par.ep}}) {
     if (value > 1) {
       return ctx.CrossFieldError({key}, std::string(key + 9) + "=" + N(value) +
-                                            ": not supported yet (only 1; data parallelism "
-                                            "with parallel.dp and parallel.zero 0..3 is)");
+                                            ": not supported yet (only 1; data and tensor "
+                                            "parallelism with parallel.dp, parallel.tp and "
+                                            "parallel.zero 0..3 are)");
+    }
+  }
+  if (par.tp > 1) {
+    // Heads, kv heads and the MLP width must split evenly; the vocabulary is padded.
+    if (Status s = ValidateTensorParallel(c.model, par.tp); !s.ok()) {
+      return ctx.CrossFieldError({"parallel.tp"}, s.message());
+    }
+    if (par.sequence_parallel && (c.train.micro_batch_size * c.train.seq_len) % par.tp != 0) {
+      return ctx.CrossFieldError(
+          {"parallel.sequence_parallel", "parallel.tp"},
+          "sequence parallelism splits each micro-batch's micro_batch_size x seq_len = " +
+              N(c.train.micro_batch_size * c.train.seq_len) + " tokens among tp=" + N(par.tp) +
+              " ranks, which does not divide them (change train.seq_len or micro_batch_size)");
     }
   }
   if (par.zero == 3 && par.dp < 2) {

@@ -62,7 +62,10 @@ struct TrainConfig {
 // Under mpirun the world size must equal dp * tp * pp * ep.
 struct ParallelConfig {
   int dp = 1;    // parallel.dp: data-parallel replicas, >= 1
-  int tp = 1;    // parallel.tp: tensor-parallel ranks; only 1 is supported yet
+  int tp = 1;    // parallel.tp: tensor-parallel ranks (Megatron: attention heads, kv heads and
+                 //   MLP columns split, vocabulary-parallel embedding and loss; the
+                 //   vocabulary is padded to a multiple of tp), >= 1; must divide num_heads,
+                 //   the kv heads and the MLP width
   int pp = 1;    // parallel.pp: pipeline stages; only 1 is supported yet
   int ep = 1;    // parallel.ep: expert-parallel ranks; only 1 is supported yet
   int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..3 (optimizer/shard_layout.h):
@@ -74,6 +77,11 @@ struct ParallelConfig {
                  //   3 = 2 + parameters partitioned: each unit all-gathered just before its
                  //       forward and backward (the next one prefetched) and freed after;
                  //       needs dp >= 2
+  bool sequence_parallel = false;  // parallel.sequence_parallel: with tp > 1, norms, biases and
+                                   //   residual adds run on 1/tp of each micro-batch's tokens
+                                   //   and the tp all-reduces become reduce-scatter +
+                                   //   all-gather (less activation memory per rank);
+                                   //   micro_batch_size * seq_len must divide by tp
   int world_size() const { return dp * tp * pp * ep; }
 };
 

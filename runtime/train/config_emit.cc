@@ -114,6 +114,7 @@ void EmitParallel(YAML::Emitter& out, const ParallelConfig& p, const CommConfig&
   Put(out, "pp", static_cast<int64_t>(p.pp));
   Put(out, "ep", static_cast<int64_t>(p.ep));
   Put(out, "zero", static_cast<int64_t>(p.zero));
+  Put(out, "sequence_parallel", p.sequence_parallel);
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   Put(out, "timeout_s", c.timeout_s);

@@ -397,6 +397,38 @@ Result<double> ParamShards::GradSumOfSquares() {
   return SumPartials(total);
 }
 
+Result<double> ParamShards::GradSumOfSquaresExcluding(
+    const std::vector<std::pair<int64_t, int64_t>>& exclude) {
+  // Sum of squares of g[0, n) (flat elements [flat, flat + n)) minus the excluded ranges.
+  auto masked = [&](int64_t flat, const float* g, int64_t n) {
+    double sum = 0.0;
+    int64_t i = 0;
+    size_t k = 0;
+    while (i < n) {
+      while (k < exclude.size() && exclude[k].second <= flat + i) ++k;
+      const int64_t stop = k < exclude.size() ? std::clamp(exclude[k].first - flat, i, n) : n;
+      for (; i < stop; ++i) sum += static_cast<double>(g[i]) * g[i];
+      if (k < exclude.size() && i < n) i = std::min(n, exclude[k].second - flat);
+    }
+    return sum;
+  };
+  if (zero_ <= 1) return masked(0, main_grads_.f32(), layout_.num_params());
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  const std::vector<float*> g = GradPieces();
+  double mine = 0.0;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    mine += masked(layout_.piece_begin(u, lrank), g[u], layout_.piece_real(u, lrank));
+  }
+  auto all = AllGatherDoubles(dp_, {mine});
+  if (!all.ok()) {
+    Fail(all.status());
+    return all.status();
+  }
+  double total = 0.0;
+  for (double v : *all) total += v;
+  return total;
+}
+
 void ParamShards::ScaleGradients(float factor) {
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
   const std::vector<float*> g = GradPieces();

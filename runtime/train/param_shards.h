@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -91,6 +92,12 @@ class ParamShards final : public ParamStore {
   // The global sum of squares of the reduced gradient (ShardLayout's segmented definition:
   // the same bits whatever dp and stage). Collective for zero 2/3.
   Result<double> GradSumOfSquares();
+  // The sum of squares of the reduced gradient over the dp group, leaving out the flat
+  // ranges `exclude` (sorted, disjoint; a tensor-parallel rank's copies of replicated
+  // parameters, which tp rank 0 counts). Per-element double accumulation in flat order, then
+  // the dp ranks' sums in rank order (a collective for zero 2/3): deterministic, the same on
+  // every dp rank, but not the segmented bits of GradSumOfSquares.
+  Result<double> GradSumOfSquaresExcluding(const std::vector<std::pair<int64_t, int64_t>>& exclude);
   // Multiplies this rank's reduced gradients by `factor` (loss-scale removal, clipping).
   void ScaleGradients(float factor);
   // AdamW over this rank's pieces, the rounding of master weights into low-precision

@@ -104,6 +104,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     t->dp_rank_ = t->dp_->rank();
     t->dp_size_ = t->dp_->size();
   }
+  if (world != nullptr && world->tp() != nullptr && world->tp()->size() > 1) t->tp_ = world->tp();
+  if (world != nullptr && world->world() != nullptr && world->world()->size() > 1) {
+    t->all_ = world->world();
+    t->world_rank_ = t->all_->rank();
+  }
   t->link_ = link;
   if (link != nullptr && world != nullptr && world->world() != nullptr &&
       world->world()->size() > 1) {
@@ -123,7 +128,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   // writer); standalone, the coordinator opens <checkpoint.dir>/catalog itself.
   FileSystem* ckpt_fs = link != nullptr ? link->checkpoint_file_system() : nullptr;
   ASSIGN_OR_RETURN(t->checkpointer_,
-                   Checkpointer::Create(t->config_, t->dp_, t->is_root() ? stdout : nullptr,
+                   Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
                                         ckpt_fs != nullptr ? *ckpt_fs : DefaultFileSystem(),
                                         &t->memory_, link != nullptr ? link->catalog() : nullptr));
   if (config.resume == ResumeMode::kAuto) {
@@ -172,14 +177,34 @@ std::vector<ParamRange> DecayRanges(const std::vector<ParamDecl>& decls, const A
   return ranges;
 }
 
-// The model's parameters as views over a full flat fp32 buffer (for a weights file).
-std::vector<Parameter> ViewsOver(std::span<Parameter> params, float* base) {
-  std::vector<Parameter> views(params.begin(), params.end());
-  for (Parameter& p : views) {
-    p.value = Tensor(base + p.offset, DType::kF32, p.spec.global_shape);
-    p.grad = Tensor();
+// The global (one-rank) model's parameters as views over a flat fp32 buffer of all of them,
+// in DeclareParameters order (for a weights file).
+std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
+  std::vector<Parameter> views;
+  int64_t offset = 0;
+  for (const ParamDecl& d : DeclareParameters(model)) {
+    Parameter p;
+    p.kind = d.kind;
+    p.hf_transposed = d.hf_transposed;
+    p.offset = offset;
+    p.spec = ShardSpec::Whole(d.name, d.shape);
+    p.value = Tensor(base + offset, DType::kF32, d.shape);
+    views.push_back(std::move(p));
+    offset += d.shape.numel();
   }
   return views;
+}
+
+// Copies into out (local flat [b, e) of `partition`) the global values each element maps to
+// (`global`: the one-rank flat buffer); vocabulary padding is zero.
+void FillFromGlobal(const ModelPartition& partition, const float* global, int64_t b, int64_t e,
+                    float* out) {
+  std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+  partition.ForEachGlobalPiece(
+      b, e, [&](const TpParam& p, int64_t global_begin, int64_t length, int64_t local) {
+        std::memcpy(out + (local - b), global + p.global_offset + global_begin,
+                    static_cast<size_t>(length) * sizeof(float));
+      });
 }
 
 }  // namespace
@@ -197,9 +222,15 @@ Status Trainer::SetUpParameters() {
       1, static_cast<int64_t>(c.comm.bucket_mb * 1048576.0 / sizeof(float)));
   // ParamShards checks that this rank's share of parameters, gradients and optimizer state
   // fits before reserving it; Transformer::Create then checks the activations.
-  ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, UnitBounds(c.model),
-                                                DecayRanges(DeclareParameters(c.model), c.optimizer),
-                                                dp_, &memory_));
+  // This rank's share of the model (tensor parallelism: models/partition.h; else all of it).
+  ASSIGN_OR_RETURN(ModelPartition partition,
+                   ModelPartition::Create(c.model, tp_ != nullptr ? tp_->size() : 1,
+                                          tp_ != nullptr ? tp_->rank() : 0));
+  partition_.emplace(std::move(partition));
+  std::vector<ParamDecl> local;
+  for (const TpParam& p : partition_->params()) local.push_back(p.local);
+  ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
+                                                DecayRanges(local, c.optimizer), dp_, &memory_));
   ModelOptions mo;
   mo.store = shards_.get();
   if (link_ != nullptr) {
@@ -207,29 +238,31 @@ Status Trainer::SetUpParameters() {
     mo.store = phase_store_.get();
   }
   mo.activation_dtype = o.param_dtype;
+  mo.tp = tp_;
+  mo.sequence_parallel = c.parallel.sequence_parallel;
   ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
                                                c.train.seq_len, &memory_, mo));
   if (c.init_from.empty()) {
     shards_->Load([&](int64_t b, int64_t e, float* out) {
-      InitParameterRange(c.model, c.train.seed, b, e, out);
+      partition_->InitRange(c.train.seed, b, e, out);
     });
   } else if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
     // Fine-tuning / continued pretraining from a checkpoint: its weights (and with
     // init_optimizer its moments and AdamW step); step, schedule and data start fresh.
     ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*dir));
-    RETURN_IF_ERROR(LoadCheckpointInto(*reader, c.model, *shards_, c.init_optimizer));
+    RETURN_IF_ERROR(LoadCheckpointInto(*reader, *partition_, *shards_, c.init_optimizer));
   } else if (c.init_optimizer) {
     return InvalidArgument("init_optimizer=true: init_from " + c.init_from +
                            " is not a checkpoint (" + dir.status().message() +
                            "); a weights file has no optimizer state");
   } else {
     // The whole file is read on every rank (each keeps its pieces): a transient full fp32
-    // copy, released before training starts.
-    std::vector<float> full(static_cast<size_t>(model_->num_params()));
-    std::vector<Parameter> views = ViewsOver(model_->parameters(), full.data());
+    // copy of the global model, released before training starts.
+    std::vector<float> full(static_cast<size_t>(UnitBounds(c.model).back()));
+    std::vector<Parameter> views = GlobalViews(c.model, full.data());
     RETURN_IF_ERROR(LoadHfWeights(c.init_from, c.model, views));
     shards_->Load([&](int64_t b, int64_t e, float* out) {
-      std::memcpy(out, full.data() + b, static_cast<size_t>(e - b) * sizeof(float));
+      FillFromGlobal(*partition_, full.data(), b, e, out);
     });
   }
   if (c.precision == Precision::kFp16) {
@@ -260,7 +293,10 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 
 Result<double> Trainer::Evaluate(int64_t batches) {
   if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
-  return EvaluateLoss(*model_, *val_data_, batches, [this] { return shards_->status(); });
+  return EvaluateLoss(*model_, *val_data_, batches, [this] {
+    RETURN_IF_ERROR(shards_->status());
+    return model_->comm_status();
+  });
 }
 
 Status Trainer::ResumeFromCheckpoint() {
@@ -355,6 +391,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
     train_data_->NextBatch(B, inputs_.data(), targets_.data());
     loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
     RETURN_IF_ERROR(shards_->status());
+    RETURN_IF_ERROR(model_->comm_status());
   }
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
   RETURN_IF_ERROR(shards_->FinishGradients());  // still backward: its last reductions
@@ -379,9 +416,19 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
 }
 
 // clip_grad_norm_ over the global (unscaled) gradient with the same bits as one rank
-// (ParamShards::GradSumOfSquares); only this rank's pieces are scaled.
+// (ParamShards::GradSumOfSquares); only this rank's pieces are scaled. Under tensor
+// parallelism each tp rank sums its own parameters (copies of replicated ones only on tp
+// rank 0) and the tp ranks' sums are added in rank order: every rank gets the same norm.
 Result<double> Trainer::ClipGradients() {
-  ASSIGN_OR_RETURN(const double sum_sq, shards_->GradSumOfSquares());
+  double sum_sq = 0;
+  if (tp_ == nullptr) {
+    ASSIGN_OR_RETURN(sum_sq, shards_->GradSumOfSquares());
+  } else {
+    ASSIGN_OR_RETURN(const double mine,
+                     shards_->GradSumOfSquaresExcluding(partition_->duplicate_ranges()));
+    ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(tp_, {mine}));
+    for (double v : sums) sum_sq += v;
+  }
   double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm)) return norm;  // the step is skipped: nothing to scale
   if (loss_scaler_ && loss_scaler_->scale() != 1.0) {
@@ -399,8 +446,8 @@ Result<std::vector<double>> Trainer::GatherMemory() {
   for (int k = 0; k < static_cast<int>(MemoryKind::kCount); ++k) {
     mine.push_back(static_cast<double>(memory_.reserved(static_cast<MemoryKind>(k))));
   }
-  if (dp_ == nullptr) return mine;
-  return AllGatherDoubles(dp_, mine);
+  if (all_ == nullptr) return mine;
+  return AllGatherDoubles(all_, mine);
 }
 
 namespace {
@@ -411,6 +458,8 @@ std::string MemoryJson(const Config& c, const std::vector<double>& all, int rank
   JsonWriter w;
   w.BeginObject();
   w.Key("dp").Int(c.parallel.dp);
+  w.Key("tp").Int(c.parallel.tp);
+  w.Key("sequence_parallel").Bool(c.parallel.sequence_parallel);
   w.Key("zero").Int(c.parallel.zero);
   w.Key("precision").String(PrecisionName(c.precision));
   w.Key("offload").String(OptimizerOffloadName(c.optimizer.offload));
@@ -456,7 +505,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   const double flops_per_token = model_->TrainFlopsPerToken();
   if (root) {
     std::fprintf(out, "tessera: %s model, %.2fM parameters, %lld layers, %s recompute\n",
-                 ModelFamilyName(config_.model.family), model_->num_params() / 1e6,
+                 ModelFamilyName(config_.model.family), UnitBounds(config_.model).back() / 1e6,
                  static_cast<long long>(config_.model.num_layers),
                  RecomputePolicyName(config_.model.recompute));
     std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
@@ -464,6 +513,17 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
         config_.optimizer.offload != OptimizerOffload::kNone) {
       std::fprintf(out, "tessera: data parallel: dp=%d, %s, optimizer offload %s\n", dp_size_,
                    shards_->Describe().c_str(), OptimizerOffloadName(config_.optimizer.offload));
+    }
+    if (tp_ != nullptr) {
+      std::fprintf(out,
+                   "tessera: tensor parallel: tp=%d (%lld heads, %lld kv heads, %lld MLP columns "
+                   "and %lld vocabulary rows per rank%s), %.2fM parameters per rank\n",
+                   tp_->size(), static_cast<long long>(config_.model.num_heads / tp_->size()),
+                   static_cast<long long>(config_.model.kv_heads() / tp_->size()),
+                   static_cast<long long>(config_.model.ffn_size() / tp_->size()),
+                   static_cast<long long>(partition_->vocab_per_rank()),
+                   config_.parallel.sequence_parallel ? ", sequence parallel" : "",
+                   partition_->num_local() / 1e6);
     }
     if (loss_scaler_) {
       std::fprintf(out, "tessera: fp16 %s loss scaling from %g\n",
@@ -575,15 +635,16 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   Phase(TrainPhase::kIdle);
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
-  ASSIGN_OR_RETURN(std::vector<float> full, shards_->GatherFull(/*root=*/0));
+  ASSIGN_OR_RETURN(std::vector<float> full, GatherGlobalWeights());
   if (!root) return summary;
   const std::string weights = tc.out_dir + "/model.safetensors";
-  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model,
-                                  ViewsOver(model_->parameters(), full.data()), DType::kF32));
-  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, dp_size_)));
+  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
+                                  DType::kF32));
+  const int ranks = all_ != nullptr ? all_->size() : 1;
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks)));
 
   std::string report = memory_.Report();
-  if (dp_size_ > 1) report += FormatMemoryTable(memory, dp_size_);
+  if (ranks > 1) report += FormatMemoryTable(memory, ranks);
   std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
   if (checkpointer_->enabled()) {
     const CheckpointStats& cs = checkpointer_->stats();
@@ -596,6 +657,31 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   }
   std::fflush(out);
   return summary;
+}
+
+// The global fp32 (master) weights on world rank 0 (empty elsewhere): each dp group gathers
+// its local pieces on its dp rank 0, whose tp group (the ranks holding dp replica 0) then
+// all-gathers the local buffers (equal sizes: the vocabulary is padded) and rank 0 places
+// every element where the partition of its tp rank says.
+Result<std::vector<float>> Trainer::GatherGlobalWeights() {
+  ASSIGN_OR_RETURN(std::vector<float> local, shards_->GatherFull(/*root=*/0));
+  if (tp_ == nullptr || dp_rank_ != 0) return local;
+  const int64_t n = partition_->num_local();
+  std::vector<float> all(static_cast<size_t>(n * tp_->size()));
+  Tensor in(local.data(), DType::kF32, {n});
+  Tensor out(all.data(), DType::kF32, {n * tp_->size()});
+  RETURN_IF_ERROR(tp_->AllGather(in, out)->Wait());
+  if (!is_root()) return std::vector<float>();
+  std::vector<float> global(static_cast<size_t>(UnitBounds(config_.model).back()));
+  for (int r = 0; r < tp_->size(); ++r) {
+    ASSIGN_OR_RETURN(ModelPartition part, ModelPartition::Create(config_.model, tp_->size(), r));
+    part.ForEachGlobalPiece(0, n, [&](const TpParam& p, int64_t global_begin, int64_t length,
+                                      int64_t local_flat) {
+      std::memcpy(global.data() + p.global_offset + global_begin,
+                  all.data() + r * n + local_flat, static_cast<size_t>(length) * sizeof(float));
+    });
+  }
+  return global;
 }
 
 Status Trainer::SaveNow(int64_t steps_done) {

@@ -117,7 +117,9 @@ class Trainer {
   Status SaveNow(int64_t steps_done);
   // Per-rank peak bytes by kind: the table for the summary and <out_dir>/memory.json.
   Result<std::vector<double>> GatherMemory();
-  bool is_root() const { return dp_rank_ == 0; }
+  // The global weights on world rank 0 (see the .cc); every rank must call it.
+  Result<std::vector<float>> GatherGlobalWeights();
+  bool is_root() const { return world_rank_ == 0; }
 
   Config config_;
   MemoryTracker memory_;
@@ -134,6 +136,11 @@ class Trainer {
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
+  // Tensor parallelism: the tp group (null: tp = 1) and this rank's share of the model.
+  Communicator* tp_ = nullptr;
+  std::optional<ModelPartition> partition_;
+  Communicator* all_ = nullptr;  // every rank of the job (null: one process)
+  int world_rank_ = 0;
   std::unique_ptr<DataLoader> train_data_;
   std::unique_ptr<DataLoader> val_data_;  // may be null
   std::vector<int32_t> inputs_, targets_;  // (B*T) token ids of the current micro-batch

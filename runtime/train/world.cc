@@ -62,4 +62,6 @@ Communicator* World::dense_dp() const {
   return groups_ ? &groups_->Get(MeshGroup::kDpEp) : nullptr;
 }
 
+Communicator* World::tp() const { return groups_ ? &groups_->Get(MeshGroup::kTp) : nullptr; }
+
 }  // namespace tessera

@@ -40,6 +40,9 @@ class World {
   // The group that reduces dense gradients and partitions ZeRO state (dp x ep; = dp for
   // ep = 1); null in a single-process job.
   Communicator* dense_dp() const;
+  // This rank's tensor-parallel group (consecutive world ranks, comm/device_mesh.h); null in a
+  // single-process job. Size 1 when parallel.tp is 1.
+  Communicator* tp() const;
   Communicator* world() const { return world_.get(); }
 
  private:

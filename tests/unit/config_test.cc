@@ -555,10 +555,22 @@ TEST(ConfigParallel, ReadsDpZeroCommAndOffload) {
   EXPECT_EQ(c.optimizer.offload, OptimizerOffload::kCpu);
 }
 
+TEST(ConfigParallel, TensorParallelSplitsAreChecked) {
+  const Config ok = LoadOk("parallel:\n  tp: 2\n  sequence_parallel: true\n");
+  EXPECT_EQ(ok.parallel.tp, 2);
+  EXPECT_TRUE(ok.parallel.sequence_parallel);
+  EXPECT_EQ(ok.parallel.world_size(), 2);
+  // The default model has 4 heads: 3 ranks cannot split them.
+  EXPECT_STARTS_WITH(ErrorAt("parallel:\n  tp: 3\n"), "F:2:7: parallel.tp: parallel.tp=3 does not divide model.num_heads=4");
+  // 8 x 64 tokens per micro-batch do not divide among... only a tp that also splits the
+  // heads can get there: 4 heads, tp 4, 3 x 7 = 21 tokens.
+  EXPECT_STARTS_WITH(
+      ErrorAt("parallel: {tp: 4, sequence_parallel: true}\ntrain: {micro_batch_size: 3, seq_len: 7}\n"),
+      "F:1:38: parallel.sequence_parallel: sequence parallelism splits each micro-batch's "
+      "micro_batch_size x seq_len = 21 tokens among tp=4 ranks");
+}
+
 TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
-  EXPECT_EQ(ErrorAt("parallel:\n  tp: 2\n"),
-            "F:2:7: parallel.tp: tp=2: not supported yet (only 1; data parallelism with "
-            "parallel.dp and parallel.zero 0..3 is)");
   EXPECT_STARTS_WITH(ErrorAt("parallel: {pp: 4}\n"), "F:1:16: parallel.pp: pp=4: not supported yet");
   EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
                      "--set parallel.ep=2: parallel.ep: ep=2: not supported yet");

@@ -104,4 +104,39 @@ double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight, con
                                  int64_t C, int64_t V, float loss_scale, float* logits_scratch,
                                  int64_t chunk_rows);
 
+// ---- Tensor parallelism (vocab_parallel.cc) ----------------------------------------------
+// out(N,OC) += bias(OC) on every row (a row-parallel layer adds its bias once, after the
+// partial products are reduced).
+void AddBias(float* out, const float* bias, int64_t N, int64_t OC);
+// out[i] += wpe[(row_begin + i) % T] for i < rows: learned positions of rows row_begin ..
+// of a flattened (B*T) batch (a sequence-parallel shard starts mid-batch).
+void AddPositions(float* out, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
+                  int64_t C);
+// Vocab-parallel embedding: this rank holds rows [vocab_begin, vocab_begin + vocab_rows) of
+// the table. out(N,C) = wte_local[token - vocab_begin] for tokens in that range, 0 otherwise
+// (the sum over ranks is the full lookup).
+void VocabEmbeddingForward(float* out, const int32_t* tokens, const float* wte_local,
+                           int64_t vocab_begin, int64_t vocab_rows, int64_t N, int64_t C);
+// d_wte_local += scatter of d_out(N,C) rows whose token is in this rank's range, in token
+// order (deterministic, as EmbeddingBackward).
+void VocabEmbeddingBackward(float* d_wte_local, const float* d_out, const int32_t* tokens,
+                            int64_t vocab_begin, int64_t vocab_rows, int64_t N, int64_t C);
+
+// Vocab-parallel LM head + cross-entropy (Megatron's): this rank holds rows [vocab_begin,
+// vocab_begin + V_local) of the head weight; only the first `V_real` of them are real
+// vocabulary (the rest pad the vocabulary to a multiple of tp: their logits are left out).
+// The full (N, V) logits are never gathered: per chunk of rows, `combine(values, n, max)`
+// must reduce n floats across the tp ranks in place (max when `max`, else sum) and leave the
+// same bits on every rank; it is called twice per chunk (row maxima, then [sum exp | target
+// logit] pairs), in the same order on every rank. Returns the sum of losses over counted rows
+// (the same on every rank). Backward (d_x non-null): d_x(N,C) = d_logits_local @ weight_local
+// is this rank's PARTIAL input gradient (the caller sums it over tp), d_weight(V_local, C) +=
+// d_logits_local^T @ x. Scratch: chunk_rows * V_local floats.
+using CombineFn = void (*)(void* ctx, float* values, int64_t n, bool max);
+double VocabParallelClassifier(float* losses, float* d_x, float* d_weight, const float* x,
+                               const float* weight, const int32_t* targets, int64_t N,
+                               int64_t C, int64_t V_local, int64_t V_real, int64_t vocab_begin,
+                               float loss_scale, float* logits_scratch, int64_t chunk_rows,
+                               CombineFn combine, void* combine_ctx);
+
 }  // namespace tessera::cpu
