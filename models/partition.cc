@@ -6,7 +6,7 @@
 // width `width`", applied to rows or columns, so the q|k|v blocks of GPT-2's c_attn need no code
 // of their own. Segments are built in local order and merged where contiguous in both layouts,
 // so with tp = 1 every tensor is one segment and the layout is DeclareParameters'.
-// Pure functions of (config, tp size, tp rank); a ModelPartition is an immutable value.
+// Pure functions of (config, tp size, tp rank, chunks); a ModelPartition is an immutable value.
 #include "models/partition.h"
 
 #include <algorithm>
@@ -138,54 +138,154 @@ int64_t VocabPerRank(const ModelConfig& config, int tp) {
   return (config.vocab_size + tp - 1) / tp;
 }
 
+Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
+                                                const std::vector<int64_t>& split) {
+  const std::string L = std::to_string(num_layers), S = std::to_string(stages);
+  if (stages < 1) return InvalidArgument("pipeline: " + S + " virtual stages, needs >= 1");
+  if (!split.empty()) {
+    if (static_cast<int>(split.size()) != stages) {
+      return InvalidArgument("parallel.pipeline_split lists " + std::to_string(split.size()) +
+                             " layer counts but the pipeline has " + S +
+                             " virtual stages (pp x virtual_stages): give one count per stage");
+    }
+    int64_t sum = 0;
+    for (int64_t n : split) {
+      if (n < 1) {
+        return InvalidArgument("parallel.pipeline_split: every virtual stage needs at least "
+                               "one layer, got " + std::to_string(n));
+      }
+      sum += n;
+    }
+    if (sum != num_layers) {
+      return InvalidArgument("parallel.pipeline_split sums to " + std::to_string(sum) +
+                             " layers but model.num_layers=" + L);
+    }
+    return split;
+  }
+  if (num_layers < stages || num_layers % stages != 0) {
+    // Suggest a split that gives the first and last stage fewer layers: they also carry the
+    // embeddings and the LM head.
+    std::vector<int64_t> suggest(static_cast<size_t>(stages), num_layers / stages);
+    int64_t rest = num_layers - (num_layers / stages) * stages;
+    for (int i = 1; i < stages - 1 && rest > 0; ++i, --rest) ++suggest[static_cast<size_t>(i)];
+    for (int i = 0; i < stages && rest > 0; ++i, --rest) ++suggest[static_cast<size_t>(i)];
+    std::string text;
+    for (int64_t n : suggest) text += (text.empty() ? "" : ", ") + std::to_string(n);
+    const bool possible = num_layers >= stages;
+    return InvalidArgument(
+        "model.num_layers=" + L + " does not divide evenly into " + S +
+        " pipeline stages (pp x virtual_stages)" +
+        (possible ? "; set parallel.pipeline_split, e.g. [" + text + "] (the middle stages "
+                    "take the extra layers: the first and last also run the embeddings and "
+                    "LM head)"
+                  : ": every stage needs at least one layer"));
+  }
+  return std::vector<int64_t>(static_cast<size_t>(stages), num_layers / stages);
+}
+
+Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, int stage,
+                                                  int virtual_stages,
+                                                  const std::vector<int64_t>& split) {
+  if (pp < 1 || stage < 0 || stage >= pp || virtual_stages < 1) {
+    return InvalidArgument("pipeline: stage " + std::to_string(stage) + " of pp=" +
+                           std::to_string(pp) + " with " + std::to_string(virtual_stages) +
+                           " virtual stages per rank");
+  }
+  const int stages = pp * virtual_stages;
+  ASSIGN_OR_RETURN(std::vector<int64_t> layers, PipelineLayerSplit(num_layers, stages, split));
+  std::vector<int64_t> begin(static_cast<size_t>(stages) + 1, 0);
+  for (int i = 0; i < stages; ++i) begin[i + 1] = begin[i] + layers[i];
+  std::vector<PipelineChunk> chunks;
+  for (int c = 0; c < virtual_stages; ++c) {
+    const int vs = c * pp + stage;
+    chunks.push_back({begin[vs], begin[vs + 1], vs == 0, vs == stages - 1});
+  }
+  return chunks;
+}
+
 Result<ModelPartition> ModelPartition::Create(const ModelConfig& config, int tp_size,
-                                              int tp_rank) {
+                                              int tp_rank, std::vector<PipelineChunk> chunks) {
   RETURN_IF_ERROR(ValidateTensorParallel(config, tp_size));
   if (tp_rank < 0 || tp_rank >= tp_size) {
     return InvalidArgument("tensor-parallel rank " + std::to_string(tp_rank) +
                            " is outside [0, " + std::to_string(tp_size) + ")");
+  }
+  const int64_t L = config.num_layers;
+  if (chunks.empty()) chunks.push_back({0, L, true, true});
+  for (const PipelineChunk& c : chunks) {
+    if (c.layer_begin < 0 || c.layer_begin >= c.layer_end || c.layer_end > L) {
+      return InvalidArgument("pipeline chunk of layers [" + std::to_string(c.layer_begin) +
+                             ", " + std::to_string(c.layer_end) + ") is not a non-empty range "
+                             "of the model's " + std::to_string(L) + " layers");
+    }
   }
   ModelPartition m;
   m.config_ = config;
   m.tp_size_ = tp_size;
   m.tp_rank_ = tp_rank;
   m.vocab_per_rank_ = VocabPerRank(config, tp_size);
+  m.chunks_ = chunks;
   const std::vector<ParamDecl> decls = DeclareParameters(config);
-  const int units = static_cast<int>(config.num_layers + 2);
-  m.bounds_.assign(units + 1, 0);
-  int64_t local_offset = 0, global_offset = 0;
-  for (size_t i = 0; i < decls.size(); ++i) {
-    TpParam p;
-    p.local = decls[i];
-    p.global_index = static_cast<int>(i);
-    p.global_shape = decls[i].shape;
-    const SplitRule rule = RuleFor(decls[i]);
-    p.split = rule.split;
-    p.local_offset = local_offset;
-    p.global_offset = global_offset;
-    // Norm weights and the biases kept whole (LayerNorm biases, row-parallel output biases)
-    // are applied to sequence-sharded activations under sequence parallelism.
-    p.sequence_partial = rule.split == TpSplit::kReplicated &&
-                         (decls[i].kind == ParamKind::kNorm || decls[i].kind == ParamKind::kBias);
-    SplitTensor(rule, tp_size, tp_rank, config.vocab_size, m.vocab_per_rank_, p);
-    const int64_t n = p.local.shape.numel();
-    if (tp_rank > 0 && rule.split == TpSplit::kReplicated) {
-      if (!m.dups_.empty() && m.dups_.back().second == local_offset) {
-        m.dups_.back().second += n;
-      } else {
-        m.dups_.emplace_back(local_offset, local_offset + n);
-      }
+  std::vector<int64_t> global_offsets;
+  {
+    int64_t off = 0;
+    for (const ParamDecl& d : decls) {
+      global_offsets.push_back(off);
+      off += d.shape.numel();
     }
-    TESSERA_CHECK(p.local.unit >= 0 && p.local.unit < units);
-    m.bounds_[p.local.unit + 1] += n;
-    local_offset += n;
-    global_offset += p.global_shape.numel();
-    m.params_.push_back(std::move(p));
   }
-  // Declarations come in unit order (param_layout.h): accumulate sizes into offsets.
-  for (int u = 0; u < units; ++u) {
-    TESSERA_CHECK(m.bounds_[u + 1] > 0);
-    m.bounds_[u + 1] += m.bounds_[u];
+  m.bounds_.assign(1, 0);
+  m.chunk_units_.assign(1, 0);
+  int64_t local_offset = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const PipelineChunk& ch = chunks[c];
+    const bool copy = !ch.first && ch.last && config.tie_embeddings;
+    const int64_t n_blocks = ch.layer_end - ch.layer_begin;
+    // Chunk-relative unit of global unit g, or -1 when the chunk does not hold it.
+    auto chunk_unit = [&](int g) -> int {
+      if (g == 0) return ch.first || copy ? 0 : -1;
+      if (g == L + 1) return ch.last ? static_cast<int>(n_blocks + 1) : -1;
+      const int64_t layer = g - 1;
+      if (layer < ch.layer_begin || layer >= ch.layer_end) return -1;
+      return static_cast<int>(layer - ch.layer_begin + 1);
+    };
+    const int unit_base = m.chunk_units_.back();
+    std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2), 0);
+    for (size_t i = 0; i < decls.size(); ++i) {
+      const int cu = chunk_unit(decls[i].unit);
+      if (cu < 0) continue;
+      TpParam p;
+      p.local = decls[i];
+      p.local.unit = unit_base + cu;
+      p.global_index = static_cast<int>(i);
+      p.global_shape = decls[i].shape;
+      const SplitRule rule = RuleFor(decls[i]);
+      p.split = rule.split;
+      p.local_offset = local_offset;
+      p.global_offset = global_offsets[i];
+      p.chunk = static_cast<int>(c);
+      p.pipeline_copy = decls[i].unit == 0 && !ch.first;
+      // Norm weights and the biases kept whole (LayerNorm biases, row-parallel output biases)
+      // are applied to sequence-sharded activations under sequence parallelism.
+      p.sequence_partial = rule.split == TpSplit::kReplicated &&
+                           (decls[i].kind == ParamKind::kNorm || decls[i].kind == ParamKind::kBias);
+      SplitTensor(rule, tp_size, tp_rank, config.vocab_size, m.vocab_per_rank_, p);
+      const int64_t n = p.local.shape.numel();
+      if (p.pipeline_copy || (tp_rank > 0 && rule.split == TpSplit::kReplicated)) {
+        if (!m.dups_.empty() && m.dups_.back().second == local_offset) {
+          m.dups_.back().second += n;
+        } else {
+          m.dups_.emplace_back(local_offset, local_offset + n);
+        }
+      }
+      sizes[static_cast<size_t>(cu)] += n;
+      local_offset += n;
+      m.params_.push_back(std::move(p));
+    }
+    // Declarations come in unit order (param_layout.h), so the chunk's parameters are in
+    // chunk-unit order: accumulate sizes into offsets.
+    for (int64_t n : sizes) m.bounds_.push_back(m.bounds_.back() + n);
+    m.chunk_units_.push_back(unit_base + static_cast<int>(sizes.size()));
   }
   TESSERA_CHECK(m.bounds_.back() == local_offset);
   return m;
@@ -200,7 +300,7 @@ void ModelPartition::ForEachGlobalPiece(int64_t begin, int64_t end, const PieceF
   // First parameter whose tensor ends after `begin`.
   auto it = std::upper_bound(params_.begin(), params_.end(), begin,
                              [](int64_t x, const TpParam& p) { return x < p.local_offset; });
-  --it;  // params_[0].local_offset == 0 <= begin
+  if (it != params_.begin()) --it;  // params_[0].local_offset == 0 <= begin
   for (; it != params_.end() && it->local_offset < end; ++it) {
     const TpParam& p = *it;
     for (const TpSegment& s : p.segments) {

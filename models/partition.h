@@ -22,9 +22,21 @@
 //       wpe
 // With tp = 1 every parameter is whole like a kReplicated one (one segment each; `split` still
 // names the tensor's role) and the local layout IS DeclareParameters / UnitBounds, bit for bit.
+//
+// Pipeline parallelism: a rank may hold only some of the layers, as one or more CHUNKS (one
+// per virtual stage it runs; interleaved schedules give a rank several). A chunk is a
+// contiguous range of blocks, plus the embeddings when it is the first virtual stage and the
+// final norm [+ lm_head] when it is the last. With tied embeddings the last virtual stage
+// (when it is not also the first) holds a COPY of the whole embedding unit (pipeline_copy):
+// its LM head reads the copy's token table, its gradient is summed with the first stage's
+// after each step (Megatron's embedding group), so both copies stay identical; copies are
+// never saved and are left out of the gradient norm (duplicate_ranges).
+// The local flat layout is the chunks in order; each chunk has its own units: its embedding
+// unit (empty unless it holds embeddings or the copy), one per block, its final unit (empty
+// unless last). Without chunks (one chunk = the whole model) this is the layout above.
 // Units (param_store.h) keep their meaning: unit 0 embeddings, 1 + l block l, L + 1 final
 // norm [+ lm_head]; local unit bounds are those of the local flat buffer.
-// Pure functions of (config, tp size, tp rank); thread-safe values.
+// Pure functions of (config, tp size, tp rank, chunks); thread-safe values.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +66,28 @@ struct TpSegment {
   int64_t length = 0;        // elements
 };
 
+// One chunk: blocks [layer_begin, layer_end), with the embeddings when `first`, the final norm
+// and LM head when `last`.
+struct PipelineChunk {
+  int64_t layer_begin = 0, layer_end = 0;
+  bool first = true, last = true;
+  bool operator==(const PipelineChunk&) const = default;
+};
+
+// Layers per virtual stage for `stages` = pp * virtual_stages virtual stages: `split` when
+// given (parallel.pipeline_split: one count per virtual stage, each >= 1, summing to
+// num_layers), else num_layers / stages each. InvalidArgument naming the numbers (and a split
+// that would work) when the layers do not divide evenly without a split, or the split is bad.
+Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
+                                                const std::vector<int64_t>& split);
+
+// The chunks pipeline rank `stage` (0 .. pp-1) holds with `virtual_stages` chunks per rank:
+// chunk c is virtual stage c * pp + stage (Megatron's interleaving), layers per
+// PipelineLayerSplit.
+Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, int stage,
+                                                  int virtual_stages,
+                                                  const std::vector<int64_t>& split);
+
 struct TpParam {
   ParamDecl local;            // global name, LOCAL shape, kind, init rule, unit
   int global_index = 0;       // index in DeclareParameters(config)
@@ -64,6 +98,8 @@ struct TpParam {
   // Under sequence parallelism each rank's gradient of this tensor covers only its sequence
   // shard (norm weights and biases, row-parallel biases): the model sums it over tp.
   bool sequence_partial = false;
+  int chunk = 0;                // which of the rank's chunks holds it
+  bool pipeline_copy = false;   // the last stage's copy of a tied embedding unit
   // Local elements -> global elements, sorted by local_begin, merged where contiguous in both.
   // Together they cover every non-padding local element exactly once.
   std::vector<TpSegment> segments;
@@ -71,16 +107,23 @@ struct TpParam {
 
 class ModelPartition {
  public:
-  // ValidateTensorParallel, then the local layout of rank `tp_rank` of `tp_size`.
-  static Result<ModelPartition> Create(const ModelConfig& config, int tp_size, int tp_rank);
+  // ValidateTensorParallel, then the local layout of rank `tp_rank` of `tp_size` holding
+  // `chunks` (in order; each a non-empty valid layer range). Default: the whole model.
+  static Result<ModelPartition> Create(const ModelConfig& config, int tp_size, int tp_rank,
+                                       std::vector<PipelineChunk> chunks = {});
 
   const ModelConfig& config() const { return config_; }  // the global model
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
   // Every local parameter, in local flat order (the global order, local shapes).
   const std::vector<TpParam>& params() const { return params_; }
-  // Local unit bounds (num_layers + 3 values, as UnitBounds for the global layout).
+  // Local unit bounds over all chunks (for one whole-model chunk: num_layers + 3 values, as
+  // UnitBounds for the global layout). Units may be empty (a chunk without embeddings).
   const std::vector<int64_t>& unit_bounds() const { return bounds_; }
+  const std::vector<PipelineChunk>& chunks() const { return chunks_; }
+  // First local unit of chunk c: its embedding unit; its blocks follow, then its final unit.
+  int chunk_unit_begin(int c) const { return chunk_units_[c]; }
+  int chunk_num_units(int c) const { return chunk_units_[c + 1] - chunk_units_[c]; }
   int64_t num_local() const { return bounds_.back(); }
   int64_t vocab_per_rank() const { return vocab_per_rank_; }
   int64_t vocab_begin() const { return vocab_per_rank_ * tp_rank_; }  // first local vocab row
@@ -96,9 +139,10 @@ class ModelPartition {
   // InitParameterRange value of the global element it maps to (the same bits), 0 for padding.
   void InitRange(uint64_t seed, int64_t begin, int64_t end, float* out) const;
 
-  // Local flat ranges [first, second) that are copies of what tp rank 0 also holds
-  // (kReplicated parameters on tp ranks > 0; none on rank 0 or with tp = 1): left out of
-  // global sums such as the gradient norm so every element counts once.
+  // Local flat ranges [first, second) that are copies of what another rank also holds
+  // (kReplicated parameters on tp ranks > 0, pipeline copies of the embeddings; none on a
+  // one-chunk tp rank 0): left out of global sums such as the gradient norm and out of
+  // checkpoints so every element counts once.
   const std::vector<std::pair<int64_t, int64_t>>& duplicate_ranges() const { return dups_; }
 
  private:
@@ -108,6 +152,8 @@ class ModelPartition {
   int64_t vocab_per_rank_ = 0;
   std::vector<TpParam> params_;
   std::vector<int64_t> bounds_;
+  std::vector<PipelineChunk> chunks_;
+  std::vector<int> chunk_units_;  // chunk c's units are [chunk_units_[c], chunk_units_[c+1])
   std::vector<std::pair<int64_t, int64_t>> dups_;
 };
 

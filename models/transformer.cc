@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -106,6 +107,23 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
   if (act != DType::kF32 && act != DType::kBF16 && act != DType::kF16) {
     return bad("activation dtype " + std::string(DTypeName(act)) + " is not f32, bf16 or f16");
   }
+  if (options.contexts < 1) return bad("contexts=" + std::to_string(options.contexts) + " must be >= 1");
+  if (options.partition != nullptr) {
+    const ModelPartition& p = *options.partition;
+    const int tp_size = options.tp != nullptr ? options.tp->size() : 1;
+    const int tp_rank = options.tp != nullptr ? options.tp->rank() : 0;
+    if (p.tp_size() != tp_size || p.tp_rank() != tp_rank) {
+      return bad("the partition is for tp rank " + std::to_string(p.tp_rank()) + " of " +
+                 std::to_string(p.tp_size()) + ", the tp group says " + std::to_string(tp_rank) +
+                 " of " + std::to_string(tp_size));
+    }
+    if (options.chunk < 0 || options.chunk >= static_cast<int>(p.chunks().size())) {
+      return bad("chunk " + std::to_string(options.chunk) + " of a partition with " +
+                 std::to_string(p.chunks().size()) + " chunks");
+    }
+  } else if (options.chunk != 0) {
+    return bad("chunk " + std::to_string(options.chunk) + " without a partition");
+  }
   if (options.tp != nullptr && options.tp->size() > 1) {
     const int tp = options.tp->size();
     RETURN_IF_ERROR(ValidateTensorParallel(c, tp));
@@ -160,6 +178,12 @@ class TransformerImpl final : public Transformer {
   double Forward(const int32_t* inputs, const int32_t* targets) override {
     return Step(inputs, targets, 0.0f, /*backward=*/false);
   }
+  double ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets, const float* x_in,
+                      float* x_out) override;
+  void BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) override;
+  int64_t stage_rows() const override { return Rows(); }
+  int contexts() const override { return static_cast<int>(ctx_.size()); }
+  const PipelineChunk& chunk() const override { return chunk_; }
   void ZeroGrads() override {
     if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.nbytes());
   }
@@ -177,7 +201,7 @@ class TransformerImpl final : public Transformer {
   Tensor flat_grads() override { return grads_; }
   int64_t num_params() const override { return bounds_.back(); }
   DType activation_dtype() const override { return act_dtype_; }
-  const ModelPartition& partition() const override { return partition_; }
+  const ModelPartition& partition() const override { return *partition_; }
   Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
@@ -186,7 +210,7 @@ class TransformerImpl final : public Transformer {
   double TrainFlopsPerToken() const override {
     return (6.0 * static_cast<double>(MatmulParams(config_)) +
             12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
-           partition_.tp_size();
+           partition_->tp_size();
   }
 
  private:
@@ -195,9 +219,17 @@ class TransformerImpl final : public Transformer {
   void MeasureArenas();
   void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
   double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
-  void ForwardBody(StepArenas& arenas, const int32_t* inputs);
+  // Uses context ctx for the pass that follows (its activation arena, saved tensors).
+  StepArenas Begin(int ctx);
+  void ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in);
+  // d_h: dL/dh on top of the workspace at d_h_mark (last chunk only; empty otherwise).
   void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
                     size_t d_h_mark, const Tensor& d_res);
+  double HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale, int64_t counted,
+                  float* d_h);
+  // Checks the token ids (CHECK failure when out of range) and counts the counted targets.
+  int64_t Counted(const int32_t* inputs, const int32_t* targets) const;
+  bool holds_unit(int u) const { return bounds_[u + 1] > bounds_[u]; }
   // Rounds n activations (or gradients) at x to act_dtype_; nothing for fp32.
   void Round(float* x, int64_t n) const {
     if (act_dtype_ != DType::kF32) cpu::RoundTo(act_dtype_, x, n);
@@ -205,19 +237,25 @@ class TransformerImpl final : public Transformer {
 
   // Store calls of a step. A measuring step (live == false) makes none: its weight and
   // gradient bases are null.
-  const float* Acquire(bool live, int unit) { return live ? store_->Acquire(unit) : nullptr; }
+  // Units are chunk-relative here (0 embeddings, 1 + l block layer_begin + l, blocks + 1 the
+  // final unit); a caller's store numbers the rank's units, chunk after chunk: unit_base_.
+  const float* Acquire(bool live, int unit) {
+    return live ? store_->Acquire(unit_base_ + unit) : nullptr;
+  }
   void Release(bool live, int unit) {
-    if (live) store_->Release(unit);
+    if (live) store_->Release(unit_base_ + unit);
   }
   void Prefetch(bool live, int unit) {
-    if (live && unit >= 0 && unit < num_units()) store_->Prefetch(unit);
+    if (live && unit >= 0 && unit < num_units() && holds_unit(unit)) {
+      store_->Prefetch(unit_base_ + unit);
+    }
   }
-  float* Grads(bool live, int unit) { return live ? store_->Grads(unit) : nullptr; }
+  float* Grads(bool live, int unit) { return live ? store_->Grads(unit_base_ + unit) : nullptr; }
   void GradsDone(bool live, int unit) {
-    if (live) store_->GradsDone(unit);
+    if (live) store_->GradsDone(unit_base_ + unit);
   }
   int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
-  int final_unit() const { return static_cast<int>(config_.num_layers) + 1; }
+  int final_unit() const { return static_cast<int>(n_blocks_) + 1; }
   // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
   int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
   void EmbedForward(StepArenas& arenas, const int32_t* inputs, const float* embed);
@@ -228,7 +266,12 @@ class TransformerImpl final : public Transformer {
               float* head_grads, float* d_h, Tensor& losses, Tensor& logits);
 
   ModelConfig config_;
-  ModelPartition partition_;
+  std::optional<ModelPartition> own_partition_;  // when ModelOptions gave none
+  const ModelPartition* partition_;  // the rank's layout; this model runs its chunk `chunk_`
+  int chunk_index_;
+  PipelineChunk chunk_;
+  int64_t n_blocks_;    // blocks of this chunk
+  int unit_base_ = 0;   // the chunk's first unit in a caller's store
   std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
   int64_t B_, T_;
   MemoryTracker* tracker_;
@@ -236,11 +279,11 @@ class TransformerImpl final : public Transformer {
   DecoderBlock block_;
   int64_t chunk_rows_ = 0;
 
-  Arena param_arena_, grad_arena_, act_, ws_;
+  Arena param_arena_, grad_arena_, ws_;
   Tensor flat_params_, grads_;  // (num_params); empty with a caller's store
   std::vector<Parameter> params_;
   std::unordered_map<std::string, int> index_;
-  std::vector<int64_t> bounds_;  // UnitBounds(config_)
+  std::vector<int64_t> bounds_;  // the chunk's unit bounds, relative to its first element
 
   // The store every step goes through: the caller's, or own_store_ over the flat buffers.
   ParamStore* store_ = nullptr;
@@ -255,14 +298,22 @@ class TransformerImpl final : public Transformer {
   // Base of unit L + 1 while it is acquired (from the final norm to its backward).
   const float* final_base_ = nullptr;
 
-  // Per-step state, reallocated from the arenas each step.
-  std::vector<Tensor> resid_;        // L+1 x (N, C): embeddings, then each block's output
-  std::vector<BlockSaved> saved_;    // per block, what the policy keeps
-  struct {
-    Tensor out;   // (N, C) h = final_norm(x_L), the LM head's input
-    Tensor mean;  // (N)    GPT-2 only
-    Tensor rstd;  // (N)
-  } final_;
+  // One micro-batch's activations, from its forward to its backward. A pipeline stage keeps
+  // several (ModelOptions::contexts); the whole-model step uses context 0.
+  struct Context {
+    Arena act = Arena::Measuring(MemoryKind::kActivations);
+    std::vector<Tensor> resid;      // blocks+1 x (Rows, C): the chunk's input, each block's output
+    std::vector<BlockSaved> saved;  // per block, what the policy keeps
+    struct {
+      Tensor out;   // (Rows, C) h = final_norm(x_L), the LM head's input
+      Tensor mean;  // (Rows)    GPT-2 only
+      Tensor rstd;  // (Rows)
+    } final;
+    const int32_t* inputs = nullptr;   // a stage forward's token ids, for its backward
+    const int32_t* targets = nullptr;  // and targets (the last chunk's recomputed head)
+  };
+  std::vector<Context> ctx_;
+  Context* cur_ = nullptr;  // the context of the pass being run
 };
 
 // The block's dimensions on this rank: under tp its share of the heads and MLP width.
@@ -296,7 +347,13 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
 TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T,
                                  MemoryTracker* tracker, const ModelOptions& options)
     : config_(config),
-      partition_(MakePartition(config, options.tp)),
+      own_partition_(options.partition == nullptr
+                         ? std::optional<ModelPartition>(MakePartition(config, options.tp))
+                         : std::nullopt),
+      partition_(options.partition != nullptr ? options.partition : &*own_partition_),
+      chunk_index_(options.chunk),
+      chunk_(partition_->chunks()[options.chunk]),
+      n_blocks_(chunk_.layer_end - chunk_.layer_begin),
       tp_(options.tp != nullptr && options.tp->size() > 1
               ? std::make_unique<TensorParallel>(options.tp, options.sequence_parallel)
               : nullptr),
@@ -307,13 +364,14 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
       block_(MakeDims(config, B, T, options.activation_dtype, tp_.get())),
       param_arena_(Arena::Measuring(MemoryKind::kParameters)),
       grad_arena_(Arena::Measuring(MemoryKind::kGradients)),
-      act_(Arena::Measuring(MemoryKind::kActivations)),
-      ws_(Arena::Measuring(MemoryKind::kWorkspace)) {
+      ws_(Arena::Measuring(MemoryKind::kWorkspace)),
+      ctx_(static_cast<size_t>(std::max(1, options.contexts))) {
   // Equal chunks of at most `rows` rows.
   const int64_t rows = std::clamp<int64_t>(kLogitsScratchFloats / config.vocab_size, 64, 256);
   const int64_t chunks = (B * T + rows - 1) / rows;
   chunk_rows_ = (B * T + chunks - 1) / chunks;
   store_ = options.store;
+  if (store_ != nullptr) unit_base_ = partition_->chunk_unit_begin(chunk_index_);
   LayOutParameters();
   BindBlocks();
   MeasureArenas();
@@ -322,7 +380,14 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
 // Named views at their flat offsets. Without a caller's store the model allocates the flat
 // buffers and serves them through own_store_; with one, the views keep shape but no data.
 void TransformerImpl::LayOutParameters() {
-  bounds_ = partition_.unit_bounds();
+  {
+    const std::vector<int64_t>& all = partition_->unit_bounds();
+    const int first = partition_->chunk_unit_begin(chunk_index_);
+    const int units = partition_->chunk_num_units(chunk_index_);
+    bounds_.clear();
+    for (int u = 0; u <= units; ++u) bounds_.push_back(all[first + u] - all[first]);
+  }
+  const int64_t chunk_begin = partition_->unit_bounds()[partition_->chunk_unit_begin(chunk_index_)];
   const int64_t total = bounds_.back();
   if (store_ == nullptr) {
     const size_t bytes = static_cast<size_t>(total) * sizeof(float);
@@ -336,9 +401,11 @@ void TransformerImpl::LayOutParameters() {
   }
 
   int64_t offset = 0;
-  params_.reserve(partition_.params().size());
-  for (const TpParam& tp : partition_.params()) {
+  params_.reserve(partition_->params().size());
+  for (const TpParam& tp : partition_->params()) {
+    if (tp.chunk != chunk_index_) continue;
     const ParamDecl& d = tp.local;
+    TESSERA_CHECK(tp.local_offset - chunk_begin == offset);
     Parameter p;
     p.kind = d.kind;
     p.hf_transposed = d.hf_transposed;
@@ -349,8 +416,9 @@ void TransformerImpl::LayOutParameters() {
     p.grad = Tensor(grad, DType::kF32, d.shape);
     p.spec = ShardSpec::Whole(d.name, d.shape);
     p.spec.global_shape = tp.global_shape;
-    // Each parameter lies inside its unit.
-    TESSERA_CHECK(bounds_[d.unit] <= offset && offset + d.shape.numel() <= bounds_[d.unit + 1]);
+    // Each parameter lies inside its (chunk-relative) unit.
+    const int u = d.unit - partition_->chunk_unit_begin(chunk_index_);
+    TESSERA_CHECK(bounds_[u] <= offset && offset + d.shape.numel() <= bounds_[u + 1]);
     index_[d.name] = static_cast<int>(params_.size());
     params_.push_back(std::move(p));
     offset += d.shape.numel();
@@ -378,8 +446,9 @@ void TransformerImpl::BindBlocks() {
   };
 
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
-    const int unit = static_cast<int>(1 + i);
+  for (int64_t j = 0; j < n_blocks_; ++j) {
+    const int unit = static_cast<int>(1 + j);
+    const int64_t i = chunk_.layer_begin + j;  // the global layer: parameter names
     BlockLayout b;
     if (gpt2) {
       const std::string p = "h." + std::to_string(i) + ".";
@@ -412,33 +481,48 @@ void TransformerImpl::BindBlocks() {
   const std::string emb = gpt2 ? "wte.weight" : "model.embed_tokens.weight";
   const std::string fin = gpt2 ? "ln_f" : "model.norm";
   const int last = final_unit();
-  wte_off_ = rel(emb, 0);
-  if (gpt2) {
-    wpe_off_ = rel("wpe.weight", 0);
-    lnf_b_off_ = rel(fin + ".bias", last);
+  if (holds_unit(0)) {  // the embeddings (first chunk) or their copy (tied, last chunk)
+    wte_off_ = rel(emb, 0);
+    if (gpt2) wpe_off_ = rel("wpe.weight", 0);
   }
-  lnf_w_off_ = rel(fin + ".weight", last);
-  head_off_ = config_.tie_embeddings ? rel(emb, 0) : rel("lm_head.weight", last);
+  if (chunk_.last) {
+    if (gpt2) lnf_b_off_ = rel(fin + ".bias", last);
+    lnf_w_off_ = rel(fin + ".weight", last);
+    head_off_ = config_.tie_embeddings ? rel(emb, 0) : rel("lm_head.weight", last);
+  }
 }
 
 // Runs a training step and an evaluation step on measuring arenas (no arithmetic), then
 // reserves real arenas of the larger of the two peaks.
+// Runs each kind of pass the model will make (a training step and an evaluation step for the
+// whole model; a stage forward and backward for any chunk) on measuring arenas (no arithmetic),
+// then reserves real arenas of the largest peaks: one activation arena per context.
 void TransformerImpl::MeasureArenas() {
-  Step(nullptr, nullptr, 1.0f, /*backward=*/true);
-  size_t act_bytes = act_.peak(), ws_bytes = ws_.peak();
-  act_ = Arena::Measuring(MemoryKind::kActivations);
-  ws_ = Arena::Measuring(MemoryKind::kWorkspace);
-  Step(nullptr, nullptr, 0.0f, /*backward=*/false);
-  act_bytes = std::max(act_bytes, act_.peak());
-  ws_bytes = std::max(ws_bytes, ws_.peak());
-  act_ = Arena(MemoryKind::kActivations, act_bytes, tracker_);
+  size_t act_bytes = 0, ws_bytes = 0;
+  auto measured = [&] {
+    act_bytes = std::max(act_bytes, ctx_[0].act.peak());
+    ws_bytes = std::max(ws_bytes, ws_.peak());
+    ctx_[0].act = Arena::Measuring(MemoryKind::kActivations);
+    ws_ = Arena::Measuring(MemoryKind::kWorkspace);
+  };
+  if (chunk_.first && chunk_.last) {
+    Step(nullptr, nullptr, 1.0f, /*backward=*/true);
+    measured();
+    Step(nullptr, nullptr, 0.0f, /*backward=*/false);
+    measured();
+  }
+  ForwardStage(0, nullptr, nullptr, nullptr, nullptr);
+  BackwardStage(0, nullptr, nullptr, 1.0f);
+  measured();
+  for (Context& c : ctx_) c.act = Arena(MemoryKind::kActivations, act_bytes, tracker_);
   ws_ = Arena(MemoryKind::kWorkspace, ws_bytes, tracker_);
 }
 
 void TransformerImpl::InitRandom(uint64_t seed) {
   TESSERA_CHECK_MSG(own_store_ != nullptr,
                     "a model with a ParamStore has no parameters to init: use InitParameterRange");
-  partition_.InitRange(seed, 0, num_params(), flat_params_.f32());
+  const int64_t begin = partition_->unit_bounds()[partition_->chunk_unit_begin(chunk_index_)];
+  partition_->InitRange(seed, begin, begin + num_params(), flat_params_.f32());
 }
 
 // Token ids come from the data pipeline; one out of range would read outside the embedding.
@@ -452,56 +536,71 @@ void TransformerImpl::CheckTokens(const int32_t* inputs, const int32_t* targets)
   }
 }
 
-// Forward through the embeddings, the blocks and the final norm: fills resid_, saved_ and
-// final_ (h = final_norm(x_L), what the LM head reads). Leaves unit L + 1 acquired
-// (final_base_): the untied head and the final norm's backward read it.
-void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs) {
+StepArenas TransformerImpl::Begin(int ctx) {
+  TESSERA_CHECK(ctx >= 0 && ctx < static_cast<int>(ctx_.size()));
+  cur_ = &ctx_[static_cast<size_t>(ctx)];
+  cur_->act.Release(0);
+  ws_.Release(0);
+  return StepArenas{&cur_->act, &ws_};
+}
+
+// Forward through the chunk: the embeddings (first chunk) or the previous stage's output x_in
+// (Rows, C), the blocks, and (last chunk) the final norm. Fills the context's resid, saved and
+// final (h = final_norm(x_L), what the LM head reads). The last chunk leaves its final unit
+// acquired (final_base_): the untied head and the final norm's backward read it.
+void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in) {
   const bool live = arenas.live();
-  const int64_t C = config_.hidden_size, L = config_.num_layers;
+  const int64_t C = config_.hidden_size, L = n_blocks_;
+  Context& x = *cur_;
   // x0 = embed[tokens] (+ wpe[t]); x_{l+1} = block_l(x_l)
-  resid_.assign(L + 1, Tensor());
-  saved_.assign(L, BlockSaved());
+  x.resid.assign(L + 1, Tensor());
+  x.saved.assign(L, BlockSaved());
   const int64_t R = Rows();
-  resid_[0] = act_.Allocate(DType::kF32, {R, C});
-  const float* embed = Acquire(live, 0);
-  EmbedForward(arenas, inputs, embed);
-  Release(live, 0);
+  x.resid[0] = x.act.Allocate(DType::kF32, {R, C});
+  if (chunk_.first) {
+    const float* embed = Acquire(live, 0);
+    EmbedForward(arenas, inputs, embed);
+    Release(live, 0);
+  } else if (live) {
+    std::memcpy(x.resid[0].f32(), x_in, static_cast<size_t>(R * C) * sizeof(float));
+  }
   for (int64_t l = 0; l < L; ++l) {
     const int unit = static_cast<int>(1 + l);
-    resid_[l + 1] = act_.Allocate(DType::kF32, {R, C});
+    x.resid[l + 1] = x.act.Allocate(DType::kF32, {R, C});
     const float* weights = Acquire(live, unit);
     Prefetch(live, unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
-    block_.Forward(arenas, config_.recompute, resid_[l].f32(), resid_[l + 1].f32(), saved_[l],
+    block_.Forward(arenas, config_.recompute, x.resid[l].f32(), x.resid[l + 1].f32(), x.saved[l],
                    block_layout_[l].Weights(weights));
     Release(live, unit);
   }
+  if (!chunk_.last) return;
   // h = final_norm(x_L)
-  final_.out = act_.Allocate(DType::kF32, {R, C});
-  final_.mean = config_.family == ModelFamily::kGpt2 ? act_.Allocate(DType::kF32, {R}) : Tensor();
-  final_.rstd = act_.Allocate(DType::kF32, {R});
+  x.final.out = x.act.Allocate(DType::kF32, {R, C});
+  x.final.mean = config_.family == ModelFamily::kGpt2 ? x.act.Allocate(DType::kF32, {R}) : Tensor();
+  x.final.rstd = x.act.Allocate(DType::kF32, {R});
   final_base_ = Acquire(live, final_unit());
   if (!live) return;
   if (config_.family == ModelFamily::kGpt2) {
-    cpu::LayerNormForward(final_.out.f32(), final_.mean.f32(), final_.rstd.f32(),
-                          resid_[L].f32(), At(final_base_, lnf_w_off_),
+    cpu::LayerNormForward(x.final.out.f32(), x.final.mean.f32(), x.final.rstd.f32(),
+                          x.resid[L].f32(), At(final_base_, lnf_w_off_),
                           At(final_base_, lnf_b_off_), R, C, config_.norm_eps);
   } else {
-    cpu::RmsNormForward(final_.out.f32(), final_.rstd.f32(), resid_[L].f32(),
+    cpu::RmsNormForward(x.final.out.f32(), x.final.rstd.f32(), x.resid[L].f32(),
                         At(final_base_, lnf_w_off_), R, C, config_.norm_eps);
   }
-  Round(final_.out.f32(), R * C);
+  Round(x.final.out.f32(), R * C);
 }
 
-// x0 = embed[tokens] (+ wpe[t]) into resid_[0]. Under tp each rank looks up the tokens of its
+// x0 = embed[tokens] (+ wpe[t]) into the context's resid[0]. Under tp each rank looks up the tokens of its
 // vocabulary rows (zeros elsewhere), the Exit region sums the partial rows over tp (SP:
 // reduce-scatter to this rank's rows), then the positions are added once.
 void TransformerImpl::EmbedForward(StepArenas& arenas, const int32_t* inputs,
                                    const float* embed) {
   const bool live = arenas.live();
   const int64_t N = B_ * T_, C = config_.hidden_size, R = Rows();
-  float* x0 = resid_[0].f32();
+  float* x0 = cur_->resid[0].f32();
   if (!tp_) {
     if (live) {
       cpu::EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
@@ -510,10 +609,10 @@ void TransformerImpl::EmbedForward(StepArenas& arenas, const int32_t* inputs,
     return;
   }
   const size_t mark = ws_.Mark();
-  Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : resid_[0];
+  Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : cur_->resid[0];
   if (live) {
     cpu::VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_),
-                               partition_.vocab_begin(), partition_.vocab_per_rank(), N, C);
+                               partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
     tp_->ExitForward(partial.f32(), x0, N, C);
     if (wpe_off_ >= 0) cpu::AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
     Round(x0, R * C);
@@ -540,7 +639,7 @@ void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
   if (live) {
     const float* d_full = tp_->ExitBackward(d_res, full.f32(), N, C);
     cpu::VocabEmbeddingBackward(At(embed_grads, wte_off_), d_full, inputs,
-                                partition_.vocab_begin(), partition_.vocab_per_rank(), N, C);
+                                partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
     if (wpe_off_ >= 0) {
       cpu::EmbeddingBackward(nullptr, At(embed_grads, wpe_off_), d_full, inputs, B_, T_, C, V);
     }
@@ -554,7 +653,7 @@ void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
 void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h,
                                         float* grads) {
   const bool live = arenas.live();
-  const int64_t R = Rows(), C = config_.hidden_size, L = config_.num_layers;
+  const int64_t R = Rows(), C = config_.hidden_size, L = n_blocks_;
   const bool sp = tp_ && tp_->sequence_parallel();
   const size_t mark = ws_.Mark();
   Tensor partial = sp ? ws_.Allocate(DType::kF32, {2 * C}) : Tensor();
@@ -568,10 +667,10 @@ void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const 
     }
     const float* w = At(final_base_, lnf_w_off_);
     if (config_.family == ModelFamily::kGpt2) {
-      cpu::LayerNormBackward(d_res, g_w, g_b, d_h, resid_[L].f32(), w, final_.mean.f32(),
-                             final_.rstd.f32(), R, C);
+      cpu::LayerNormBackward(d_res, g_w, g_b, d_h, cur_->resid[L].f32(), w, cur_->final.mean.f32(),
+                             cur_->final.rstd.f32(), R, C);
     } else {
-      cpu::RmsNormBackward(d_res, g_w, d_h, resid_[L].f32(), w, final_.rstd.f32(), R, C);
+      cpu::RmsNormBackward(d_res, g_w, d_h, cur_->resid[L].f32(), w, cur_->final.rstd.f32(), R, C);
     }
     if (sp) {
       tp_->SumInPlace(partial.f32(), 2 * C);
@@ -596,16 +695,16 @@ double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float l
   if (!tp_) {
     if (!live) return 0.0;
     return cpu::ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
-                                          final_.out.f32(), At(head_w, head_off_), targets, N,
+                                          cur_->final.out.f32(), At(head_w, head_off_), targets, N,
                                           C, V, loss_scale, logits.f32(), chunk_rows_);
   }
   const bool sp = tp_->sequence_parallel();
   Tensor h_full = sp ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
   Tensor d_full = sp && d_h != nullptr ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
   if (!live) return 0.0;
-  const float* h = tp_->EnterForward(final_.out.f32(), h_full.f32(), N, C);
+  const float* h = tp_->EnterForward(cur_->final.out.f32(), h_full.f32(), N, C);
   float* d_partial = d_h == nullptr ? nullptr : sp ? d_full.f32() : d_h;
-  const int64_t vp = partition_.vocab_per_rank(), vb = partition_.vocab_begin();
+  const int64_t vp = partition_->vocab_per_rank(), vb = partition_->vocab_begin();
   const int64_t real = std::clamp<int64_t>(V - vb, 0, vp);
   const double sum = cpu::VocabParallelClassifier(
       losses.f32(), d_partial, At(head_grads, head_off_), h, At(head_w, head_off_), targets, N,
@@ -621,66 +720,86 @@ double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float l
 void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
                                    size_t d_h_mark, const Tensor& d_res) {
   const bool live = arenas.live();
-  const int64_t L = config_.num_layers;
-  // h = final_norm(x_L)
-  float* final_grads = Grads(live, final_unit());
-  FinalNormBackward(arenas, d_res.f32(), d_h.f32(), final_grads);
-  GradsDone(live, final_unit());
-  Release(live, final_unit());
-  final_base_ = nullptr;
-  ws_.Release(d_h_mark);
+  Context& x = *cur_;
+  if (chunk_.last) {
+    // h = final_norm(x_L)
+    float* final_grads = Grads(live, final_unit());
+    FinalNormBackward(arenas, d_res.f32(), d_h.f32(), final_grads);
+    GradsDone(live, final_unit());
+    Release(live, final_unit());
+    final_base_ = nullptr;
+    ws_.Release(d_h_mark);
+  }
   // x_{l+1} = block_l(x_l)
-  for (int64_t l = L - 1; l >= 0; --l) {
+  for (int64_t l = n_blocks_ - 1; l >= 0; --l) {
     const int unit = static_cast<int>(1 + l);
     const float* weights = Acquire(live, unit);
     if (l > 0) Prefetch(live, unit - 1);  // unit 0 is not acquired by backward
     float* grads = Grads(live, unit);
-    block_.Backward(arenas, config_.recompute, d_res.f32(), resid_[l].f32(), saved_[l],
+    block_.Backward(arenas, config_.recompute, d_res.f32(), x.resid[l].f32(), x.saved[l],
                     block_layout_[l].Weights(weights), block_layout_[l].Grads(grads));
     GradsDone(live, unit);
     Release(live, unit);
   }
-  // x0 = embed[tokens] (+ wpe[t]): needs no weights
-  float* embed_grads = Grads(live, 0);
-  EmbedBackward(arenas, inputs, d_res.f32(), embed_grads);
-  GradsDone(live, 0);
+  if (chunk_.first) {
+    // x0 = embed[tokens] (+ wpe[t]): needs no weights
+    float* embed_grads = Grads(live, 0);
+    EmbedBackward(arenas, inputs, d_res.f32(), embed_grads);
+    GradsDone(live, 0);
+  } else if (holds_unit(0)) {
+    GradsDone(live, 0);  // the tied copy: only the LM head wrote its gradient
+  }
+}
+
+// The LM head + cross-entropy over the context's h for the `counted` tokens: the loss sum.
+// With d_h it is fused with its backward: d_h = dL/dh scaled for the mean over counted tokens
+// and the caller's grad_scale, the head's weight gradient accumulated. The head's weights:
+// unit 0's token table when tied (acquired here), else in the final unit (acquired already).
+double TransformerImpl::HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale,
+                                 int64_t counted, float* d_h) {
+  const bool live = arenas.live();
+  const int64_t N = B_ * T_, V = config_.vocab_size;
+  const size_t head_mark = ws_.Mark();
+  Tensor losses = ws_.Allocate(DType::kF32, {N});
+  Tensor logits =
+      ws_.Allocate(DType::kF32, {chunk_rows_, tp_ ? partition_->vocab_per_rank() : V});
+  const float loss_scale =
+      counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
+  const bool tied = config_.tie_embeddings;
+  const int head_unit = tied ? 0 : final_unit();
+  const float* head_base = tied ? Acquire(live, 0) : final_base_;
+  float* head_grads = d_h != nullptr ? Grads(live, head_unit) : nullptr;
+  const double loss_sum = Head(arenas, targets, loss_scale, head_base, head_grads, d_h, losses,
+                               logits);
+  if (tied) Release(live, 0);
+  ws_.Release(head_mark);
+  return loss_sum;
+}
+
+int64_t TransformerImpl::Counted(const int32_t* inputs, const int32_t* targets) const {
+  CheckTokens(inputs, targets);
+  int64_t counted = 0;
+  for (int64_t i = 0; i < B_ * T_; ++i) counted += targets[i] >= 0;
+  return counted;
 }
 
 double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, float grad_scale,
                              bool backward) {
-  StepArenas arenas{&act_, &ws_};
+  TESSERA_CHECK_MSG(chunk_.first && chunk_.last,
+                    "a pipeline chunk runs ForwardStage / BackwardStage, not whole steps");
+  StepArenas arenas = Begin(0);
   const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
-  act_.Release(0);
-  ws_.Release(0);
-  int64_t counted = 0;
-  if (live) {
-    CheckTokens(inputs, targets);
-    for (int64_t i = 0; i < N; ++i) counted += targets[i] >= 0;
-  }
+  const int64_t C = config_.hidden_size;
+  const int64_t counted = live ? Counted(inputs, targets) : 0;
 
-  ForwardBody(arenas, inputs);
+  ForwardBody(arenas, inputs, nullptr);
 
-  // LM head + cross-entropy, fused with its backward: d_h = dL/dh, scaled for the mean over
-  // counted tokens and the caller's accumulation factor.
+  // LM head + cross-entropy, fused with its backward.
   Tensor d_res = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const size_t d_h_mark = ws_.Mark();
   Tensor d_h = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
-  const size_t head_mark = ws_.Mark();
-  Tensor losses = ws_.Allocate(DType::kF32, {N});
-  Tensor logits =
-      ws_.Allocate(DType::kF32, {chunk_rows_, tp_ ? partition_.vocab_per_rank() : V});
-  const float loss_scale =
-      counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
-  // The head's weights: unit 0's embedding when tied, else in unit L + 1 (acquired).
-  const bool tied = config_.tie_embeddings;
-  const int head_unit = tied ? 0 : final_unit();
-  const float* head_base = tied ? Acquire(live, 0) : final_base_;
-  float* head_grads = backward ? Grads(live, head_unit) : nullptr;
-  const double loss_sum = Head(arenas, targets, loss_scale, head_base, head_grads,
-                               backward ? d_h.f32() : nullptr, losses, logits);
-  if (tied) Release(live, 0);
-  ws_.Release(head_mark);
+  const double loss_sum =
+      HeadPass(arenas, targets, grad_scale, counted, backward ? d_h.f32() : nullptr);
 
   if (backward) {
     BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
@@ -690,6 +809,56 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   }
   ws_.Release(0);
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+}
+
+// A pipeline stage's forward: the activations stay in context ctx for BackwardStage. The last
+// chunk computes the loss (forward only: its backward recomputes the head, so the store sees
+// gradient requests only inside BackwardStage, whatever the schedule).
+double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
+                                     const float* x_in, float* x_out) {
+  StepArenas arenas = Begin(ctx);
+  const bool live = arenas.live();
+  cur_->inputs = inputs;
+  cur_->targets = targets;
+  const int64_t counted = live ? Counted(inputs, targets) : 0;
+  ForwardBody(arenas, inputs, x_in);
+  double loss_sum = 0.0;
+  if (chunk_.last) {
+    loss_sum = HeadPass(arenas, targets, 0.0f, counted, nullptr);
+    Release(live, final_unit());
+    final_base_ = nullptr;
+  } else if (live) {
+    std::memcpy(x_out, cur_->resid[n_blocks_].f32(),
+                static_cast<size_t>(Rows() * config_.hidden_size) * sizeof(float));
+  }
+  ws_.Release(0);
+  return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+}
+
+void TransformerImpl::BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) {
+  TESSERA_CHECK(ctx >= 0 && ctx < static_cast<int>(ctx_.size()));
+  cur_ = &ctx_[static_cast<size_t>(ctx)];
+  ws_.Release(0);
+  StepArenas arenas{&cur_->act, &ws_};
+  const bool live = arenas.live();
+  const int64_t R = Rows(), C = config_.hidden_size;
+  Tensor d_res = ws_.Allocate(DType::kF32, {R, C});
+  const size_t d_h_mark = ws_.Mark();
+  Tensor d_h;
+  if (chunk_.last) {
+    // The head again, now fused with its backward (the same bits as the forward's loss).
+    const int64_t counted = live ? Counted(cur_->inputs, cur_->targets) : 0;
+    final_base_ = Acquire(live, final_unit());
+    d_h = ws_.Allocate(DType::kF32, {R, C});
+    HeadPass(arenas, cur_->targets, grad_scale, counted, d_h.f32());
+  } else if (live) {
+    std::memcpy(d_res.f32(), d_out, static_cast<size_t>(R * C) * sizeof(float));
+  }
+  BackwardBody(arenas, cur_->inputs, d_h, d_h_mark, d_res);
+  if (!chunk_.first && live) {
+    std::memcpy(d_in, d_res.f32(), static_cast<size_t>(R * C) * sizeof(float));
+  }
+  ws_.Release(0);
 }
 
 }  // namespace

@@ -47,6 +47,16 @@ struct ModelOptions {
   // parallel.sequence_parallel: with tp >= 2 the residual stream, norms and biases run on
   // B*T/tp rows per rank (B*T must divide by tp); ignored without tp.
   bool sequence_parallel = false;
+  // Pipeline parallelism: the rank's layout (models/partition.h: tp share and chunks; must
+  // match `tp`, outlive the model) and which of its chunks this model runs. Null: the whole
+  // model at this tp rank. A chunk that is not the whole model only runs ForwardStage /
+  // BackwardStage; its store units are the rank's (partition->chunk_unit_begin(chunk) + the
+  // chunk-relative unit of param_store.h).
+  const ModelPartition* partition = nullptr;
+  int chunk = 0;
+  // Activation sets kept at once (a pipeline schedule's micro-batches in flight), each its own
+  // activation arena of the measured size. >= 1.
+  int contexts = 1;
 };
 
 class Transformer {
@@ -75,6 +85,29 @@ class Transformer {
   // Forward only (evaluation): mean loss over counted tokens. With a store it makes the same
   // Acquire / Release / Prefetch calls as ForwardBackward and never asks for gradients.
   virtual double Forward(const int32_t* inputs, const int32_t* targets) = 0;
+
+  // ---- Pipeline stages (ModelOptions::partition / chunk / contexts) ----
+  // One micro-batch's forward through this model's chunk into activation context `ctx`
+  // (0 .. contexts()-1), kept until BackwardStage(ctx) (a schedule holds several). `inputs`
+  // and `targets` (B*T token ids; every stage passes them: the first chunk embeds the inputs,
+  // the last computes the loss) must stay valid until that BackwardStage. x_in (stage_rows(),
+  // C): the previous stage's output (not read by the first chunk); x_out: this chunk's output
+  // (written unless it is the last chunk). Returns the mean loss over counted tokens on the
+  // last chunk, 0 elsewhere. Store calls: only Acquire / Prefetch / Release (as Forward).
+  virtual double ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
+                              const float* x_in, float* x_out) = 0;
+  // Backward of ForwardStage(ctx): d_out (stage_rows(), C) is dL/d(x_out) (not read by the last
+  // chunk, which starts from its loss, scaled like ForwardBackward's by grad_scale / counted
+  // tokens: it recomputes the head fused with its backward); d_in gets dL/d(x_in) (not written
+  // by the first chunk). Accumulates the chunk's parameter gradients with the store calls of
+  // ForwardBackward's backward half, units of this chunk only. Any whole-model step (Forward,
+  // ForwardBackward) reuses context 0.
+  virtual void BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) = 0;
+  // Rows of the activations exchanged between stages: B*T, or B*T/tp under sequence
+  // parallelism (each tp rank sends its own rows to the same tp rank of the next stage).
+  virtual int64_t stage_rows() const = 0;
+  virtual int contexts() const = 0;
+  virtual const PipelineChunk& chunk() const = 0;
 
   // Zeroes the flat gradient buffer. With a store: nothing (the store decides what Grads(u)
   // holds).
