@@ -5,11 +5,17 @@
 // one-rank model's bits at the elements Megatron's rules name, padding 0; sub-ranges map to the
 // right partial pieces; invalid tp sizes are refused with messages naming the numbers; the
 // duplicate ranges are exactly the replicated tensors of ranks > 0.
+// Pipeline chunks: PipelineLayerSplit (even, explicit, refused splits and the suggested one),
+// PipelineChunks (plain and interleaved), a chunked rank's layout rebuilt from the rules in
+// partition.h (units per chunk, empty embedding / final units, the tied last stage's copy of
+// the embedding unit), coverage over every (tp rank, stage) with and without the duplicate
+// ranges, and the one-rank init bits on chunked ranks.
 // links: tessera_models
 #include "models/partition.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -574,6 +580,414 @@ TEST(PartitionTest, DuplicateRangesAreTheReplicatedTensorsOfRanksAboveZero) {
           const char want_dup = param.split == TpSplit::kReplicated ? 1 : 0;
           for (int64_t i = 0; i < param.local.shape.numel(); ++i) {
             ASSERT_EQ(dup[param.local_offset + i], want_dup) << cs.name << " " << param.local.name;
+          }
+        }
+      }
+    }
+  }
+}
+
+
+// ---- Pipeline chunks -------------------------------------------------------------------------
+
+TEST(PartitionTest, PipelineLayerSplitEvenExplicitAndErrors) {
+  EXPECT_EQ(PipelineLayerSplit(8, 4, {}).value(), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(PipelineLayerSplit(5, 1, {}).value(), (std::vector<int64_t>{5}));
+  EXPECT_EQ(PipelineLayerSplit(7, 3, {1, 4, 2}).value(), (std::vector<int64_t>{1, 4, 2}));
+  // An explicit split is used as is even when the layers would divide evenly.
+  EXPECT_EQ(PipelineLayerSplit(8, 2, {3, 5}).value(), (std::vector<int64_t>{3, 5}));
+
+  auto error = [](int64_t layers, int stages, std::vector<int64_t> split) {
+    Result<std::vector<int64_t>> r = PipelineLayerSplit(layers, stages, split);
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    return r.status().message();
+  };
+  std::string m = error(8, 4, {2, 2, 4});  // 3 counts for 4 stages
+  EXPECT_NE(m.find("3 layer counts"), std::string::npos) << m;
+  EXPECT_NE(m.find("4 virtual stages"), std::string::npos) << m;
+  m = error(8, 3, {4, 0, 4});
+  EXPECT_NE(m.find("at least one layer"), std::string::npos) << m;
+  EXPECT_NE(m.find("got 0"), std::string::npos) << m;
+  m = error(8, 2, {3, 4});
+  EXPECT_NE(m.find("sums to 7"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.num_layers=8"), std::string::npos) << m;
+  // 10 layers on 4 stages: the suggestion sums to 10 and gives the middle stages the extras.
+  m = error(10, 4, {});
+  EXPECT_NE(m.find("model.num_layers=10"), std::string::npos) << m;
+  EXPECT_NE(m.find("4 pipeline stages"), std::string::npos) << m;
+  EXPECT_NE(m.find("parallel.pipeline_split, e.g. [2, 3, 3, 2]"), std::string::npos) << m;
+  m = error(11, 4, {});  // 3 extras: both middle stages, then the first
+  EXPECT_NE(m.find("e.g. [3, 3, 3, 2]"), std::string::npos) << m;
+  m = error(7, 2, {});  // no middle stage: the first takes the extra
+  EXPECT_NE(m.find("e.g. [4, 3]"), std::string::npos) << m;
+  // Fewer layers than stages: no split can work.
+  m = error(3, 4, {});
+  EXPECT_NE(m.find("model.num_layers=3"), std::string::npos) << m;
+  EXPECT_NE(m.find("at least one layer"), std::string::npos) << m;
+  EXPECT_EQ(m.find("e.g."), std::string::npos) << m;
+  error(4, 0, {});
+}
+
+TEST(PartitionTest, PipelineChunksPlainAndInterleaved) {
+  using C = PipelineChunk;
+  EXPECT_EQ(PipelineChunks(4, 2, 0, 1, {}).value(), (std::vector<C>{{0, 2, true, false}}));
+  EXPECT_EQ(PipelineChunks(4, 2, 1, 1, {}).value(), (std::vector<C>{{2, 4, false, true}}));
+  EXPECT_EQ(PipelineChunks(4, 1, 0, 1, {}).value(), (std::vector<C>{{0, 4, true, true}}));
+  // Interleaved: chunk c of stage s is virtual stage c * pp + s.
+  EXPECT_EQ(PipelineChunks(8, 2, 0, 2, {}).value(),
+            (std::vector<C>{{0, 2, true, false}, {4, 6, false, false}}));
+  EXPECT_EQ(PipelineChunks(8, 2, 1, 2, {}).value(),
+            (std::vector<C>{{2, 4, false, false}, {6, 8, false, true}}));
+  // An uneven split follows the virtual-stage order.
+  EXPECT_EQ(PipelineChunks(6, 2, 1, 2, {1, 2, 2, 1}).value(),
+            (std::vector<C>{{1, 3, false, false}, {5, 6, false, true}}));
+  // Bad stage / pp / virtual stages, and split errors pass through.
+  EXPECT_FALSE(PipelineChunks(4, 2, 2, 1, {}).ok());
+  EXPECT_FALSE(PipelineChunks(4, 2, -1, 1, {}).ok());
+  EXPECT_FALSE(PipelineChunks(4, 0, 0, 1, {}).ok());
+  EXPECT_FALSE(PipelineChunks(4, 2, 0, 0, {}).ok());
+  EXPECT_FALSE(PipelineChunks(6, 2, 0, 2, {}).ok());
+  EXPECT_FALSE(PipelineChunks(8, 2, 0, 2, {2, 2, 4}).ok());
+}
+
+ModelConfig Deep(ModelConfig c, int64_t layers) {
+  c.num_layers = layers;
+  return c;
+}
+
+struct Layout {
+  int tp, pp, v;
+  std::vector<int64_t> split;
+};
+
+std::string Describe(const char* name, const Layout& lay, int r, int stage) {
+  std::string s = std::string(name) + " tp=" + std::to_string(lay.tp) + " pp=" +
+                  std::to_string(lay.pp) + " v=" + std::to_string(lay.v);
+  if (!lay.split.empty()) s += " split";
+  return s + " tp rank " + std::to_string(r) + " stage " + std::to_string(stage);
+}
+
+ModelPartition MakeChunked(const ModelConfig& c, const Layout& lay, int r, int stage) {
+  Result<std::vector<PipelineChunk>> chunks =
+      PipelineChunks(c.num_layers, lay.pp, stage, lay.v, lay.split);
+  EXPECT_TRUE(chunks.ok()) << chunks.status().ToString();
+  Result<ModelPartition> p = ModelPartition::Create(c, lay.tp, r, chunks.value());
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+// The layout a chunked rank must have, rebuilt from the rules in partition.h (not from the
+// code under test): per chunk, its embedding unit (the embeddings when first, a copy when last
+// and tied), its blocks, its final unit (when last); parameters in declaration order.
+void ExpectChunkedLayout(const ModelPartition& p) {
+  const ModelConfig& c = p.config();
+  const int64_t L = c.num_layers;
+  const int t = p.tp_size();
+  const std::vector<ParamDecl> decls = DeclareParameters(c);
+  std::vector<int64_t> global_offsets;
+  int64_t g = 0;
+  for (const ParamDecl& d : decls) {
+    global_offsets.push_back(g);
+    g += d.shape.numel();
+  }
+  std::vector<int64_t> bounds = {0};
+  size_t next = 0;
+  int64_t local = 0;
+  int unit_base = 0;
+  for (size_t ci = 0; ci < p.chunks().size(); ++ci) {
+    const PipelineChunk& ch = p.chunks()[ci];
+    const int64_t blocks = ch.layer_end - ch.layer_begin;
+    const bool copy = c.tie_embeddings && ch.last && !ch.first;
+    EXPECT_EQ(p.chunk_unit_begin(static_cast<int>(ci)), unit_base);
+    EXPECT_EQ(p.chunk_num_units(static_cast<int>(ci)), blocks + 2);
+    std::vector<int64_t> sizes(blocks + 2, 0);
+    for (size_t i = 0; i < decls.size(); ++i) {
+      const ParamDecl& d = decls[i];
+      int cu = -1;
+      if (d.unit == 0) {
+        if (ch.first || copy) cu = 0;
+      } else if (d.unit == L + 1) {
+        if (ch.last) cu = static_cast<int>(blocks + 1);
+      } else if (d.unit - 1 >= ch.layer_begin && d.unit - 1 < ch.layer_end) {
+        cu = static_cast<int>(d.unit - 1 - ch.layer_begin + 1);
+      }
+      if (cu < 0) continue;
+      ASSERT_LT(next, p.params().size()) << "missing " << d.name;
+      const TpParam& q = p.params()[next++];
+      EXPECT_EQ(q.local.name, d.name);
+      EXPECT_EQ(q.global_index, static_cast<int>(i)) << d.name;
+      EXPECT_EQ(q.global_offset, global_offsets[i]) << d.name;
+      EXPECT_EQ(q.global_shape, d.shape) << d.name;
+      EXPECT_EQ(q.local.shape, ExpectedLocalShape(c, d.name, d.shape, t)) << d.name;
+      EXPECT_EQ(q.split, ExpectedSplit(d.name)) << d.name;
+      EXPECT_EQ(q.chunk, static_cast<int>(ci)) << d.name;
+      EXPECT_EQ(q.local.unit, unit_base + cu) << d.name;
+      EXPECT_EQ(q.pipeline_copy, d.unit == 0 && !ch.first) << d.name;
+      EXPECT_EQ(q.local_offset, local) << d.name;
+      sizes[cu] += q.local.shape.numel();
+      local += q.local.shape.numel();
+    }
+    for (int64_t n : sizes) bounds.push_back(bounds.back() + n);
+    unit_base += static_cast<int>(blocks + 2);
+  }
+  EXPECT_EQ(next, p.params().size()) << "extra parameters";
+  EXPECT_EQ(p.unit_bounds(), bounds);
+  EXPECT_EQ(p.num_local(), local);
+  for (size_t u = 1; u < p.unit_bounds().size(); ++u) {
+    EXPECT_LE(p.unit_bounds()[u - 1], p.unit_bounds()[u]);
+  }
+  // Every parameter lies inside its local unit.
+  for (const TpParam& q : p.params()) {
+    EXPECT_LE(p.unit_bounds()[q.local.unit], q.local_offset) << q.local.name;
+    EXPECT_LE(q.local_offset + q.local.shape.numel(), p.unit_bounds()[q.local.unit + 1])
+        << q.local.name;
+  }
+}
+
+int64_t UnitSize(const ModelPartition& p, int u) {
+  return p.unit_bounds()[u + 1] - p.unit_bounds()[u];
+}
+
+TEST(PartitionTest, ChunkedLayoutTiedGpt2TwoStages) {
+  const ModelConfig c = Deep(Gpt2(true), 4);  // V 10, T 8, C 16
+  const int64_t V = 10, T = 8, C = 16;
+  const Layout lay{1, 2, 1, {}};
+  const ModelPartition s0 = MakeChunked(c, lay, 0, 0);
+  const ModelPartition s1 = MakeChunked(c, lay, 0, 1);
+  ExpectChunkedLayout(s0);
+  ExpectChunkedLayout(s1);
+  ASSERT_EQ(s0.unit_bounds().size(), 5u);  // 2 blocks + 2 units
+  ASSERT_EQ(s1.unit_bounds().size(), 5u);
+  // Stage 0: the embeddings (not a copy), blocks 0 and 1, an empty final unit.
+  EXPECT_EQ(UnitSize(s0, 0), (V + T) * C);
+  EXPECT_EQ(UnitSize(s0, 3), 0);
+  EXPECT_FALSE(Find(s0, "wte.weight").pipeline_copy);
+  EXPECT_EQ(Find(s0, "h.1.mlp.c_proj.bias").local.unit, 2);
+  for (const TpParam& q : s0.params()) EXPECT_NE(q.local.name, "ln_f.weight");
+  EXPECT_TRUE(s0.duplicate_ranges().empty());
+  // Stage 1: a copy of the whole embedding unit (wte and wpe) in unit 0, blocks 2, 3, ln_f.
+  const TpParam& wte = Find(s1, "wte.weight");
+  const TpParam& wpe = Find(s1, "wpe.weight");
+  EXPECT_TRUE(wte.pipeline_copy);
+  EXPECT_TRUE(wpe.pipeline_copy);
+  EXPECT_EQ(wte.local.unit, 0);
+  EXPECT_EQ(wpe.local.unit, 0);
+  EXPECT_EQ(wte.local_offset, 0);
+  EXPECT_EQ(UnitSize(s1, 0), (V + T) * C);
+  EXPECT_EQ(Find(s1, "h.2.ln_1.weight").local.unit, 1);
+  EXPECT_EQ(Find(s1, "h.2.ln_1.weight").global_index,
+            Find(Make(c, 1, 0), "h.2.ln_1.weight").global_index);
+  EXPECT_EQ(Find(s1, "ln_f.bias").local.unit, 3);
+  EXPECT_GT(UnitSize(s1, 3), 0);
+  for (const TpParam& q : s1.params()) EXPECT_EQ(q.local.name.rfind("h.0.", 0), std::string::npos);
+  // The copy is a duplicate even on tp rank 0.
+  EXPECT_EQ(s1.duplicate_ranges(),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, (V + T) * C}}));
+  // tp 2 rank 1: the copy (5 vocab rows + wpe) merges with block 2's replicated ln_1.
+  const ModelPartition r1 = MakeChunked(c, {2, 2, 1, {}}, 1, 1);
+  ExpectChunkedLayout(r1);
+  EXPECT_EQ(UnitSize(r1, 0), (5 + T) * C);
+  ASSERT_FALSE(r1.duplicate_ranges().empty());
+  EXPECT_EQ(r1.duplicate_ranges().front(),
+            std::make_pair(int64_t{0}, Find(r1, "h.2.attn.c_attn.weight").local_offset));
+  // tp 2 rank 0: only the copy.
+  const ModelPartition r0 = MakeChunked(c, {2, 2, 1, {}}, 0, 1);
+  EXPECT_EQ(r0.duplicate_ranges(),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, (5 + T) * C}}));
+}
+
+TEST(PartitionTest, ChunkedLayoutUntiedLlamaTwoStages) {
+  const ModelConfig c = Deep(Llama(2, false), 4);
+  const Layout lay{1, 2, 1, {}};
+  const ModelPartition s0 = MakeChunked(c, lay, 0, 0);
+  const ModelPartition s1 = MakeChunked(c, lay, 0, 1);
+  ExpectChunkedLayout(s0);
+  ExpectChunkedLayout(s1);
+  // Stage 0: embed_tokens, no norm or lm_head.
+  EXPECT_EQ(Find(s0, "model.embed_tokens.weight").local.unit, 0);
+  EXPECT_FALSE(Find(s0, "model.embed_tokens.weight").pipeline_copy);
+  EXPECT_EQ(UnitSize(s0, 3), 0);
+  // Stage 1: an empty embedding unit (no copy when untied), lm_head in the final unit.
+  EXPECT_EQ(UnitSize(s1, 0), 0);
+  for (const TpParam& q : s1.params()) {
+    EXPECT_FALSE(q.pipeline_copy) << q.local.name;
+    EXPECT_NE(q.local.name, "model.embed_tokens.weight");
+  }
+  EXPECT_EQ(Find(s1, "lm_head.weight").local.unit, 3);
+  EXPECT_EQ(Find(s1, "model.norm.weight").local.unit, 3);
+  EXPECT_EQ(Find(s1, "lm_head.weight").local_offset + 10 * 16, s1.num_local());
+  EXPECT_TRUE(s0.duplicate_ranges().empty());
+  EXPECT_TRUE(s1.duplicate_ranges().empty());
+}
+
+TEST(PartitionTest, ChunkedLayoutInterleaved) {
+  const ModelConfig c = Deep(Gpt2(true), 8);
+  const Layout lay{1, 2, 2, {}};
+  const ModelPartition s0 = MakeChunked(c, lay, 0, 0);
+  const ModelPartition s1 = MakeChunked(c, lay, 0, 1);
+  ExpectChunkedLayout(s0);
+  ExpectChunkedLayout(s1);
+  for (const ModelPartition* p : {&s0, &s1}) {
+    ASSERT_EQ(p->chunks().size(), 2u);
+    EXPECT_EQ(p->chunk_unit_begin(0), 0);
+    EXPECT_EQ(p->chunk_unit_begin(1), 4);
+    EXPECT_EQ(p->unit_bounds().size(), 9u);
+  }
+  // Stage 0: chunk 0 holds the embeddings; chunk 1 (layers 4, 5) none and no final norm.
+  EXPECT_GT(UnitSize(s0, 0), 0);
+  EXPECT_EQ(UnitSize(s0, 3), 0);
+  EXPECT_EQ(UnitSize(s0, 4), 0);
+  EXPECT_EQ(UnitSize(s0, 7), 0);
+  EXPECT_EQ(Find(s0, "h.4.ln_1.weight").chunk, 1);
+  EXPECT_EQ(Find(s0, "h.4.ln_1.weight").local.unit, 5);
+  EXPECT_EQ(Find(s0, "h.1.ln_1.weight").chunk, 0);
+  EXPECT_TRUE(s0.duplicate_ranges().empty());
+  // Stage 1: chunk 0 (layers 2, 3) holds no embeddings; chunk 1 holds the copy in its unit 0
+  // (local unit 4), layers 6, 7 and ln_f.
+  EXPECT_EQ(UnitSize(s1, 0), 0);
+  EXPECT_EQ(UnitSize(s1, 3), 0);
+  const TpParam& wte = Find(s1, "wte.weight");
+  EXPECT_TRUE(wte.pipeline_copy);
+  EXPECT_EQ(wte.chunk, 1);
+  EXPECT_EQ(wte.local.unit, 4);
+  EXPECT_EQ(Find(s1, "wpe.weight").local.unit, 4);
+  EXPECT_EQ(wte.local_offset, s1.unit_bounds()[4]);
+  EXPECT_EQ(Find(s1, "ln_f.weight").local.unit, 7);
+  EXPECT_EQ(Find(s1, "h.3.mlp.c_proj.bias").chunk, 0);
+  EXPECT_EQ(s1.duplicate_ranges(), (std::vector<std::pair<int64_t, int64_t>>{
+                                       {s1.unit_bounds()[4], s1.unit_bounds()[5]}}));
+}
+
+TEST(PartitionTest, CreateRefusesBadChunks) {
+  const ModelConfig c = Deep(Gpt2(true), 4);
+  for (const PipelineChunk& bad : {PipelineChunk{2, 2, false, false},
+                                   PipelineChunk{3, 2, false, false},
+                                   PipelineChunk{-1, 2, true, false},
+                                   PipelineChunk{2, 5, false, true}}) {
+    Result<ModelPartition> p = ModelPartition::Create(c, 1, 0, {bad});
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  }
+  // One whole-model chunk is the default layout.
+  const ModelPartition whole = ModelPartition::Create(c, 2, 1, {{0, 4, true, true}}).value();
+  const ModelPartition dflt = Make(c, 2, 1);
+  EXPECT_EQ(whole.unit_bounds(), dflt.unit_bounds());
+  EXPECT_EQ(whole.duplicate_ranges(), dflt.duplicate_ranges());
+  ASSERT_EQ(whole.params().size(), dflt.params().size());
+  for (size_t i = 0; i < whole.params().size(); ++i) {
+    EXPECT_EQ(whole.params()[i].local_offset, dflt.params()[i].local_offset);
+    EXPECT_FALSE(whole.params()[i].pipeline_copy);
+  }
+}
+
+struct ChunkCase {
+  const char* name;
+  ModelConfig config;
+};
+
+std::vector<ChunkCase> ChunkCases() {
+  return {{"gpt2_tied", Deep(Gpt2(true), 8)},
+          {"llama_gqa_untied", Deep(Llama(2, false), 8)},
+          {"llama_gqa_tied", Deep(Llama(2, true), 8)}};
+}
+
+std::vector<Layout> ChunkLayouts() {
+  std::vector<Layout> out;
+  for (int tp : {1, 2}) {
+    for (int pp : {2, 4}) {
+      for (int v : {1, 2}) out.push_back({tp, pp, v, {}});
+    }
+    out.push_back({tp, 4, 1, {1, 3, 3, 1}});  // uneven
+  }
+  return out;
+}
+
+// Over all (tp rank, pipeline stage): non-duplicate local elements cover every global element
+// exactly once; with duplicates, replicated tensors count tp times and the copies once more.
+TEST(PartitionTest, ChunkedCoverageAndDuplicates) {
+  for (const ChunkCase& cs : ChunkCases()) {
+    const ModelConfig& c = cs.config;
+    const std::vector<ParamDecl> decls = DeclareParameters(c);
+    for (const Layout& lay : ChunkLayouts()) {
+      SCOPED_TRACE(Describe(cs.name, lay, -1, -1));
+      std::vector<int> once(NumGlobal(c), 0), all(NumGlobal(c), 0);
+      for (int r = 0; r < lay.tp; ++r) {
+        for (int stage = 0; stage < lay.pp; ++stage) {
+          SCOPED_TRACE(Describe(cs.name, lay, r, stage));
+          const ModelPartition p = MakeChunked(c, lay, r, stage);
+          ExpectChunkedLayout(p);
+          std::vector<char> dup(p.num_local(), 0);
+          int64_t prev_end = -1;
+          for (const auto& [b, e] : p.duplicate_ranges()) {
+            EXPECT_GT(b, prev_end);  // sorted, merged
+            EXPECT_LT(b, e);
+            prev_end = e;
+            std::fill(dup.begin() + b, dup.begin() + e, 1);
+          }
+          for (const TpParam& q : p.params()) {
+            const char want_dup =
+                q.pipeline_copy || (r > 0 && q.split == TpSplit::kReplicated) ? 1 : 0;
+            for (int64_t i = 0; i < q.local.shape.numel(); ++i) {
+              ASSERT_EQ(dup[q.local_offset + i], want_dup) << q.local.name << " " << i;
+            }
+            for (const TpSegment& s : q.segments) {
+              for (int64_t k = 0; k < s.length; ++k) {
+                const int64_t ge = q.global_offset + s.global_begin + k;
+                ++all[ge];
+                if (!dup[q.local_offset + s.local_begin + k]) ++once[ge];
+              }
+            }
+          }
+        }
+      }
+      int64_t offset = 0;
+      for (const ParamDecl& d : decls) {
+        const int per = ExpectedSplit(d.name) == TpSplit::kReplicated ? lay.tp : 1;
+        const int copies = c.tie_embeddings && d.unit == 0 ? 2 : 1;
+        for (int64_t k = 0; k < d.shape.numel(); ++k) {
+          ASSERT_EQ(once[offset + k], 1) << d.name << " element " << k;
+          ASSERT_EQ(all[offset + k], per * copies) << d.name << " element " << k;
+        }
+        offset += d.shape.numel();
+      }
+    }
+  }
+}
+
+// A chunked rank's initial values, the pipeline copy included, are the one-rank model's bits
+// at the elements Megatron's rules name; any sub-range gives the same values. (A subset of the
+// layouts: each InitParameterRange call is an OpenMP region, slow on a loaded machine.)
+TEST(PartitionTest, ChunkedInitMatchesOneRankBits) {
+  const std::vector<Layout> layouts = {
+      {1, 2, 1, {}}, {1, 4, 2, {}}, {2, 2, 2, {}}, {2, 4, 1, {1, 3, 3, 1}}};
+  for (const ChunkCase& cs : ChunkCases()) {
+    const std::vector<float> g = GlobalInit(cs.config, 17);
+    for (const Layout& lay : layouts) {
+      for (int r = 0; r < lay.tp; ++r) {
+        for (int stage = 0; stage < lay.pp; ++stage) {
+          SCOPED_TRACE(Describe(cs.name, lay, r, stage));
+          const ModelPartition p = MakeChunked(cs.config, lay, r, stage);
+          const std::vector<float> l = LocalInit(p, 17);
+          for (const TpParam& q : p.params()) {
+            for (int64_t e = 0; e < q.local.shape.numel(); ++e) {
+              const int64_t ge =
+                  MegatronGlobal(cs.config, q.local.name, q.global_shape, lay.tp, r, e);
+              const float got = l[q.local_offset + e];
+              if (ge < 0) {
+                ASSERT_EQ(Bits(got), 0u) << q.local.name << " padding element " << e;
+              } else {
+                ASSERT_EQ(Bits(got), Bits(g[q.global_offset + ge])) << q.local.name << " " << e;
+              }
+            }
+          }
+          const int64_t n = p.num_local();
+          for (int64_t b = 0; b < n; b += n / 3 + 7) {
+            const int64_t e = std::min(n, b + n / 2 + 5);
+            std::vector<float> sub(e - b, 3.0f);
+            p.InitRange(17, b, e, sub.data());
+            ASSERT_EQ(0, std::memcmp(sub.data(), &l[b], sub.size() * sizeof(float)))
+                << "[" << b << ", " << e << ")";
           }
         }
       }
