@@ -13,6 +13,7 @@
 #include "checkpoint/retention.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/grad_sync.h"
+#include "runtime/train/rank_layout.h"
 
 namespace tessera {
 namespace {
@@ -52,12 +53,6 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // The three saved tensors of parameter `name`, in canonical order (index 3*i + k).
 const char* const kKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
 
-// The rank's parameter layout relative to the global model: `rank` is its place in the
-// world group (tp fastest, comm/device_mesh.h).
-Result<ModelPartition> RankPartition(const Config& config, int rank) {
-  const int tp = std::max(1, config.parallel.tp);
-  return ModelPartition::Create(config.model, tp, rank % tp);
-}
 
 }  // namespace
 
@@ -210,15 +205,16 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   p->state = state;
   p->layout = layout;
   size_t off = 0;
-  // Tensor parallel: each local piece is a run of elements of one global tensor; parameters
-  // every tp rank holds whole (norms, ...) are saved by tp rank 0 only, so the ranks' shares
-  // cover every tensor exactly once.
+  // Tensor / pipeline parallel: each local piece is a run of elements of one global tensor;
+  // parameters every tp rank holds whole (norms, ...) are saved by tp rank 0 only and the last
+  // pipeline stage's copy of tied embeddings not at all, so the ranks' shares cover every
+  // tensor exactly once.
   const bool tp_copy = partition_->tp_rank() > 0;
   for (const auto& span : shards.SaveSpans()) {
     partition_->ForEachGlobalPiece(
         span.begin, span.end,
         [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-          if (tp_copy && param.split == TpSplit::kReplicated) return;
+          if (param.pipeline_copy || (tp_copy && param.split == TpSplit::kReplicated)) return;
           const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
           for (int k = 0; k < 3; ++k) {
             p->segments.push_back({3 * param.global_index + k, global_begin,

@@ -28,6 +28,7 @@
 
 #include "models/partition.h"
 #include "runtime/train/config_emit.h"
+#include "runtime/train/pipeline_schedule.h"
 #include "runtime/train/config_suggest.h"
 
 namespace tessera {
@@ -194,6 +195,27 @@ class Section {
     int64_t v = *out;
     RETURN_IF_ERROR(Int(key, min, std::min<int64_t>(max, std::numeric_limits<int>::max()), &v));
     *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+
+  // A sequence of integers, each in [min, max] ([] or absent: empty).
+  Status IntList(const std::string& key, int64_t min, int64_t max, std::vector<int64_t>* out) {
+    const Entry* e = Lookup(key);
+    if (e == nullptr || e->value.IsNull()) return Status::Ok();
+    if (!e->value.IsSequence()) return TypeError(*e, "a list of integers, e.g. [2, 3, 3]");
+    std::vector<int64_t> values;
+    for (const YAML::Node& item : e->value) {
+      const std::string text = item.IsScalar() ? item.Scalar() : std::string();
+      if (!item.IsScalar() || IsQuoted(item) || !LooksLikeInteger(text)) {
+        return TypeError(*e, "a list of integers, e.g. [2, 3, 3]");
+      }
+      errno = 0;
+      const long long v = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno == ERANGE) return Error(*e, "integer out of range, got " + text);
+      RETURN_IF_ERROR(CheckIntRange(*e, v, min, max));
+      values.push_back(v);
+    }
+    *out = std::move(values);
     return Status::Ok();
   }
 
@@ -472,6 +494,13 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
   RETURN_IF_ERROR(s.Int("ep", 1, kMaxRanks, &p->ep));
   RETURN_IF_ERROR(s.Int("zero", 0, 3, &p->zero));
   RETURN_IF_ERROR(s.Bool("sequence_parallel", &p->sequence_parallel));
+  RETURN_IF_ERROR(s.Enum<PipelineSchedule>("pipeline_schedule",
+                                           {{"1f1b", PipelineSchedule::k1F1B},
+                                            {"gpipe", PipelineSchedule::kGpipe},
+                                            {"interleaved", PipelineSchedule::kInterleaved}},
+                                           &p->pipeline_schedule));
+  RETURN_IF_ERROR(s.Int("virtual_stages", 1, 1024, &p->virtual_stages));
+  RETURN_IF_ERROR(s.IntList("pipeline_split", 1, kMaxLayers, &p->pipeline_split));
   return s.Finish();
 }
 
@@ -597,16 +626,35 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                      N(c.train.seq_len) + " (needs seq_len + 1)");
     }
   }
-  // Parallel axes this build cannot run yet (pp, ep > 1) are refused here, before any rank
-  // does work, rather than silently trained as something else.
+  // Expert parallelism is not built yet: refused here, before any rank does work, rather than
+  // silently trained as something else.
   const ParallelConfig& par = c.parallel;
-  for (const auto& [key, value] : {std::pair<const char*, int>{"parallel.pp", par.pp},
-                                   {"parallel.ep", par.ep}}) {
-    if (value > 1) {
-      return ctx.CrossFieldError({key}, std::string(key + 9) + "=" + N(value) +
-                                            ": not supported yet (only 1; data and tensor "
-                                            "parallelism with parallel.dp, parallel.tp and "
-                                            "parallel.zero 0..3 are)");
+  if (par.ep > 1) {
+    return ctx.CrossFieldError({"parallel.ep"}, "ep=" + N(par.ep) +
+                                                    ": not supported yet (only 1; data, tensor "
+                                                    "and pipeline parallelism are)");
+  }
+  if (par.virtual_stages > 1 && par.pp < 2) {
+    return ctx.CrossFieldError({"parallel.virtual_stages", "parallel.pp"},
+                               "virtual_stages=" + N(par.virtual_stages) +
+                                   " interleaves model chunks across pipeline ranks, but pp=" +
+                                   N(par.pp) + " (set parallel.pp >= 2, or virtual_stages 1)");
+  }
+  // Pipeline: the schedule must be able to run the micro-batches and the layers must split.
+  if (par.pp > 1 || par.virtual_stages > 1 || !par.pipeline_split.empty()) {
+    if (Status s = CheckPipelineSchedule(par.pipeline_schedule, par.pp,
+                                         static_cast<int>(c.train.grad_accum_steps),
+                                         par.virtual_stages);
+        !s.ok()) {
+      return ctx.CrossFieldError({"parallel.pipeline_schedule", "parallel.virtual_stages",
+                                  "parallel.pp", "train.grad_accum_steps"},
+                                 s.message());
+    }
+    if (auto split = PipelineLayerSplit(c.model.num_layers, par.pp * par.virtual_stages,
+                                        par.pipeline_split);
+        !split.ok()) {
+      return ctx.CrossFieldError({"parallel.pipeline_split", "parallel.pp", "model.num_layers"},
+                                 split.status().message());
     }
   }
   if (par.tp > 1) {

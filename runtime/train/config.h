@@ -14,6 +14,7 @@
 #include "optimizer/optimizer_config.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
+#include "runtime/train/pipeline_schedule.h"
 
 namespace tessera {
 
@@ -66,7 +67,8 @@ struct ParallelConfig {
                  //   MLP columns split, vocabulary-parallel embedding and loss; the
                  //   vocabulary is padded to a multiple of tp), >= 1; must divide num_heads,
                  //   the kv heads and the MLP width
-  int pp = 1;    // parallel.pp: pipeline stages; only 1 is supported yet
+  int pp = 1;    // parallel.pp: pipeline stages (layers split across ranks, micro-batches
+                 //   pipelined; the embedding on the first stage, the LM head on the last), >= 1
   int ep = 1;    // parallel.ep: expert-parallel ranks; only 1 is supported yet
   int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..3 (optimizer/shard_layout.h):
                  //   0 = replicated optimizer, gradients all-reduced in buckets during backward;
@@ -82,6 +84,15 @@ struct ParallelConfig {
                                    //   and the tp all-reduces become reduce-scatter +
                                    //   all-gather (less activation memory per rank);
                                    //   micro_batch_size * seq_len must divide by tp
+  // Pipeline (pp > 1): parallel.pipeline_schedule 1f1b (default) | gpipe | interleaved
+  //   (runtime/train/pipeline_schedule.h); 1f1b and interleaved need train.grad_accum_steps
+  //   (the micro-batches of a step) >= pp, interleaved also a multiple of pp.
+  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;  // parallel.virtual_stages: model chunks per pipeline rank (interleaved
+                           //   only, >= 2 there), 1..1024
+  std::vector<int64_t> pipeline_split;  // parallel.pipeline_split: layers per virtual stage
+                           //   (pp * virtual_stages counts summing to model.num_layers); empty =
+                           //   num_layers / (pp * virtual_stages) each, which must divide
   int world_size() const { return dp * tp * pp * ep; }
 };
 

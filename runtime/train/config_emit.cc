@@ -115,6 +115,12 @@ void EmitParallel(YAML::Emitter& out, const ParallelConfig& p, const CommConfig&
   Put(out, "ep", static_cast<int64_t>(p.ep));
   Put(out, "zero", static_cast<int64_t>(p.zero));
   Put(out, "sequence_parallel", p.sequence_parallel);
+  out << YAML::Key << "pipeline_schedule" << YAML::Value
+      << PipelineScheduleName(p.pipeline_schedule);
+  Put(out, "virtual_stages", static_cast<int64_t>(p.virtual_stages));
+  out << YAML::Key << "pipeline_split" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int64_t n : p.pipeline_split) out << n;
+  out << YAML::EndSeq;
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   Put(out, "timeout_s", c.timeout_s);

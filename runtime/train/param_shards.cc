@@ -429,6 +429,15 @@ Result<double> ParamShards::GradSumOfSquaresExcluding(
   return total;
 }
 
+std::span<float> ParamShards::ReducedGrads(int unit) {
+  if (zero_ <= 1) {
+    return {main_grads_.f32() + layout_.unit_begin(unit), static_cast<size_t>(layout_.unit_size(unit))};
+  }
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  return {part_grads_.f32() + layout_.packed_offset(unit),
+          static_cast<size_t>(layout_.piece_real(unit, lrank))};
+}
+
 void ParamShards::ScaleGradients(float factor) {
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
   const std::vector<float*> g = GradPieces();

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,6 +99,10 @@ class ParamShards final : public ParamStore {
   // the dp ranks' sums in rank order (a collective for zero 2/3): deterministic, the same on
   // every dp rank, but not the segmented bits of GradSumOfSquares.
   Result<double> GradSumOfSquaresExcluding(const std::vector<std::pair<int64_t, int64_t>>& exclude);
+  // This rank's reduced gradients of unit u after FinishGradients: the whole unit (zero 0/1)
+  // or its piece (zero 2/3: piece_real elements), for in-place fix-ups such as the tied
+  // embedding sum across pipeline stages.
+  std::span<float> ReducedGrads(int unit);
   // Multiplies this rank's reduced gradients by `factor` (loss-scale removal, clipping).
   void ScaleGradients(float factor);
   // AdamW over this rank's pieces, the rounding of master weights into low-precision

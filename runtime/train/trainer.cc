@@ -23,6 +23,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/metrics.h"
+#include "runtime/train/rank_layout.h"
 
 namespace tessera {
 namespace {
@@ -105,6 +106,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     t->dp_size_ = t->dp_->size();
   }
   if (world != nullptr && world->tp() != nullptr && world->tp()->size() > 1) t->tp_ = world->tp();
+  if (world != nullptr && world->pp() != nullptr && world->pp()->size() > 1) t->pp_ = world->pp();
   if (world != nullptr && world->world() != nullptr && world->world()->size() > 1) {
     t->all_ = world->world();
     t->world_rank_ = t->all_->rank();
@@ -222,10 +224,9 @@ Status Trainer::SetUpParameters() {
       1, static_cast<int64_t>(c.comm.bucket_mb * 1048576.0 / sizeof(float)));
   // ParamShards checks that this rank's share of parameters, gradients and optimizer state
   // fits before reserving it; Transformer::Create then checks the activations.
-  // This rank's share of the model (tensor parallelism: models/partition.h; else all of it).
-  ASSIGN_OR_RETURN(ModelPartition partition,
-                   ModelPartition::Create(c.model, tp_ != nullptr ? tp_->size() : 1,
-                                          tp_ != nullptr ? tp_->rank() : 0));
+  // This rank's share of the model (tensor parallelism, pipeline chunks: models/partition.h,
+  // rank_layout.h; else all of it).
+  ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
   partition_.emplace(std::move(partition));
   std::vector<ParamDecl> local;
   for (const TpParam& p : partition_->params()) local.push_back(p.local);
@@ -240,8 +241,31 @@ Status Trainer::SetUpParameters() {
   mo.activation_dtype = o.param_dtype;
   mo.tp = tp_;
   mo.sequence_parallel = c.parallel.sequence_parallel;
-  ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
-                                               c.train.seq_len, &memory_, mo));
+  mo.partition = &*partition_;
+  if (pp_ == nullptr) {
+    ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
+                                                 c.train.seq_len, &memory_, mo));
+  } else {
+    // One model per chunk, each keeping as many micro-batches' activations as the schedule
+    // has in flight on it.
+    PipelineOptions po;
+    po.schedule = c.parallel.pipeline_schedule;
+    po.pp = pp_->size();
+    po.stage = pp_->rank();
+    po.virtual_stages = c.parallel.virtual_stages;
+    po.micro_batches = static_cast<int>(c.train.grad_accum_steps);
+    const std::vector<int> contexts = PipelineContextsPerChunk(po);
+    std::vector<Transformer*> views;
+    for (int k = 0; k < po.virtual_stages; ++k) {
+      mo.chunk = k;
+      mo.contexts = contexts[static_cast<size_t>(k)];
+      ASSIGN_OR_RETURN(auto chunk, Transformer::Create(c.model, c.train.micro_batch_size,
+                                                       c.train.seq_len, &memory_, mo));
+      views.push_back(chunk.get());
+      chunks_.push_back(std::move(chunk));
+    }
+    ASSIGN_OR_RETURN(pipeline_, PipelineRunner::Create(po, pp_, views, shards_.get()));
+  }
   if (c.init_from.empty()) {
     shards_->Load([&](int64_t b, int64_t e, float* out) {
       partition_->InitRange(c.train.seed, b, e, out);
@@ -293,6 +317,18 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 
 Result<double> Trainer::Evaluate(int64_t batches) {
   if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
+  if (pipeline_) {
+    // Each micro-batch through every virtual stage; the last stage's mean, then shared.
+    val_data_->Reset();
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      val_data_->NextBatch(config_.train.micro_batch_size, inputs_.data(), targets_.data());
+      ASSIGN_OR_RETURN(const double loss, pipeline_->Forward(inputs_.data(), targets_.data()));
+      sum += loss;
+    }
+    ASSIGN_OR_RETURN(const double total, FromLastStage(sum));
+    return total / static_cast<double>(batches);
+  }
   return EvaluateLoss(*model_, *val_data_, batches, [this] {
     RETURN_IF_ERROR(shards_->status());
     return model_->comm_status();
@@ -385,16 +421,31 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   shards_->BeginStep();
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    Phase(TrainPhase::kForward);  // backward: reported by phase_store_ when it starts
-    shards_->BeginMicroBatch(micro);
-    train_data_->NextBatch(B, inputs_.data(), targets_.data());
-    loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
-    RETURN_IF_ERROR(shards_->status());
-    RETURN_IF_ERROR(model_->comm_status());
+  if (pipeline_) {
+    // All of the step's micro-batches first: the schedule interleaves them.
+    const int64_t tokens = B * tc.seq_len;
+    step_inputs_.resize(static_cast<size_t>(accum * tokens));
+    step_targets_.resize(static_cast<size_t>(accum * tokens));
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      train_data_->NextBatch(B, step_inputs_.data() + micro * tokens,
+                             step_targets_.data() + micro * tokens);
+    }
+    Phase(TrainPhase::kForward);
+    ASSIGN_OR_RETURN(loss_sum, pipeline_->TrainStep(step_inputs_.data(), step_targets_.data(),
+                                                    grad_scale));
+  } else {
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      Phase(TrainPhase::kForward);  // backward: reported by phase_store_ when it starts
+      shards_->BeginMicroBatch(micro);
+      train_data_->NextBatch(B, inputs_.data(), targets_.data());
+      loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
+      RETURN_IF_ERROR(shards_->status());
+      RETURN_IF_ERROR(model_->comm_status());
+    }
   }
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
   RETURN_IF_ERROR(shards_->FinishGradients());  // still backward: its last reductions
+  if (pipeline_) RETURN_IF_ERROR(pipeline_->SyncTiedEmbeddings());
   Phase(TrainPhase::kOptimizer);
   StepResult r;
   r.loss_scale = scale;
@@ -403,6 +454,9 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
     ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(dp_, {loss_sum}));
     loss_sum = 0;
     for (double v : sums) loss_sum += v;
+  }
+  if (pipeline_) {
+    ASSIGN_OR_RETURN(loss_sum, FromLastStage(loss_sum));
   }
   r.loss = loss_sum / static_cast<double>(accum * dp_size_);
   ASSIGN_OR_RETURN(r.grad_norm, ClipGradients());
@@ -421,12 +475,21 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
 // rank 0) and the tp ranks' sums are added in rank order: every rank gets the same norm.
 Result<double> Trainer::ClipGradients() {
   double sum_sq = 0;
-  if (tp_ == nullptr) {
+  if (tp_ == nullptr && pp_ == nullptr) {
     ASSIGN_OR_RETURN(sum_sq, shards_->GradSumOfSquares());
   } else {
     ASSIGN_OR_RETURN(const double mine,
                      shards_->GradSumOfSquaresExcluding(partition_->duplicate_ranges()));
-    ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(tp_, {mine}));
+    sum_sq = mine;
+    if (tp_ != nullptr) {
+      ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(tp_, {mine}));
+      sum_sq = 0;
+      for (double v : sums) sum_sq += v;
+    }
+  }
+  if (pp_ != nullptr) {  // then the stages' sums, in stage order: the same on every rank
+    ASSIGN_OR_RETURN(std::vector<double> sums, AllGatherDoubles(pp_, {sum_sq}));
+    sum_sq = 0;
     for (double v : sums) sum_sq += v;
   }
   double norm = std::sqrt(sum_sq);
@@ -502,7 +565,10 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   const int64_t B = tc.micro_batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
   const int64_t tokens_per_step = B * T * accum * dp_size_;
   const std::optional<double> floor = train_data_->entropy_floor();
-  const double flops_per_token = model_->TrainFlopsPerToken();
+  // This rank's share of the FLOPs per token (tp already divides it; pp splits the layers).
+  const double flops_per_token =
+      model_ ? model_->TrainFlopsPerToken()
+             : chunks_.front()->TrainFlopsPerToken() / static_cast<double>(pp_->size());
   if (root) {
     std::fprintf(out, "tessera: %s model, %.2fM parameters, %lld layers, %s recompute\n",
                  ModelFamilyName(config_.model.family), UnitBounds(config_.model).back() / 1e6,
@@ -660,28 +726,43 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
 }
 
 // The global fp32 (master) weights on world rank 0 (empty elsewhere): each dp group gathers
-// its local pieces on its dp rank 0, whose tp group (the ranks holding dp replica 0) then
-// all-gathers the local buffers (equal sizes: the vocabulary is padded) and rank 0 places
-// every element where the partition of its tp rank says.
+// its local pieces on its dp rank 0; those ranks (one per tp rank and pipeline stage) send
+// their local buffers to rank 0, which places every element where that rank's partition says
+// (rank_layout.h). Copies (replicated tensors, the tied embedding copy) land on the same
+// global elements with the same bits.
 Result<std::vector<float>> Trainer::GatherGlobalWeights() {
   ASSIGN_OR_RETURN(std::vector<float> local, shards_->GatherFull(/*root=*/0));
-  if (tp_ == nullptr || dp_rank_ != 0) return local;
-  const int64_t n = partition_->num_local();
-  std::vector<float> all(static_cast<size_t>(n * tp_->size()));
-  Tensor in(local.data(), DType::kF32, {n});
-  Tensor out(all.data(), DType::kF32, {n * tp_->size()});
-  RETURN_IF_ERROR(tp_->AllGather(in, out)->Wait());
-  if (!is_root()) return std::vector<float>();
+  if ((tp_ == nullptr && pp_ == nullptr) || dp_rank_ != 0) return local;
+  if (!is_root()) {
+    Tensor t(local.data(), DType::kF32, {static_cast<int64_t>(local.size())});
+    RETURN_IF_ERROR(all_->Send(t, 0)->Wait());
+    return std::vector<float>();
+  }
   std::vector<float> global(static_cast<size_t>(UnitBounds(config_.model).back()));
-  for (int r = 0; r < tp_->size(); ++r) {
-    ASSIGN_OR_RETURN(ModelPartition part, ModelPartition::Create(config_.model, tp_->size(), r));
-    part.ForEachGlobalPiece(0, n, [&](const TpParam& p, int64_t global_begin, int64_t length,
-                                      int64_t local_flat) {
-      std::memcpy(global.data() + p.global_offset + global_begin,
-                  all.data() + r * n + local_flat, static_cast<size_t>(length) * sizeof(float));
+  auto place = [&](const ModelPartition& part, const float* values) {
+    part.ForEachGlobalPiece(0, part.num_local(), [&](const TpParam& p, int64_t global_begin,
+                                                     int64_t length, int64_t local_flat) {
+      std::memcpy(global.data() + p.global_offset + global_begin, values + local_flat,
+                  static_cast<size_t>(length) * sizeof(float));
     });
+  };
+  place(*partition_, local.data());
+  std::vector<float> theirs;
+  for (int r = 1; r < all_->size(); ++r) {
+    if (DpRankOf(config_.parallel, r) != 0) continue;
+    ASSIGN_OR_RETURN(ModelPartition part, RankPartition(config_, r));
+    theirs.resize(static_cast<size_t>(part.num_local()));
+    Tensor t(theirs.data(), DType::kF32, {part.num_local()});
+    RETURN_IF_ERROR(all_->Recv(t, r)->Wait());
+    place(part, theirs.data());
   }
   return global;
+}
+
+// The value the last pipeline stage has (the loss), on every stage.
+Result<double> Trainer::FromLastStage(double value) {
+  ASSIGN_OR_RETURN(std::vector<double> all, AllGatherDoubles(pp_, {value}));
+  return all.back();
 }
 
 Status Trainer::SaveNow(int64_t steps_done) {

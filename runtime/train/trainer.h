@@ -54,6 +54,7 @@
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
 #include "runtime/train/param_shards.h"
+#include "runtime/train/pipeline.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/run_link.h"
 #include "runtime/train/world.h"
@@ -83,7 +84,8 @@ class Trainer {
   // gathers): every rank must call it; a failed gather ends it with that error.
   Result<double> Evaluate(int64_t batches);
 
-  Transformer& model() { return *model_; }
+  // The whole model (null under pipeline parallelism: each rank holds chunks).
+  Transformer* model() { return model_.get(); }
   const MemoryTracker& memory() const { return memory_; }
 
  private:
@@ -119,6 +121,7 @@ class Trainer {
   Result<std::vector<double>> GatherMemory();
   // The global weights on world rank 0 (see the .cc); every rank must call it.
   Result<std::vector<float>> GatherGlobalWeights();
+  Result<double> FromLastStage(double value);
   bool is_root() const { return world_rank_ == 0; }
 
   Config config_;
@@ -126,7 +129,12 @@ class Trainer {
   std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)
-  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Transformer> model_;  // the whole model (pp = 1)
+  // Pipeline (pp > 1): one model per chunk of this rank and the schedule's executor.
+  std::vector<std::unique_ptr<Transformer>> chunks_;
+  std::unique_ptr<PipelineRunner> pipeline_;
+  Communicator* pp_ = nullptr;  // the pipeline group (null: pp = 1)
+  std::vector<int32_t> step_inputs_, step_targets_;  // a pipelined step's micro-batches
   std::optional<LossScaler> loss_scaler_;  // fp16 only
   std::unique_ptr<Checkpointer> checkpointer_;
   RunLink* link_ = nullptr;             // null: standalone

@@ -64,4 +64,6 @@ Communicator* World::dense_dp() const {
 
 Communicator* World::tp() const { return groups_ ? &groups_->Get(MeshGroup::kTp) : nullptr; }
 
+Communicator* World::pp() const { return groups_ ? &groups_->Get(MeshGroup::kPp) : nullptr; }
+
 }  // namespace tessera

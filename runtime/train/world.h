@@ -43,6 +43,9 @@ class World {
   // This rank's tensor-parallel group (consecutive world ranks, comm/device_mesh.h); null in a
   // single-process job. Size 1 when parallel.tp is 1.
   Communicator* tp() const;
+  // This rank's pipeline group (the ranks of its dp replica and tp rank at every stage; its
+  // rank is the stage); null in a single-process job. Size 1 when parallel.pp is 1.
+  Communicator* pp() const;
   Communicator* world() const { return world_.get(); }
 
  private:

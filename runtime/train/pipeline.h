@@ -1,0 +1,119 @@
+// runtime/train/pipeline.h — runs one optimizer step's micro-batches through this rank's
+// pipeline chunks in the configured schedule (pipeline_schedule.h), sending activations to the
+// next virtual stage and their gradients back, point to point with bounded waits.
+//
+// Owns: the point-to-point communicators, the send buffers and the assignment of micro-batches
+// to the chunks' activation contexts; never the models or the parameter state.
+// Channels: 2 * virtual_stages duplicates of the pp group. Activations leaving virtual stage vs
+// (this rank's chunk c) travel on forward channel c, gradients arriving at chunk c on backward
+// channel c. Each (channel, sender, receiver) then carries exactly one link between two
+// virtual stages, in micro-batch order on both sides (every schedule runs a chunk's forwards,
+// and its backwards, in micro-batch order), so the k-th message is always the k-th micro-batch
+// and nothing needs tags.
+// Waits: receives block (bounded by comm.timeout_s: a dead neighbour is a kTimeout naming the
+// group, never a hang); sends are asynchronous, their buffers kept until they complete.
+// Gradients: BeginMicroBatch(k) on the parameter state before each chunk's backward of micro k
+// (param_shards.h), so accumulation over micro-batches adds the same per-unit sums in the same
+// order as one rank. Tied embeddings: after the dp reduction, SyncTiedEmbeddings sums the first
+// stage's embedding gradient and the last stage's copy's, so both copies take the same step.
+// Thread-safety: the trainer's thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "models/transformer.h"
+#include "runtime/core/status.h"
+#include "runtime/train/param_shards.h"
+#include "runtime/train/pipeline_schedule.h"
+
+namespace tessera {
+
+struct PipelineOptions {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int pp = 1;              // stages (ranks along pp)
+  int stage = 0;           // this rank's
+  int virtual_stages = 1;  // chunks per rank
+  int micro_batches = 1;   // m: micro-batches per optimizer step on this rank
+};
+
+// Activation contexts chunk c needs: the most micro-batches whose forward on that chunk has run
+// and whose backward has not, over the schedule (Transformer ModelOptions::contexts).
+std::vector<int> PipelineContextsPerChunk(const PipelineOptions& options);
+
+struct PipelineStats {
+  double busy_seconds = 0;  // inside ForwardStage / BackwardStage, last step
+  double step_seconds = 0;  // the whole TrainStep, last step
+  // 1 - busy / step: this rank's idle share of the step (bubble + communication).
+  double idle_fraction() const { return step_seconds > 0 ? 1.0 - busy_seconds / step_seconds : 0; }
+};
+
+class PipelineRunner {
+ public:
+  // `pp`: this rank's pipeline group (rank == stage); `chunks`: this rank's models in chunk
+  // order, each with PipelineContextsPerChunk contexts; `shards`: their parameter state (a
+  // store whose units are the rank's partition). All must outlive the runner. Collective over
+  // pp (the channel splits).
+  static Result<std::unique_ptr<PipelineRunner>> Create(const PipelineOptions& options,
+                                                        Communicator* pp,
+                                                        std::vector<Transformer*> chunks,
+                                                        ParamShards* shards);
+  ~PipelineRunner();
+
+  // Forward and backward of the step's m micro-batches: micro k's token ids at
+  // inputs/targets + k * B * T (every stage passes all of them). Gradients are accumulated
+  // into `shards` (after shards->BeginStep; FinishGradients is the caller's). Returns the sum
+  // of the micro-batches' mean losses on the rank holding the last virtual stage, 0 elsewhere.
+  // A failed transfer or collective comes back as its Status (the job must end).
+  Result<double> TrainStep(const int32_t* inputs, const int32_t* targets, float grad_scale);
+
+  // Forward only of one micro-batch through every virtual stage (evaluation): the mean loss on
+  // the rank holding the last virtual stage, 0 elsewhere.
+  Result<double> Forward(const int32_t* inputs, const int32_t* targets);
+
+  // Tied embeddings with pp > 1: adds the last stage's reduced gradient of its embedding copy
+  // and the first stage's of the embeddings (the same units, the same ZeRO pieces), on both.
+  // Call after shards->FinishGradients(), before the norm. No-op elsewhere.
+  Status SyncTiedEmbeddings();
+
+  const PipelineStats& stats() const { return stats_; }
+
+ private:
+  PipelineRunner(const PipelineOptions& options, std::vector<Transformer*> chunks,
+                 ParamShards* shards);
+  // Peers and channels of chunk c's virtual stage.
+  bool first_vs(int c) const { return c == 0 && options_.stage == 0; }
+  bool last_vs(int c) const {
+    return c == options_.virtual_stages - 1 && options_.stage == options_.pp - 1;
+  }
+  int prev_rank() const { return (options_.stage + options_.pp - 1) % options_.pp; }
+  int next_rank() const { return (options_.stage + 1) % options_.pp; }
+  // The chunk (on prev_rank) of the virtual stage before chunk c's.
+  int prev_chunk(int c) const { return options_.stage > 0 ? c : c - 1; }
+  Status Send(Communicator& channel, const float* data, int peer);
+  Status Recv(Communicator& channel, float* data, int peer);
+  Status DrainSends();
+
+  PipelineOptions options_;
+  std::vector<Transformer*> chunks_;
+  ParamShards* shards_;
+  Communicator* pp_ = nullptr;
+  std::vector<std::unique_ptr<Communicator>> forward_, backward_;  // per chunk
+  std::unique_ptr<Communicator> embedding_;  // tied: first <-> last stage
+  std::vector<PipeOp> ops_;
+  int64_t elems_ = 0;  // floats per activation message: stage_rows * C
+  int64_t tokens_ = 0;  // B * T
+  std::vector<float> recv_;  // one incoming message
+  struct PendingSend {
+    std::unique_ptr<Work> work;
+    std::vector<float> buffer;
+  };
+  std::deque<PendingSend> sends_;
+  std::vector<std::vector<float>> free_buffers_;
+  PipelineStats stats_;
+};
+
+}  // namespace tessera

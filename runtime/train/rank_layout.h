@@ -1,0 +1,24 @@
+// runtime/train/rank_layout.h — which part of the model a world rank holds under the config's
+// parallel layout: its tensor-parallel share and its pipeline chunks (models/partition.h).
+//
+// Mesh order (comm/device_mesh.h): rank = ((pp_i * dp + dp_i) * ep + ep_i) * tp + tp_i, so the
+// tp rank is rank % tp and the pipeline stage rank / (dp * ep * tp). Every rank can compute any
+// other rank's layout (the global export and the checkpoint loader do).
+// Pure functions; thread-safe.
+#pragma once
+
+#include "models/partition.h"
+#include "runtime/core/status.h"
+#include "runtime/train/config.h"
+
+namespace tessera {
+
+int TpRankOf(const ParallelConfig& p, int rank);
+int PipelineStageOf(const ParallelConfig& p, int rank);
+int DpRankOf(const ParallelConfig& p, int rank);
+
+// The partition of world rank `rank`: tp share, and chunks per parallel.pp, virtual_stages and
+// pipeline_split. Errors are the config's (a layout the config check would refuse).
+Result<ModelPartition> RankPartition(const Config& config, int rank);
+
+}  // namespace tessera
