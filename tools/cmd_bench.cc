@@ -145,12 +145,16 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "optimizer") return RunBenchOptimizer(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "comm") return RunBenchComm(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "ckpt") return RunBenchCkpt(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "pipeline") return RunBenchPipeline(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "tp") return RunBenchTp(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n"
         "       tessera bench optimizer [--params N] [--repeats R]\n"
         "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n"
-        "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n\n"
+        "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n"
+        "       tessera bench pipeline [--layers 8] [--micro 8] ...   (under mpirun, P stages)\n"
+        "       tessera bench tp [--config FILE]\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
         "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
@@ -167,7 +171,11 @@ int RunBench(const Args& args) {
         "              memory-bandwidth bound measured in the same run\n"
         "  comm        all-reduce and reduce-scatter bus bandwidth beside raw MPI_Allreduce\n"
         "  ckpt        checkpoint save stall, write and verified load throughput beside the\n"
-        "              disk's sequential bandwidth measured in the same run\n");
+        "              disk's sequential bandwidth measured in the same run\n"
+        "  pipeline    measured pipeline bubble of gpipe, 1f1b and interleaved beside the\n"
+        "              theoretical (p-1)/(m+p-1)\n"
+        "  tp          activation memory per tensor-parallel rank with and without sequence\n"
+        "              parallelism\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
@@ -176,7 +184,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

@@ -46,5 +46,8 @@ double MeasureUpdateBandwidth();
 int RunBenchOptimizer(const Args& args);
 int RunBenchComm(const Args& args);
 int RunBenchCkpt(const Args& args);
+// `tessera bench pipeline ...` and `tessera bench tp ...` (cmd_bench_parallel.cc).
+int RunBenchPipeline(const Args& args);
+int RunBenchTp(const Args& args);
 
 }  // namespace tessera::cli

@@ -152,6 +152,10 @@ Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* t
   RETURN_IF_ERROR(DrainSends());
   stats_.busy_seconds = busy;
   stats_.step_seconds = Since(t_step);
+  if (stats_.steps++ > 0) {
+    stats_.total_busy_seconds += stats_.busy_seconds;
+    stats_.total_step_seconds += stats_.step_seconds;
+  }
   return loss;
 }
 

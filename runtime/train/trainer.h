@@ -87,6 +87,10 @@ class Trainer {
   // The whole model (null under pipeline parallelism: each rank holds chunks).
   Transformer* model() { return model_.get(); }
   const MemoryTracker& memory() const { return memory_; }
+  // The pipeline executor's timing (pp > 1), else null.
+  const PipelineStats* pipeline_stats() const {
+    return pipeline_ ? &pipeline_->stats() : nullptr;
+  }
 
  private:
   struct StepResult {
