@@ -351,9 +351,10 @@ void ModelPartition::InitRange(uint64_t seed, int64_t begin, int64_t end, float*
   ForEachGlobalPiece(begin, end, [&](const TpParam& p, int64_t global_begin, int64_t length,
                                      int64_t local_flat) {
     const Piece pc{p.global_offset + global_begin, length, local_flat};
-    // Pieces arrive in increasing local order, which is also increasing global order (local
-    // tensors keep the global order and segments keep the order of rows), so a batch's global
-    // span is [front, back + length).
+    // Pieces arrive in increasing local order, which within a chunk is also increasing global
+    // order (local tensors keep the global order, segments the order of rows); a tied copy
+    // after earlier chunks goes back in global order, which closes the batch. So a batch's
+    // global span is [front, back + length).
     if (!batch.empty() &&
         (pc.global_flat < batch.back().global_flat + batch.back().length ||
          pc.global_flat - (batch.back().global_flat + batch.back().length) > max_gap ||

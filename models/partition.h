@@ -140,8 +140,8 @@ class ModelPartition {
   void InitRange(uint64_t seed, int64_t begin, int64_t end, float* out) const;
 
   // Local flat ranges [first, second) that are copies of what another rank also holds
-  // (kReplicated parameters on tp ranks > 0, pipeline copies of the embeddings; none on a
-  // one-chunk tp rank 0): left out of global sums such as the gradient norm and out of
+  // (kReplicated parameters on tp ranks > 0, pipeline copies of the embeddings; none on tp
+  // rank 0 of a whole-model partition): left out of global sums such as the gradient norm and out of
   // checkpoints so every element counts once.
   const std::vector<std::pair<int64_t, int64_t>>& duplicate_ranges() const { return dups_; }
 
