@@ -164,11 +164,15 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   return Status::Ok();
 }
 
-// Embeddings and the final unit have slots of their own (the tied LM head reads unit 0 while
-// unit L+1 is in use); blocks alternate between two, so the next block is gathered into the
-// slot the previous one left.
+// Embeddings (and a pipeline stage's copy of them) and the final unit have slots of their own
+// (the tied LM head reads the embeddings while the final unit is in use, and their gradient
+// buffer stays open through the blocks' backward); blocks alternate between two, so the next
+// block is gathered into the slot the previous one left.
 int ParamShards::SlotOf(int unit) const {
   if (unit == 0) return 0;
+  for (int u : options_.embedding_units) {
+    if (u == unit) return 0;
+  }
   if (unit == layout_.num_units() - 1) return 1;
   return 2 + (unit - 1) % 2;
 }

@@ -64,6 +64,11 @@ struct ParamShardsOptions {
   DType reduce_dtype = DType::kF32;   // wire type of gradient reductions
   int64_t grad_accum_steps = 1;       // micro-batches per step on this rank
   int64_t bucket_elems = 1 << 22;     // zero 0/1 all-reduce bucket (elements)
+  // Units besides unit 0 that hold embeddings the LM head reads while the final unit is in
+  // use and whose gradient buffer stays open through the blocks' backward: a pipeline's last
+  // stage's copy of tied embeddings (the first unit of its last chunk). They get the
+  // embedding slot, not a block slot a block would reuse.
+  std::vector<int> embedding_units;
 };
 
 class ParamShards final : public ParamStore {

@@ -230,6 +230,9 @@ Status Trainer::SetUpParameters() {
   partition_.emplace(std::move(partition));
   std::vector<ParamDecl> local;
   for (const TpParam& p : partition_->params()) local.push_back(p.local);
+  for (size_t k = 1; k < partition_->chunks().size(); ++k) {
+    o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
+  }
   ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
                                                 DecayRanges(local, c.optimizer), dp_, &memory_));
   ModelOptions mo;

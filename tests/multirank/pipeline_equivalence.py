@@ -29,11 +29,9 @@ the reference; only dp multiplies it (a dp=2 run at accum 4 is compared with one
       llama-tiny (untied): every pp-only run BIT-IDENTICAL (the per-stage norm order did not
       change one fp32 weight; the logged double-precision loss and norm differ by ~2e-14);
       tp2 x pp2 x dp2 zero 1/2/3 1.5e-5 / 3.5e-7.
-    NOT covered (known bug, see DISABLED_TiedCopySlotCollision in
-    tests/unit/pipeline_runner_test.cc): interleaved with a TIED model and two or more blocks in
-    the last chunk (e.g. tiny, model.num_layers=8, pp=2, virtual_stages=2, accum 4: max |diff|
-    2.0e-2 vs one rank, wte worst; step 1 grad_norm 5.545 vs 5.616). With num_layers=4 each
-    chunk holds one block, which this script's interleaved runs use.
+    Interleaved with two blocks per chunk (model.num_layers=8, pp=2, virtual_stages=2, accum 4)
+    guards the tied copy's ParamShards slot (it once shared a block's slot: 2.0e-2 on wte;
+    now 2.7e-6 on tiny).
   * composition (8 ranks): tp=2 x pp=2 x dp=2, ZeRO 2, bf16, model.recompute=selective,
     optimizer.offload=cpu, sequence_parallel, interleaved schedule (virtual_stages 2), accum 4,
     vs one rank bf16 at accum 8. bf16 storage rounds every parameter and activation; the
@@ -191,10 +189,14 @@ for name, np, sets in (
     out, _ = run(name, np, sets + ["train.grad_accum_steps=4"])
     close(ref4, out, name)
     curve(ref4, out, name)
-    # (Interleaved with the tied tiny model and >= 2 blocks per chunk is left out: known
-    # ParamShards slot collision of the tied copy, see the docstring.)
     if untied:
         report_bits(ref4, out, f"{name} (untied model)")
+
+# Two blocks per chunk: the last stage's tied copy must keep its own ParamShards slot.
+ref4_8, _ = run("ref_accum4_layers8", 1, ["train.grad_accum_steps=4", "model.num_layers=8"])
+out, _ = run("pp2_interleaved_layers8", 2, PP2 + INTERLEAVED + ["train.grad_accum_steps=4",
+                                                                 "model.num_layers=8"])
+close(ref4_8, out, "pp2_interleaved_layers8")
 
 # tp x pp x dp under ZeRO (global batch 8 micro-batches).
 for zero in (1, 2, 3):

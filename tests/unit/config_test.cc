@@ -570,8 +570,36 @@ TEST(ConfigParallel, TensorParallelSplitsAreChecked) {
       "micro_batch_size x seq_len = 21 tokens among tp=4 ranks");
 }
 
+TEST(ConfigParallel, PipelineLayoutsAreChecked) {
+  const Config ok = LoadOk(
+      "model: {num_layers: 4}\nparallel: {pp: 2, pipeline_schedule: interleaved, "
+      "virtual_stages: 2}\ntrain: {grad_accum_steps: 4}\n");
+  EXPECT_EQ(ok.parallel.pp, 2);
+  EXPECT_EQ(ok.parallel.pipeline_schedule, PipelineSchedule::kInterleaved);
+  EXPECT_EQ(ok.parallel.virtual_stages, 2);
+  // The default model has 2 layers: 4 stages cannot hold one each.
+  EXPECT_STARTS_WITH(ErrorAt("parallel: {pp: 4}\ntrain: {grad_accum_steps: 4}\n"),
+                     "F:1:16: parallel.pp: model.num_layers=2 does not divide evenly "
+                     "into 4 pipeline stages");
+  // 3 layers on 2 stages: the error suggests a split; the split works.
+  EXPECT_NE(ErrorAt("model: {num_layers: 3}\nparallel: {pp: 2}\ntrain: {grad_accum_steps: 2}\n")
+                .find("set parallel.pipeline_split, e.g. [2, 1]"),
+            std::string::npos);
+  EXPECT_EQ(LoadOk("model: {num_layers: 3}\nparallel: {pp: 2, pipeline_split: [1, 2]}\n"
+                   "train: {grad_accum_steps: 2}\n")
+                .parallel.pipeline_split,
+            (std::vector<int64_t>{1, 2}));
+  // 1F1B needs at least pp micro-batches per step.
+  EXPECT_NE(ErrorAt("parallel: {pp: 2}\n").find("train.grad_accum_steps"), std::string::npos)
+      << ErrorAt("parallel: {pp: 2}\n");
+  EXPECT_NE(ErrorAt("parallel: {virtual_stages: 2}\n").find("virtual_stages=2 interleaves"),
+            std::string::npos);
+  EXPECT_NE(ErrorAt("parallel: {pp: 2, pipeline_split: [1, x]}\ntrain: {grad_accum_steps: 2}\n")
+                .find("expected a list of integers"),
+            std::string::npos);
+}
+
 TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
-  EXPECT_STARTS_WITH(ErrorAt("parallel: {pp: 4}\n"), "F:1:16: parallel.pp: pp=4: not supported yet");
   EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
                      "--set parallel.ep=2: parallel.ep: ep=2: not supported yet");
   EXPECT_EQ(LoadOk("parallel:\n  dp: 4\n  zero: 3\n").parallel.zero, 3);

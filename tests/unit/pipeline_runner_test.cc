@@ -26,8 +26,7 @@
 // interleaved with two blocks per chunk; GPT-2 (tied) and Llama (GQA, untied). Also: a rank
 // that never runs its step makes the others' TrainStep fail with kTimeout / kAborted within a
 // short comm timeout (never a hang), and PipelineContextsPerChunk gives the schedules'
-// in-flight counts. One case is disabled for a known ParamShards bug (see
-// DISABLED_TiedCopySlotCollision).
+// in-flight counts. TiedCopyKeepsItsSlot guards the tied copy's ParamShards slot.
 // Thread-safety: each test drives its own hub and threads; kernels run single-threaded.
 // links: tessera_train
 #include "runtime/train/pipeline.h"
@@ -116,6 +115,11 @@ Result<std::unique_ptr<ParamShards>> MakeShards(const ModelPartition& partition,
   ParamShardsOptions o;
   o.zero = 0;
   o.grad_accum_steps = m;
+  // As the trainer does: a later chunk's embedding unit (the tied copy) gets the embedding
+  // slot, never a block's.
+  for (size_t k = 1; k < partition.chunks().size(); ++k) {
+    o.embedding_units.push_back(partition.chunk_unit_begin(static_cast<int>(k)));
+  }
   AdamWConfig adamw;
   ASSIGN_OR_RETURN(auto shards, ParamShards::Create(o, adamw, partition.unit_bounds(),
                                                     Ranges(partition, adamw), nullptr, memory));
@@ -400,16 +404,12 @@ INSTANTIATE_TEST_SUITE_P(
                       PpCase{PipelineSchedule::kInterleaved, 2, 4, 2, 8, ModelFamily::kLlama}),
     CaseName);
 
-// KNOWN BUG (runtime/train/param_shards.cc, ParamShards::SlotOf), disabled until fixed: with
-// interleaving the last stage's tied copy of the embeddings is its last chunk's first unit,
-// not the rank's unit 0, so it gets a block slot (2 + (u - 1) % 2) — the slot of the chunk's
-// second-to-last block too. The copy's gradient buffer stays open (Grads at the head, GradsDone
-// after the chunk's blocks), so for micro-batches k > 0 (and under zero 2/3) that block's
-// Grads zeroes and overwrites the copy's scratch, and GradsDone(copy) adds the block's
-// gradients into the copy's: wte is off by half its largest gradient, wpe by 5%. Needs two or
-// more blocks in the last chunk (one block lands on the other slot, as the L = 4 case above).
+// The tied copy of the embeddings on the last stage is its last chunk's first unit; with two
+// or more blocks in that chunk it once shared a block's ParamShards slot, whose Grads then
+// overwrote the copy's open gradient buffer (wte off by half its largest gradient).
+// ParamShardsOptions::embedding_units gives it the embedding slot; this case guards that.
 INSTANTIATE_TEST_SUITE_P(
-    DISABLED_TiedCopySlotCollision, PipelineRunnerTest,
+    TiedCopyKeepsItsSlot, PipelineRunnerTest,
     ::testing::Values(PpCase{PipelineSchedule::kInterleaved, 2, 4, 2, 8, ModelFamily::kGpt2}),
     CaseName);
 
