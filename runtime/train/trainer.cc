@@ -594,6 +594,24 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
                    config_.parallel.sequence_parallel ? ", sequence parallel" : "",
                    partition_->num_local() / 1e6);
     }
+    if (pp_ != nullptr) {
+      const ParallelConfig& par = config_.parallel;
+      const int v = par.virtual_stages;
+      auto split = PipelineLayerSplit(config_.model.num_layers, pp_->size() * v,
+                                      par.pipeline_split);
+      std::string layers;
+      for (int64_t n : split.ok() ? *split : std::vector<int64_t>()) {
+        layers += (layers.empty() ? "" : ", ") + std::to_string(n);
+      }
+      std::fprintf(out,
+                   "tessera: pipeline parallel: pp=%d, %s%s, %lld micro-batches per step, layers "
+                   "per virtual stage [%s], theoretical bubble %.1f%%\n",
+                   pp_->size(), PipelineScheduleName(par.pipeline_schedule),
+                   v > 1 ? (" x " + std::to_string(v) + " chunks per rank").c_str() : "",
+                   static_cast<long long>(accum), layers.c_str(),
+                   100 * TheoreticalBubble(par.pipeline_schedule, pp_->size(),
+                                           static_cast<int>(accum), v));
+    }
     if (loss_scaler_) {
       std::fprintf(out, "tessera: fp16 %s loss scaling from %g\n",
                    LossScaleModeName(config_.mixed_precision.loss_scale), loss_scaler_->scale());
@@ -705,6 +723,10 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
   ASSIGN_OR_RETURN(std::vector<float> full, GatherGlobalWeights());
+  std::vector<double> idle;  // per rank: idle share of the pipelined passes
+  if (pipeline_) {
+    ASSIGN_OR_RETURN(idle, AllGatherDoubles(all_, {pipeline_->stats().mean_idle_fraction()}));
+  }
   if (!root) return summary;
   const std::string weights = tc.out_dir + "/model.safetensors";
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
@@ -723,6 +745,17 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
                  static_cast<long long>(cs.committed), static_cast<long long>(cs.failed),
                  static_cast<long long>(cs.skipped), config_.checkpoint.dir.c_str(),
                  1e3 * cs.stall_seconds);
+  }
+  if (!idle.empty() && pipeline_->stats().steps > 1) {
+    double mean = 0;
+    for (double v : idle) mean += v / static_cast<double>(idle.size());
+    std::fprintf(out,
+                 "  pipeline         ranks idle %.1f%% of the pipelined passes on average "
+                 "(theoretical bubble %.1f%%; the rest: transfers and stage imbalance)\n",
+                 100 * mean,
+                 100 * TheoreticalBubble(config_.parallel.pipeline_schedule, pp_->size(),
+                                         static_cast<int>(tc.grad_accum_steps),
+                                         config_.parallel.virtual_stages));
   }
   std::fflush(out);
   return summary;
