@@ -16,6 +16,22 @@ int DpRankOf(const ParallelConfig& p, int rank) {
   return (rank / (std::max(1, p.tp) * std::max(1, p.ep))) % std::max(1, p.dp);
 }
 
+std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamWConfig& o) {
+  std::vector<ParamRange> ranges;
+  for (const TpParam& p : partition.params()) {
+    const ParamDecl& d = p.local;
+    bool decay = true;
+    switch (d.kind) {
+      case ParamKind::kMatrix: decay = true; break;
+      case ParamKind::kNorm: decay = o.decay_norms; break;
+      case ParamKind::kBias: decay = o.decay_biases; break;
+      case ParamKind::kEmbedding: decay = o.decay_embeddings; break;
+    }
+    ranges.push_back({p.local_offset, d.shape.numel(), decay, d.name});
+  }
+  return ranges;
+}
+
 Result<ModelPartition> RankPartition(const Config& config, int rank) {
   const ParallelConfig& p = config.parallel;
   ASSIGN_OR_RETURN(std::vector<PipelineChunk> chunks,

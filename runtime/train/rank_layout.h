@@ -7,7 +7,10 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <vector>
+
 #include "models/partition.h"
+#include "optimizer/adamw.h"
 #include "runtime/core/status.h"
 #include "runtime/train/config.h"
 
@@ -16,6 +19,11 @@ namespace tessera {
 int TpRankOf(const ParallelConfig& p, int rank);
 int PipelineStageOf(const ParallelConfig& p, int rank);
 int DpRankOf(const ParallelConfig& p, int rank);
+
+// The optimizer's view of a partition's local parameters: flat ranges (local offsets) with
+// the weight-decay decision of each parameter's kind (optimizer.decay_norms / decay_biases /
+// decay_embeddings; matrices always decay).
+std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamWConfig& o);
 
 // The partition of world rank `rank`: tp share, and chunks per parallel.pp, virtual_stages and
 // pipeline_split. Errors are the config's (a layout the config check would refuse).

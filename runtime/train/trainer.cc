@@ -161,24 +161,6 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
 
 namespace {
 
-// The optimizer's view of the model's parameters: flat ranges with the decay decision.
-std::vector<ParamRange> DecayRanges(const std::vector<ParamDecl>& decls, const AdamWConfig& o) {
-  std::vector<ParamRange> ranges;
-  int64_t offset = 0;
-  for (const ParamDecl& d : decls) {
-    bool decay = true;
-    switch (d.kind) {
-      case ParamKind::kMatrix: decay = true; break;
-      case ParamKind::kNorm: decay = o.decay_norms; break;
-      case ParamKind::kBias: decay = o.decay_biases; break;
-      case ParamKind::kEmbedding: decay = o.decay_embeddings; break;
-    }
-    ranges.push_back({offset, d.shape.numel(), decay, d.name});
-    offset += d.shape.numel();
-  }
-  return ranges;
-}
-
 // The global (one-rank) model's parameters as views over a flat fp32 buffer of all of them,
 // in DeclareParameters order (for a weights file).
 std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
@@ -228,13 +210,11 @@ Status Trainer::SetUpParameters() {
   // rank_layout.h; else all of it).
   ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
   partition_.emplace(std::move(partition));
-  std::vector<ParamDecl> local;
-  for (const TpParam& p : partition_->params()) local.push_back(p.local);
   for (size_t k = 1; k < partition_->chunks().size(); ++k) {
     o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
   }
   ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
-                                                DecayRanges(local, c.optimizer), dp_, &memory_));
+                                                DecayRanges(*partition_, c.optimizer), dp_, &memory_));
   ModelOptions mo;
   mo.store = shards_.get();
   if (link_ != nullptr) {

@@ -64,6 +64,7 @@ Prints each run's wall time; exits non-zero after reporting every failed check.
 import json, os, shutil, subprocess, sys, time
 
 from tessera_runs import Runner, weights
+import tessera_runs as tr
 
 runner = Runner(sys.argv, ["train.steps=6", "train.micro_batch_size=2", "train.seq_len=16",
                            "train.log_interval=1", "train.eval_batches=1", "comm.bucket_mb=0.1",
@@ -75,64 +76,33 @@ failures = []
 t_start = time.time()
 
 
+
+
 def check(cond, what):
-    print(f"  {what}: {'ok' if cond else 'NO'}")
-    if not cond:
-        failures.append(what)
+    tr.check(cond, what, failures)
+
+
+def close(ref, out, what, rel=1e-4, abs_tol=1e-5):
+    tr.close_weights(ref, out, what, failures, rel, abs_tol)
+
+
+def close_rms(ref, out, what, rel=0.005):
+    tr.close_rms(ref, out, what, failures, rel)
+
+
+metrics, model_config = tr.metrics, tr.model_config
 
 
 def run(name, np, sets):
     return runner.run(name, np, sets)
 
 
-def model_config(path):
-    """The scalar keys of the `model:` section of a config file (flat YAML, no library)."""
-    keys, inside = {}, False
-    for line in open(path):
-        text = line.split("#", 1)[0].rstrip()
-        if not text:
-            continue
-        if not text.startswith(" "):
-            inside = text.strip() == "model:"
-            continue
-        if inside and ":" in text:
-            k, v = text.strip().split(":", 1)
-            keys[k.strip()] = v.strip()
-    return keys
 
 
-def diffs(ref, out, what):
-    """(max |diff|, max |w|, RMS diff, RMS w) over all tensors; a tensor missing on either side
-    or of another size is a failure (the export must be the global one-rank layout)."""
-    wa, wb = weights(ref), weights(out)
-    if wa.keys() != wb.keys():
-        failures.append(f"{what}: tensor names differ: {sorted(wa.keys() ^ wb.keys())[:5]}")
-    worst = scale = d2 = w2 = 0.0
-    n = 0
-    for name in wa.keys() & wb.keys():
-        a, b = wa[name], wb[name]
-        if len(a) != len(b):
-            failures.append(f"{what}: {name} has {len(b)} elements, one rank has {len(a)}")
-            continue
-        for x, y in zip(a, b):
-            worst = max(worst, abs(x - y))
-            scale = max(scale, abs(x))
-            d2 += (x - y) ** 2
-            w2 += x * x
-        n += len(a)
-    return worst, scale, (d2 / max(n, 1)) ** 0.5, (w2 / max(n, 1)) ** 0.5
 
 
-def close(ref, out, what, rel=1e-4, abs_tol=1e-5):
-    worst, scale, _, _ = diffs(ref, out, what)
-    tol = abs_tol + rel * scale
-    check(worst <= tol, f"{what}: weights max |diff| {worst:.3g} (tolerance {tol:.3g})")
 
 
-def close_rms(ref, out, what, rel=0.005):
-    worst, _, rms_d, rms_w = diffs(ref, out, what)
-    check(rms_d <= rel * rms_w, f"{what}: weights RMS diff {rms_d:.3g} = {rms_d / rms_w:.2g} * "
-                                f"RMS(w) (tolerance {rel} * RMS(w); max |diff| {worst:.3g})")
 
 
 def report_bits(ref, out, what):
@@ -142,9 +112,6 @@ def report_bits(ref, out, what):
     print(f"  {what}: {'bit-identical' if a == b else 'not bit-identical (close is required)'}")
 
 
-def metrics(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return {r["step"]: r for r in map(json.loads, f)}
 
 
 def curve(ref, out, what, rel=1e-5, steps=range(1, 7), rel_norm=None):

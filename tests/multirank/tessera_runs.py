@@ -73,3 +73,69 @@ def close_to(ref, out, what, rel, abs_tol, failures):
     print(f"  {what}: max |diff| {worst:.3g} (tolerance {tol:.3g}) {'ok' if ok else 'TOO LARGE'}")
     if not ok:
         failures.append(what)
+
+
+# ---- checks shared by the model-parallel scripts: each appends to `failures` -------------------
+
+def check(cond, what, failures):
+    print(f"  {what}: {'ok' if cond else 'NO'}")
+    if not cond:
+        failures.append(what)
+
+
+def model_config(path):
+    """The scalar keys of the `model:` section of a config file (flat YAML, no library)."""
+    keys, inside = {}, False
+    for line in open(path):
+        text = line.split("#", 1)[0].rstrip()
+        if not text:
+            continue
+        if not text.startswith(" "):
+            inside = text.strip() == "model:"
+            continue
+        if inside and ":" in text:
+            k, v = text.strip().split(":", 1)
+            keys[k.strip()] = v.strip()
+    return keys
+
+
+def weight_diffs(ref, out, what, failures):
+    """(max |diff|, max |w|, RMS diff, RMS w) over all tensors; a tensor missing on either side
+    or of another size is a failure (the export must be the global one-rank layout)."""
+    wa, wb = weights(ref), weights(out)
+    if wa.keys() != wb.keys():
+        failures.append(f"{what}: tensor names differ: {sorted(wa.keys() ^ wb.keys())[:5]}")
+    worst = scale = d2 = w2 = 0.0
+    n = 0
+    for name in wa.keys() & wb.keys():
+        a, b = wa[name], wb[name]
+        if len(a) != len(b):
+            failures.append(f"{what}: {name} has {len(b)} elements, one rank has {len(a)}")
+            continue
+        for x, y in zip(a, b):
+            worst = max(worst, abs(x - y))
+            scale = max(scale, abs(x))
+            d2 += (x - y) ** 2
+            w2 += x * x
+        n += len(a)
+    return worst, scale, (d2 / max(n, 1)) ** 0.5, (w2 / max(n, 1)) ** 0.5
+
+
+def close_weights(ref, out, what, failures, rel=1e-4, abs_tol=1e-5):
+    """max |diff| <= abs_tol + rel * max |w|, every tensor present with its one-rank size."""
+    worst, scale, _, _ = weight_diffs(ref, out, what, failures)
+    tol = abs_tol + rel * scale
+    check(worst <= tol, f"{what}: weights max |diff| {worst:.3g} (tolerance {tol:.3g})", failures)
+
+
+def close_rms(ref, out, what, failures, rel=0.005):
+    """RMS of the weight difference <= rel * RMS(w) (low-precision comparisons)."""
+    worst, _, rms_d, rms_w = weight_diffs(ref, out, what, failures)
+    check(rms_d <= rel * rms_w, f"{what}: weights RMS diff {rms_d:.3g} = {rms_d / rms_w:.2g} * "
+                                f"RMS(w) (tolerance {rel} * RMS(w); max |diff| {worst:.3g})",
+          failures)
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r for r in map(json.loads, f)}

@@ -52,7 +52,9 @@
 #include "models/transformer.h"
 #include "optimizer/adamw.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/train/rank_layout.h"
 #include "runtime/train/param_shards.h"
+#include "runtime/train/rank_layout.h"
 
 namespace tessera {
 namespace {
@@ -92,24 +94,6 @@ Batches MakeBatches(int64_t V, int m) {
 }
 
 // As the trainer's DecayRanges: one range per local parameter, in flat order.
-std::vector<ParamRange> Ranges(const ModelPartition& partition, const AdamWConfig& o) {
-  std::vector<ParamRange> ranges;
-  int64_t offset = 0;
-  for (const TpParam& p : partition.params()) {
-    const ParamDecl& d = p.local;
-    bool decay = true;
-    switch (d.kind) {
-      case ParamKind::kMatrix: decay = true; break;
-      case ParamKind::kNorm: decay = o.decay_norms; break;
-      case ParamKind::kBias: decay = o.decay_biases; break;
-      case ParamKind::kEmbedding: decay = o.decay_embeddings; break;
-    }
-    ranges.push_back({offset, d.shape.numel(), decay, d.name});
-    offset += d.shape.numel();
-  }
-  return ranges;
-}
-
 Result<std::unique_ptr<ParamShards>> MakeShards(const ModelPartition& partition, int m,
                                                 MemoryTracker* memory) {
   ParamShardsOptions o;
@@ -122,7 +106,7 @@ Result<std::unique_ptr<ParamShards>> MakeShards(const ModelPartition& partition,
   }
   AdamWConfig adamw;
   ASSIGN_OR_RETURN(auto shards, ParamShards::Create(o, adamw, partition.unit_bounds(),
-                                                    Ranges(partition, adamw), nullptr, memory));
+                                                    DecayRanges(partition, adamw), nullptr, memory));
   shards->Load([&](int64_t b, int64_t e, float* out) { partition.InitRange(kSeed, b, e, out); });
   return shards;
 }
