@@ -85,16 +85,15 @@ int RunBenchPipeline(const Args& args) {
   }
   const int64_t layers = v[0], hidden = v[1], micro = v[2], batch = v[3], seq = v[4], steps = v[5];
   const int64_t vocab = v[6];
-  const char* size_env = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const int p = size_env != nullptr ? std::atoi(size_env) : 1;
+  const LauncherEnv launcher = ReadLauncherEnv();
+  const int p = launcher.size;
   if (p < 2) {
     std::fprintf(stderr,
                  "tessera bench pipeline: needs >= 2 ranks, one per stage: mpirun -np 2 tessera "
                  "bench pipeline\n");
     return kExitUsage;
   }
-  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
-  const bool root = rank_env == nullptr || std::atoi(rank_env) == 0;
+  const bool root = launcher.rank == 0;
   struct Run {
     const char* schedule;
     int chunks;

@@ -613,16 +613,55 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
   }
   // Reads local flat range [b, e) of tensor kind k into out (the global elements each local
   // one maps to; vocabulary padding is zero); the first error is kept.
+  // A tensor-parallel piece can be one row of a column-split tensor, and a read verifies every
+  // segment it touches whole: reading row by row would checksum each saved segment once per
+  // row. So consecutive pieces of one tensor are read as their covering global range (at most
+  // kMaxSpan elements of scratch) and scattered from there: each segment is verified once
+  // per span.
+  constexpr int64_t kMaxSpan = int64_t{16} << 20;  // 64 MiB of fp32 scratch
   Status first = Status::Ok();
+  std::vector<float> scratch;
   auto fill = [&](int k) {
     return [&, k](int64_t b, int64_t e, float* out) {
       std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+      struct Piece {
+        int64_t global, length, local;
+      };
+      const TpParam* tensor = nullptr;
+      std::vector<Piece> batch;
+      auto flush = [&] {
+        if (batch.empty() || !first.ok()) {
+          batch.clear();
+          return;
+        }
+        const std::string name = kKinds[k] + tensor->local.name;
+        const int64_t g0 = batch.front().global;
+        const int64_t g1 = batch.back().global + batch.back().length;
+        if (batch.size() == 1) {
+          first = reader.Read(name, g0, g1, out + (batch.front().local - b));
+        } else {
+          scratch.resize(static_cast<size_t>(g1 - g0));
+          first = reader.Read(name, g0, g1, scratch.data());
+          for (const Piece& pc : batch) {
+            if (!first.ok()) break;
+            std::memcpy(out + (pc.local - b), scratch.data() + (pc.global - g0),
+                        static_cast<size_t>(pc.length) * sizeof(float));
+          }
+        }
+        batch.clear();
+      };
       partition.ForEachGlobalPiece(
           b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-            if (!first.ok()) return;
-            first = reader.Read(kKinds[k] + param.local.name, global_begin,
-                                global_begin + length, out + (local - b));
+            // Pieces of one tensor come in increasing global order.
+            if (!batch.empty() &&
+                (&param != tensor ||
+                 global_begin + length - batch.front().global > kMaxSpan)) {
+              flush();
+            }
+            tensor = &param;
+            batch.push_back({global_begin, length, local});
           });
+      flush();
     };
   };
   shards.Load(fill(0));

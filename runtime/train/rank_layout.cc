@@ -2,6 +2,7 @@
 #include "runtime/train/rank_layout.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace tessera {
 
@@ -30,6 +31,36 @@ std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamW
     ranges.push_back({p.local_offset, d.shape.numel(), decay, d.name});
   }
   return ranges;
+}
+
+// The global (one-rank) model's parameters as views over a flat fp32 buffer of all of them,
+// in DeclareParameters order (for a weights file).
+std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
+  std::vector<Parameter> views;
+  int64_t offset = 0;
+  for (const ParamDecl& d : DeclareParameters(model)) {
+    Parameter p;
+    p.kind = d.kind;
+    p.hf_transposed = d.hf_transposed;
+    p.offset = offset;
+    p.spec = ShardSpec::Whole(d.name, d.shape);
+    p.value = Tensor(base + offset, DType::kF32, d.shape);
+    views.push_back(std::move(p));
+    offset += d.shape.numel();
+  }
+  return views;
+}
+
+// Copies into out (local flat [b, e) of `partition`) the global values each element maps to
+// (`global`: the one-rank flat buffer); vocabulary padding is zero.
+void FillFromGlobal(const ModelPartition& partition, const float* global, int64_t b, int64_t e,
+                    float* out) {
+  std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+  partition.ForEachGlobalPiece(
+      b, e, [&](const TpParam& p, int64_t global_begin, int64_t length, int64_t local) {
+        std::memcpy(out + (local - b), global + p.global_offset + global_begin,
+                    static_cast<size_t>(length) * sizeof(float));
+      });
 }
 
 Result<ModelPartition> RankPartition(const Config& config, int rank) {
