@@ -9,6 +9,8 @@
 // Activations and workspace come from two arenas whose capacities a measuring pass learns at
 // Create for (B, T) and the policy; that pass makes no store calls (null weights, no
 // arithmetic).
+// The implementation class lives in transformer_impl.h; its tensor-parallel embedding / head /
+// final norm and the pipeline stage passes are in transformer_stage.cc.
 // Thread-safety: one thread drives a model (transformer.h).
 #include "models/transformer.h"
 
@@ -25,11 +27,12 @@
 #include "models/block.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
+#include "models/transformer_impl.h"
 #include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/ops.h"
 
 namespace tessera {
-namespace {
+namespace transformer_internal {
 
 // The LM head's logits are materialised for at most this many floats at a time (64 MiB), in
 // chunks of 64..256 rows: few chunks keep the d_weight accumulation (a pass over the whole
@@ -136,185 +139,6 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
   }
   return CheckFitsInMemory(c, B, T, options.store == nullptr);
 }
-
-// The store of a model without one: units are ranges of its own flat buffers, and a unit's
-// GradsDone reports that range to the grad-ready hook (transformer.h).
-class FlatStore final : public ParamStore {
- public:
-  FlatStore(float* params, float* grads, const std::vector<int64_t>* bounds,
-            const Transformer::GradReadyCallback* grad_ready)
-      : params_(params), grads_(grads), bounds_(bounds), grad_ready_(grad_ready) {}
-  const float* Acquire(int unit) override { return params_ + (*bounds_)[unit]; }
-  void Release(int unit) override {}
-  float* Grads(int unit) override { return grads_ + (*bounds_)[unit]; }
-  void GradsDone(int unit) override {
-    const int64_t begin = (*bounds_)[unit], end = (*bounds_)[unit + 1];
-    if (*grad_ready_ && end > begin) (*grad_ready_)(begin, end);
-  }
-
- private:
-  float* params_;
-  float* grads_;
-  const std::vector<int64_t>* bounds_;
-  const Transformer::GradReadyCallback* grad_ready_;
-};
-
-// base + offset, null for a null base (measuring step) or an absent parameter (offset < 0).
-template <typename T>
-T* At(T* base, int64_t offset) {
-  return base == nullptr || offset < 0 ? nullptr : base + offset;
-}
-
-class TransformerImpl final : public Transformer {
- public:
-  TransformerImpl(const ModelConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
-                  const ModelOptions& options);
-
-  void InitRandom(uint64_t seed) override;
-  double ForwardBackward(const int32_t* inputs, const int32_t* targets,
-                         float grad_scale) override {
-    return Step(inputs, targets, grad_scale, /*backward=*/true);
-  }
-  double Forward(const int32_t* inputs, const int32_t* targets) override {
-    return Step(inputs, targets, 0.0f, /*backward=*/false);
-  }
-  double ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets, const float* x_in,
-                      float* x_out) override;
-  void BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) override;
-  int64_t stage_rows() const override { return Rows(); }
-  int contexts() const override { return static_cast<int>(ctx_.size()); }
-  const PipelineChunk& chunk() const override { return chunk_; }
-  void ZeroGrads() override {
-    if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.nbytes());
-  }
-  void SetGradReadyCallback(GradReadyCallback callback) override {
-    TESSERA_CHECK_MSG(own_store_ != nullptr || !callback,
-                      "a model with a ParamStore reports finished gradients via GradsDone");
-    grad_ready_ = std::move(callback);
-  }
-
-  const ModelConfig& config() const override { return config_; }
-  int64_t batch_size() const override { return B_; }
-  int64_t seq_len() const override { return T_; }
-  std::span<Parameter> parameters() override { return params_; }
-  Tensor flat_params() override { return flat_params_; }
-  Tensor flat_grads() override { return grads_; }
-  int64_t num_params() const override { return bounds_.back(); }
-  DType activation_dtype() const override { return act_dtype_; }
-  const ModelPartition& partition() const override { return *partition_; }
-  Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
-  // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
-  // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
-  // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
-  // the sequence length T of Create.
-  double TrainFlopsPerToken() const override {
-    return (6.0 * static_cast<double>(MatmulParams(config_)) +
-            12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
-           partition_->tp_size();
-  }
-
- private:
-  void LayOutParameters();
-  void BindBlocks();
-  void MeasureArenas();
-  void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
-  double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
-  // Uses context ctx for the pass that follows (its activation arena, saved tensors).
-  StepArenas Begin(int ctx);
-  void ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in);
-  // d_h: dL/dh on top of the workspace at d_h_mark (last chunk only; empty otherwise).
-  void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
-                    size_t d_h_mark, const Tensor& d_res);
-  double HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale, int64_t counted,
-                  float* d_h);
-  // Checks the token ids (CHECK failure when out of range) and counts the counted targets.
-  int64_t Counted(const int32_t* inputs, const int32_t* targets) const;
-  bool holds_unit(int u) const { return bounds_[u + 1] > bounds_[u]; }
-  // Rounds n activations (or gradients) at x to act_dtype_; nothing for fp32.
-  void Round(float* x, int64_t n) const {
-    if (act_dtype_ != DType::kF32) cpu::RoundTo(act_dtype_, x, n);
-  }
-
-  // Store calls of a step. A measuring step (live == false) makes none: its weight and
-  // gradient bases are null.
-  // Units are chunk-relative here (0 embeddings, 1 + l block layer_begin + l, blocks + 1 the
-  // final unit); a caller's store numbers the rank's units, chunk after chunk: unit_base_.
-  const float* Acquire(bool live, int unit) {
-    return live ? store_->Acquire(unit_base_ + unit) : nullptr;
-  }
-  void Release(bool live, int unit) {
-    if (live) store_->Release(unit_base_ + unit);
-  }
-  void Prefetch(bool live, int unit) {
-    if (live && unit >= 0 && unit < num_units() && holds_unit(unit)) {
-      store_->Prefetch(unit_base_ + unit);
-    }
-  }
-  float* Grads(bool live, int unit) { return live ? store_->Grads(unit_base_ + unit) : nullptr; }
-  void GradsDone(bool live, int unit) {
-    if (live) store_->GradsDone(unit_base_ + unit);
-  }
-  int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
-  int final_unit() const { return static_cast<int>(n_blocks_) + 1; }
-  // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
-  int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
-  void EmbedForward(StepArenas& arenas, const int32_t* inputs, const float* embed);
-  void EmbedBackward(StepArenas& arenas, const int32_t* inputs, const float* d_res,
-                     float* embed_grads);
-  void FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h, float* grads);
-  double Head(StepArenas& arenas, const int32_t* targets, float loss_scale, const float* head_w,
-              float* head_grads, float* d_h, Tensor& losses, Tensor& logits);
-
-  ModelConfig config_;
-  std::optional<ModelPartition> own_partition_;  // when ModelOptions gave none
-  const ModelPartition* partition_;  // the rank's layout; this model runs its chunk `chunk_`
-  int chunk_index_;
-  PipelineChunk chunk_;
-  int64_t n_blocks_;    // blocks of this chunk
-  int unit_base_ = 0;   // the chunk's first unit in a caller's store
-  std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
-  int64_t B_, T_;
-  MemoryTracker* tracker_;
-  DType act_dtype_;
-  DecoderBlock block_;
-  int64_t chunk_rows_ = 0;
-
-  Arena param_arena_, grad_arena_, ws_;
-  Tensor flat_params_, grads_;  // (num_params); empty with a caller's store
-  std::vector<Parameter> params_;
-  std::unordered_map<std::string, int> index_;
-  std::vector<int64_t> bounds_;  // the chunk's unit bounds, relative to its first element
-
-  // The store every step goes through: the caller's, or own_store_ over the flat buffers.
-  ParamStore* store_ = nullptr;
-  std::unique_ptr<FlatStore> own_store_;
-  GradReadyCallback grad_ready_;  // reported by own_store_
-
-  // Unit-relative offsets (elements) of the weights a step reads, -1 when absent.
-  std::vector<BlockLayout> block_layout_;  // per block, relative to unit 1 + l
-  int64_t wte_off_ = -1, wpe_off_ = -1;    // unit 0
-  int64_t lnf_w_off_ = -1, lnf_b_off_ = -1;  // unit L + 1
-  int64_t head_off_ = -1;  // in unit 0 (tied) or L + 1
-  // Base of unit L + 1 while it is acquired (from the final norm to its backward).
-  const float* final_base_ = nullptr;
-
-  // One micro-batch's activations, from its forward to its backward. A pipeline stage keeps
-  // several (ModelOptions::contexts); the whole-model step uses context 0.
-  struct Context {
-    Arena act = Arena::Measuring(MemoryKind::kActivations);
-    std::vector<Tensor> resid;      // blocks+1 x (Rows, C): the chunk's input, each block's output
-    std::vector<BlockSaved> saved;  // per block, what the policy keeps
-    struct {
-      Tensor out;   // (Rows, C) h = final_norm(x_L), the LM head's input
-      Tensor mean;  // (Rows)    GPT-2 only
-      Tensor rstd;  // (Rows)
-    } final;
-    const int32_t* inputs = nullptr;   // a stage forward's token ids, for its backward
-    const int32_t* targets = nullptr;  // and targets (the last chunk's recomputed head)
-  };
-  std::vector<Context> ctx_;
-  Context* cur_ = nullptr;  // the context of the pass being run
-};
 
 // The block's dimensions on this rank: under tp its share of the heads and MLP width.
 // Validate() has checked the split.
@@ -593,127 +417,6 @@ void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs, con
   Round(x.final.out.f32(), R * C);
 }
 
-// x0 = embed[tokens] (+ wpe[t]) into the context's resid[0]. Under tp each rank looks up the tokens of its
-// vocabulary rows (zeros elsewhere), the Exit region sums the partial rows over tp (SP:
-// reduce-scatter to this rank's rows), then the positions are added once.
-void TransformerImpl::EmbedForward(StepArenas& arenas, const int32_t* inputs,
-                                   const float* embed) {
-  const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, R = Rows();
-  float* x0 = cur_->resid[0].f32();
-  if (!tp_) {
-    if (live) {
-      cpu::EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
-      Round(x0, N * C);
-    }
-    return;
-  }
-  const size_t mark = ws_.Mark();
-  Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : cur_->resid[0];
-  if (live) {
-    cpu::VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_),
-                               partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
-    tp_->ExitForward(partial.f32(), x0, N, C);
-    if (wpe_off_ >= 0) cpu::AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
-    Round(x0, R * C);
-  }
-  ws_.Release(mark);
-}
-
-// Backward of EmbedForward from d_res (Rows(), C): needs no weights. Under tp the Exit
-// region's dual gathers the rows (SP), each rank scatters into its vocabulary rows, and every
-// rank computes the (replicated) position gradient from all rows.
-void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
-                                    const float* d_res, float* embed_grads) {
-  const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
-  if (!tp_) {
-    if (live) {
-      cpu::EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res,
-                             inputs, B_, T_, C, V);
-    }
-    return;
-  }
-  const size_t mark = ws_.Mark();
-  Tensor full = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  if (live) {
-    const float* d_full = tp_->ExitBackward(d_res, full.f32(), N, C);
-    cpu::VocabEmbeddingBackward(At(embed_grads, wte_off_), d_full, inputs,
-                                partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
-    if (wpe_off_ >= 0) {
-      cpu::EmbeddingBackward(nullptr, At(embed_grads, wpe_off_), d_full, inputs, B_, T_, C, V);
-    }
-  }
-  ws_.Release(mark);
-}
-
-// h = final_norm(x_L) backward: d_res (Rows(), C) written from d_h. Under sequence
-// parallelism the norm's gradients of this rank's rows are summed over tp before they are
-// accumulated into `grads` (unit L + 1).
-void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h,
-                                        float* grads) {
-  const bool live = arenas.live();
-  const int64_t R = Rows(), C = config_.hidden_size, L = n_blocks_;
-  const bool sp = tp_ && tp_->sequence_parallel();
-  const size_t mark = ws_.Mark();
-  Tensor partial = sp ? ws_.Allocate(DType::kF32, {2 * C}) : Tensor();
-  if (live) {
-    float* g_w = At(grads, lnf_w_off_);
-    float* g_b = At(grads, lnf_b_off_);
-    if (sp) {
-      std::memset(partial.f32(), 0, partial.nbytes());
-      g_w = partial.f32();
-      g_b = partial.f32() + C;
-    }
-    const float* w = At(final_base_, lnf_w_off_);
-    if (config_.family == ModelFamily::kGpt2) {
-      cpu::LayerNormBackward(d_res, g_w, g_b, d_h, cur_->resid[L].f32(), w, cur_->final.mean.f32(),
-                             cur_->final.rstd.f32(), R, C);
-    } else {
-      cpu::RmsNormBackward(d_res, g_w, d_h, cur_->resid[L].f32(), w, cur_->final.rstd.f32(), R, C);
-    }
-    if (sp) {
-      tp_->SumInPlace(partial.f32(), 2 * C);
-      cpu::AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
-      if (lnf_b_off_ >= 0) cpu::AddInPlace(At(grads, lnf_b_off_), partial.f32() + C, C);
-    }
-    Round(d_res, R * C);
-  }
-  ws_.Release(mark);
-}
-
-// LM head + cross-entropy over all N rows, fused with its backward when d_h is non-null
-// (d_h (Rows(), C) = dL/dh). Returns the loss sum. Under tp the head is vocab-parallel: the
-// norm output enters through the Enter region (SP: gathered), the classifier reduces its
-// softmax statistics over tp, and the partial d_h is summed by the Enter region's dual.
-// `losses` (N) and `logits` (the chunk scratch) are the caller's workspace tensors.
-double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float loss_scale,
-                             const float* head_w, float* head_grads, float* d_h,
-                             Tensor& losses, Tensor& logits) {
-  const bool live = arenas.live();
-  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
-  if (!tp_) {
-    if (!live) return 0.0;
-    return cpu::ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
-                                          cur_->final.out.f32(), At(head_w, head_off_), targets, N,
-                                          C, V, loss_scale, logits.f32(), chunk_rows_);
-  }
-  const bool sp = tp_->sequence_parallel();
-  Tensor h_full = sp ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  Tensor d_full = sp && d_h != nullptr ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  if (!live) return 0.0;
-  const float* h = tp_->EnterForward(cur_->final.out.f32(), h_full.f32(), N, C);
-  float* d_partial = d_h == nullptr ? nullptr : sp ? d_full.f32() : d_h;
-  const int64_t vp = partition_->vocab_per_rank(), vb = partition_->vocab_begin();
-  const int64_t real = std::clamp<int64_t>(V - vb, 0, vp);
-  const double sum = cpu::VocabParallelClassifier(
-      losses.f32(), d_partial, At(head_grads, head_off_), h, At(head_w, head_off_), targets, N,
-      C, vp, real, vb, loss_scale, logits.f32(), chunk_rows_, &TensorParallel::Combine,
-      tp_.get());
-  if (d_h != nullptr) tp_->EnterBackward(d_partial, d_h, N, C);
-  return sum;
-}
-
 // Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
 // d_h sits on top of the workspace at `d_h_mark`: it is released once the final norm has read
 // it, so the blocks reuse its bytes. Unit L + 1 is acquired on entry and released here.
@@ -751,31 +454,6 @@ void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, co
   }
 }
 
-// The LM head + cross-entropy over the context's h for the `counted` tokens: the loss sum.
-// With d_h it is fused with its backward: d_h = dL/dh scaled for the mean over counted tokens
-// and the caller's grad_scale, the head's weight gradient accumulated. The head's weights:
-// unit 0's token table when tied (acquired here), else in the final unit (acquired already).
-double TransformerImpl::HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale,
-                                 int64_t counted, float* d_h) {
-  const bool live = arenas.live();
-  const int64_t N = B_ * T_, V = config_.vocab_size;
-  const size_t head_mark = ws_.Mark();
-  Tensor losses = ws_.Allocate(DType::kF32, {N});
-  Tensor logits =
-      ws_.Allocate(DType::kF32, {chunk_rows_, tp_ ? partition_->vocab_per_rank() : V});
-  const float loss_scale =
-      counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
-  const bool tied = config_.tie_embeddings;
-  const int head_unit = tied ? 0 : final_unit();
-  const float* head_base = tied ? Acquire(live, 0) : final_base_;
-  float* head_grads = d_h != nullptr ? Grads(live, head_unit) : nullptr;
-  const double loss_sum = Head(arenas, targets, loss_scale, head_base, head_grads, d_h, losses,
-                               logits);
-  if (tied) Release(live, 0);
-  ws_.Release(head_mark);
-  return loss_sum;
-}
-
 int64_t TransformerImpl::Counted(const int32_t* inputs, const int32_t* targets) const {
   CheckTokens(inputs, targets);
   int64_t counted = 0;
@@ -811,62 +489,14 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
 }
 
-// A pipeline stage's forward: the activations stay in context ctx for BackwardStage. The last
-// chunk computes the loss (forward only: its backward recomputes the head, so the store sees
-// gradient requests only inside BackwardStage, whatever the schedule).
-double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
-                                     const float* x_in, float* x_out) {
-  StepArenas arenas = Begin(ctx);
-  const bool live = arenas.live();
-  cur_->inputs = inputs;
-  cur_->targets = targets;
-  const int64_t counted = live ? Counted(inputs, targets) : 0;
-  ForwardBody(arenas, inputs, x_in);
-  double loss_sum = 0.0;
-  if (chunk_.last) {
-    loss_sum = HeadPass(arenas, targets, 0.0f, counted, nullptr);
-    Release(live, final_unit());
-    final_base_ = nullptr;
-  } else if (live) {
-    std::memcpy(x_out, cur_->resid[n_blocks_].f32(),
-                static_cast<size_t>(Rows() * config_.hidden_size) * sizeof(float));
-  }
-  ws_.Release(0);
-  return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
-}
+}  // namespace transformer_internal
 
-void TransformerImpl::BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) {
-  TESSERA_CHECK(ctx >= 0 && ctx < static_cast<int>(ctx_.size()));
-  cur_ = &ctx_[static_cast<size_t>(ctx)];
-  ws_.Release(0);
-  StepArenas arenas{&cur_->act, &ws_};
-  const bool live = arenas.live();
-  const int64_t R = Rows(), C = config_.hidden_size;
-  Tensor d_res = ws_.Allocate(DType::kF32, {R, C});
-  const size_t d_h_mark = ws_.Mark();
-  Tensor d_h;
-  if (chunk_.last) {
-    // The head again, now fused with its backward (the same bits as the forward's loss).
-    const int64_t counted = live ? Counted(cur_->inputs, cur_->targets) : 0;
-    final_base_ = Acquire(live, final_unit());
-    d_h = ws_.Allocate(DType::kF32, {R, C});
-    HeadPass(arenas, cur_->targets, grad_scale, counted, d_h.f32());
-  } else if (live) {
-    std::memcpy(d_res.f32(), d_out, static_cast<size_t>(R * C) * sizeof(float));
-  }
-  BackwardBody(arenas, cur_->inputs, d_h, d_h_mark, d_res);
-  if (!chunk_.first && live) {
-    std::memcpy(d_in, d_res.f32(), static_cast<size_t>(R * C) * sizeof(float));
-  }
-  ws_.Release(0);
-}
-
-}  // namespace
+using transformer_internal::TransformerImpl;
 
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, int64_t B,
                                                          int64_t T, MemoryTracker* tracker,
                                                          const ModelOptions& options) {
-  RETURN_IF_ERROR(Validate(config, B, T, options));
+  RETURN_IF_ERROR(transformer_internal::Validate(config, B, T, options));
   return std::unique_ptr<Transformer>(new TransformerImpl(config, B, T, tracker, options));
 }
 

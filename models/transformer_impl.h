@@ -1,0 +1,201 @@
+// models/transformer_impl.h — INTERNAL to models/transformer*.cc: the implementation class of
+// transformer.h, shared by transformer.cc (layout, init, the blocks, the whole-model step) and
+// transformer_stage.cc (the tensor-parallel embedding, head and final norm, and the pipeline
+// stage passes). Nothing outside models/ includes it.
+// Thread-safety: one thread drives a model (transformer.h).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "models/block.h"
+#include "models/param_layout.h"
+#include "models/tensor_parallel.h"
+#include "models/transformer.h"
+#include "runtime/kernels/cpu/convert.h"
+
+namespace tessera::transformer_internal {
+
+// The store of a model without one: units are ranges of its own flat buffers, and a unit's
+// GradsDone reports that range to the grad-ready hook (transformer.h).
+class FlatStore final : public ParamStore {
+ public:
+  FlatStore(float* params, float* grads, const std::vector<int64_t>* bounds,
+            const Transformer::GradReadyCallback* grad_ready)
+      : params_(params), grads_(grads), bounds_(bounds), grad_ready_(grad_ready) {}
+  const float* Acquire(int unit) override { return params_ + (*bounds_)[unit]; }
+  void Release(int unit) override {}
+  float* Grads(int unit) override { return grads_ + (*bounds_)[unit]; }
+  void GradsDone(int unit) override {
+    const int64_t begin = (*bounds_)[unit], end = (*bounds_)[unit + 1];
+    if (*grad_ready_ && end > begin) (*grad_ready_)(begin, end);
+  }
+
+ private:
+  float* params_;
+  float* grads_;
+  const std::vector<int64_t>* bounds_;
+  const Transformer::GradReadyCallback* grad_ready_;
+};
+
+// base + offset, null for a null base (measuring step) or an absent parameter (offset < 0).
+template <typename T>
+T* At(T* base, int64_t offset) {
+  return base == nullptr || offset < 0 ? nullptr : base + offset;
+}
+
+class TransformerImpl final : public Transformer {
+ public:
+  TransformerImpl(const ModelConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
+                  const ModelOptions& options);
+
+  void InitRandom(uint64_t seed) override;
+  double ForwardBackward(const int32_t* inputs, const int32_t* targets,
+                         float grad_scale) override {
+    return Step(inputs, targets, grad_scale, /*backward=*/true);
+  }
+  double Forward(const int32_t* inputs, const int32_t* targets) override {
+    return Step(inputs, targets, 0.0f, /*backward=*/false);
+  }
+  double ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets, const float* x_in,
+                      float* x_out) override;
+  void BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) override;
+  int64_t stage_rows() const override { return Rows(); }
+  int contexts() const override { return static_cast<int>(ctx_.size()); }
+  const PipelineChunk& chunk() const override { return chunk_; }
+  void ZeroGrads() override {
+    if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.nbytes());
+  }
+  void SetGradReadyCallback(GradReadyCallback callback) override {
+    TESSERA_CHECK_MSG(own_store_ != nullptr || !callback,
+                      "a model with a ParamStore reports finished gradients via GradsDone");
+    grad_ready_ = std::move(callback);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  int64_t batch_size() const override { return B_; }
+  int64_t seq_len() const override { return T_; }
+  std::span<Parameter> parameters() override { return params_; }
+  Tensor flat_params() override { return flat_params_; }
+  Tensor flat_grads() override { return grads_; }
+  int64_t num_params() const override { return bounds_.back(); }
+  DType activation_dtype() const override { return act_dtype_; }
+  const ModelPartition& partition() const override { return *partition_; }
+  Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
+  // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
+  // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
+  // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
+  // the sequence length T of Create.
+  double TrainFlopsPerToken() const override {
+    return (6.0 * static_cast<double>(MatmulParams(config_)) +
+            12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
+           partition_->tp_size();
+  }
+
+ private:
+  void LayOutParameters();
+  void BindBlocks();
+  void MeasureArenas();
+  void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
+  double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
+  // Uses context ctx for the pass that follows (its activation arena, saved tensors).
+  StepArenas Begin(int ctx);
+  void ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in);
+  // d_h: dL/dh on top of the workspace at d_h_mark (last chunk only; empty otherwise).
+  void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
+                    size_t d_h_mark, const Tensor& d_res);
+  double HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale, int64_t counted,
+                  float* d_h);
+  // Checks the token ids (CHECK failure when out of range) and counts the counted targets.
+  int64_t Counted(const int32_t* inputs, const int32_t* targets) const;
+  bool holds_unit(int u) const { return bounds_[u + 1] > bounds_[u]; }
+  // Rounds n activations (or gradients) at x to act_dtype_; nothing for fp32.
+  void Round(float* x, int64_t n) const {
+    if (act_dtype_ != DType::kF32) cpu::RoundTo(act_dtype_, x, n);
+  }
+
+  // Store calls of a step. A measuring step (live == false) makes none: its weight and
+  // gradient bases are null.
+  // Units are chunk-relative here (0 embeddings, 1 + l block layer_begin + l, blocks + 1 the
+  // final unit); a caller's store numbers the rank's units, chunk after chunk: unit_base_.
+  const float* Acquire(bool live, int unit) {
+    return live ? store_->Acquire(unit_base_ + unit) : nullptr;
+  }
+  void Release(bool live, int unit) {
+    if (live) store_->Release(unit_base_ + unit);
+  }
+  void Prefetch(bool live, int unit) {
+    if (live && unit >= 0 && unit < num_units() && holds_unit(unit)) {
+      store_->Prefetch(unit_base_ + unit);
+    }
+  }
+  float* Grads(bool live, int unit) { return live ? store_->Grads(unit_base_ + unit) : nullptr; }
+  void GradsDone(bool live, int unit) {
+    if (live) store_->GradsDone(unit_base_ + unit);
+  }
+  int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
+  int final_unit() const { return static_cast<int>(n_blocks_) + 1; }
+  // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
+  int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
+  void EmbedForward(StepArenas& arenas, const int32_t* inputs, const float* embed);
+  void EmbedBackward(StepArenas& arenas, const int32_t* inputs, const float* d_res,
+                     float* embed_grads);
+  void FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h, float* grads);
+  double Head(StepArenas& arenas, const int32_t* targets, float loss_scale, const float* head_w,
+              float* head_grads, float* d_h, Tensor& losses, Tensor& logits);
+
+  ModelConfig config_;
+  std::optional<ModelPartition> own_partition_;  // when ModelOptions gave none
+  const ModelPartition* partition_;  // the rank's layout; this model runs its chunk `chunk_`
+  int chunk_index_;
+  PipelineChunk chunk_;
+  int64_t n_blocks_;    // blocks of this chunk
+  int unit_base_ = 0;   // the chunk's first unit in a caller's store
+  std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
+  int64_t B_, T_;
+  MemoryTracker* tracker_;
+  DType act_dtype_;
+  DecoderBlock block_;
+  int64_t chunk_rows_ = 0;
+
+  Arena param_arena_, grad_arena_, ws_;
+  Tensor flat_params_, grads_;  // (num_params); empty with a caller's store
+  std::vector<Parameter> params_;
+  std::unordered_map<std::string, int> index_;
+  std::vector<int64_t> bounds_;  // the chunk's unit bounds, relative to its first element
+
+  // The store every step goes through: the caller's, or own_store_ over the flat buffers.
+  ParamStore* store_ = nullptr;
+  std::unique_ptr<FlatStore> own_store_;
+  GradReadyCallback grad_ready_;  // reported by own_store_
+
+  // Unit-relative offsets (elements) of the weights a step reads, -1 when absent.
+  std::vector<BlockLayout> block_layout_;  // per block, relative to unit 1 + l
+  int64_t wte_off_ = -1, wpe_off_ = -1;    // unit 0
+  int64_t lnf_w_off_ = -1, lnf_b_off_ = -1;  // unit L + 1
+  int64_t head_off_ = -1;  // in unit 0 (tied) or L + 1
+  // Base of unit L + 1 while it is acquired (from the final norm to its backward).
+  const float* final_base_ = nullptr;
+
+  // One micro-batch's activations, from its forward to its backward. A pipeline stage keeps
+  // several (ModelOptions::contexts); the whole-model step uses context 0.
+  struct Context {
+    Arena act = Arena::Measuring(MemoryKind::kActivations);
+    std::vector<Tensor> resid;      // blocks+1 x (Rows, C): the chunk's input, each block's output
+    std::vector<BlockSaved> saved;  // per block, what the policy keeps
+    struct {
+      Tensor out;   // (Rows, C) h = final_norm(x_L), the LM head's input
+      Tensor mean;  // (Rows)    GPT-2 only
+      Tensor rstd;  // (Rows)
+    } final;
+    const int32_t* inputs = nullptr;   // a stage forward's token ids, for its backward
+    const int32_t* targets = nullptr;  // and targets (the last chunk's recomputed head)
+  };
+  std::vector<Context> ctx_;
+  Context* cur_ = nullptr;  // the context of the pass being run
+};
+
+}  // namespace tessera::transformer_internal
