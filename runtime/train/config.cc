@@ -480,6 +480,7 @@ Status ReadTrain(Section& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Int("eval_interval", 0, kMaxSteps, &t->eval_interval));
   RETURN_IF_ERROR(s.Int("eval_batches", 1, kMaxBatch, &t->eval_batches));
   RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
+  RETURN_IF_ERROR(s.Float("peak_gflops", kNonNegative, &t->peak_gflops));
   RETURN_IF_ERROR(s.String("out_dir", &t->out_dir));
   RETURN_IF_ERROR(s.NonEmpty("out_dir", t->out_dir));  // "" would scatter outputs into the cwd
   return s.Finish();

@@ -57,6 +57,9 @@ struct TrainConfig {
   int64_t eval_batches = 8;        // train.eval_batches: micro-batches per eval, >= 1
   int threads = 0;                 // train.threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   std::string out_dir = "runs/default";  // train.out_dir: metrics.jsonl and final weights go here
+  float peak_gflops = 0.0f;  // train.peak_gflops: the MFU denominator per rank in GFLOP/s (e.g.
+                             //   a GPU's rated bf16 peak); 0 = measure sgemm at startup
+                             //   (~0.7 s on rank 0), >= 0
 };
 
 // How the world's ranks are laid out (comm/device_mesh.h: pp x dp x ep x tp, tp fastest).

@@ -103,6 +103,7 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   Put(out, "eval_interval", t.eval_interval);
   Put(out, "eval_batches", t.eval_batches);
   Put(out, "threads", static_cast<int64_t>(t.threads));
+  Put(out, "peak_gflops", t.peak_gflops);
   PutPath(out, "out_dir", t.out_dir);
   out << YAML::EndMap;
 }

@@ -154,7 +154,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   t->targets_.resize(tokens);
   // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
   // `tessera bench` uses). Rank 0 reports it; the others would only contend for the cores.
-  if (t->is_root()) t->peak_flops_ = PeakSgemmFlops(config.train.out_dir, t->start_step_ > 0);
+  if (t->is_root()) {
+    t->peak_flops_ = config.train.peak_gflops > 0
+                         ? config.train.peak_gflops * 1e9
+                         : PeakSgemmFlops(config.train.out_dir, t->start_step_ > 0);
+  }
   if (link != nullptr) link->SetStep(t->start_step_);
   return t;
 }
@@ -495,10 +499,11 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     }
     std::fprintf(out,
                  "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
-                 "dp %d), %d threads, sgemm peak %.1f GFLOP/s (MFU denominator)\n",
+                 "dp %d), %d threads, %s %.1f GFLOP/s (MFU denominator)\n",
                  static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
                  static_cast<long long>(B), static_cast<long long>(T),
-                 static_cast<long long>(accum), dp_size_, cpu::NumThreads(), peak_flops_ / 1e9);
+                 static_cast<long long>(accum), dp_size_, cpu::NumThreads(),
+                 tc.peak_gflops > 0 ? "train.peak_gflops" : "sgemm peak", peak_flops_ / 1e9);
     std::fflush(out);
   }
 

@@ -60,6 +60,8 @@ the reference; only dp multiplies it (a dp=2 run at accum 4 is compared with one
     to one rank with 3 layers (observed 6.6e-6 tiny, 0 llama-tiny). Each refusal took ~0.1 s.
 ~35 s per model here (8-rank runs 2-3 s each).
 Prints each run's wall time; exits non-zero after reporting every failed check.
+The tied-copy slot, composition, checkpoint and bad-input checks run on the tied GPT-2 config
+only (they do not depend on the model family); the Llama config runs each layout's equivalence.
 """
 import json, os, shutil, subprocess, sys, time
 
@@ -159,11 +161,15 @@ for name, np, sets in (
     if untied:
         report_bits(ref4, out, f"{name} (untied model)")
 
-# Two blocks per chunk: the last stage's tied copy must keep its own ParamShards slot.
-ref4_8, _ = run("ref_accum4_layers8", 1, ["train.grad_accum_steps=4", "model.num_layers=8"])
-out, _ = run("pp2_interleaved_layers8", 2, PP2 + INTERLEAVED + ["train.grad_accum_steps=4",
-                                                                 "model.num_layers=8"])
-close(ref4_8, out, "pp2_interleaved_layers8")
+if not untied:
+    # Two blocks per chunk: the last stage's tied copy must keep its own ParamShards slot.
+    ref4_8, _ = run("ref_accum4_layers8", 1, ["train.grad_accum_steps=4", "model.num_layers=8"])
+    out, _ = run("pp2_interleaved_layers8", 2, PP2 + INTERLEAVED + ["train.grad_accum_steps=4",
+                                                                     "model.num_layers=8"])
+    close(ref4_8, out, "pp2_interleaved_layers8")
+
+else:
+    print("tied-copy slot, composition, checkpoints and bad input: run on the tied GPT-2 config only")
 
 # tp x pp x dp under ZeRO (global batch 8 micro-batches).
 for zero in (1, 2, 3):
@@ -172,79 +178,83 @@ for zero in (1, 2, 3):
     close(ref8, out, name)
     curve(ref8, out, name)
 
-# Everything at once, against one rank in the same precision.
-bf16, _ = run("ref_bf16_accum8", 1, ["precision=bf16", "train.grad_accum_steps=8"])
-what = "tp2 x pp2 x dp2 zero 2 bf16 selective offload sp interleaved"
-out, _ = run("composition", 8, TP_PP_DP + INTERLEAVED + [
-    "parallel.zero=2", "precision=bf16", "model.recompute=selective", "optimizer.offload=cpu",
-    "parallel.sequence_parallel=true", "train.grad_accum_steps=4"])
-close_rms(bf16, out, what)
-curve(bf16, out, what, rel=2e-3, rel_norm=1e-2)
+if not untied:
+    # Everything at once, against one rank in the same precision.
+    bf16, _ = run("ref_bf16_accum8", 1, ["precision=bf16", "train.grad_accum_steps=8"])
+    what = "tp2 x pp2 x dp2 zero 2 bf16 selective offload sp interleaved"
+    out, _ = run("composition", 8, TP_PP_DP + INTERLEAVED + [
+        "parallel.zero=2", "precision=bf16", "model.recompute=selective", "optimizer.offload=cpu",
+        "parallel.sequence_parallel=true", "train.grad_accum_steps=4"])
+    close_rms(bf16, out, what)
+    curve(bf16, out, what, rel=2e-3, rel_norm=1e-2)
 
 
-# Checkpoints across layouts (global batch 4 micro-batches).
-def resumed(name, np, sets, ckpt):
-    """Resumes from a copy of CKPT (a resumed run saves step 6 into its checkpoint.dir, which
-    the next resume from the same directory would pick up)."""
-    copy = os.path.join(work, name + "_ckpt")
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(ckpt, copy)
-    out, log = run(name, np, sets + ["checkpoint.dir=" + copy, "resume=auto"])
-    check("resumed at step 3" in log, f"{name}: resumed at step 3")
-    close(ref4, out, f"{name}: final weights vs uninterrupted 1 rank")
-    curve(ref4, out, f"{name}: continued curve", steps=range(4, 7))
+    # Checkpoints across layouts (global batch 4 micro-batches).
+    def resumed(name, np, sets, ckpt):
+        """Resumes from a copy of CKPT (a resumed run saves step 6 into its checkpoint.dir, which
+        the next resume from the same directory would pick up)."""
+        copy = os.path.join(work, name + "_ckpt")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(ckpt, copy)
+        out, log = run(name, np, sets + ["checkpoint.dir=" + copy, "resume=auto"])
+        check("resumed at step 3" in log, f"{name}: resumed at step 3")
+        close(ref4, out, f"{name}: final weights vs uninterrupted 1 rank")
+        curve(ref4, out, f"{name}: continued curve", steps=range(4, 7))
 
 
-ckpt = os.path.join(work, "tp2_pp2_dp2_ckpt")
-shutil.rmtree(ckpt, ignore_errors=True)
-first, _ = run("ckpt_tp2_pp2_dp2_first", 8, TP_PP_DP + [
-    "parallel.zero=1", "train.grad_accum_steps=2", "train.steps=3", "checkpoint.dir=" + ckpt,
-    "checkpoint.interval_steps=2"])
-curve(ref4, first, "ckpt_tp2_pp2_dp2_first: steps 1..3", steps=range(1, 4))
-steps = sorted(d for d in os.listdir(ckpt) if d.startswith("step_") and "." not in d)
-check(steps == ["step_00000002", "step_00000003"], f"tp2 x pp2 x dp2 checkpoints {steps}")
-resumed("resume_dp4", 4, ["parallel.dp=4"], ckpt)
-resumed("resume_1rank", 1, ["train.grad_accum_steps=4"], ckpt)
-ckpt1 = os.path.join(work, "one_rank_ckpt")
-shutil.rmtree(ckpt1, ignore_errors=True)
-run("ckpt_1rank_first", 1, ["train.grad_accum_steps=4", "train.steps=3", "checkpoint.dir=" + ckpt1])
-resumed("resume_pp2_interleaved", 2, PP2 + INTERLEAVED + ["train.grad_accum_steps=4"], ckpt1)
+    ckpt = os.path.join(work, "tp2_pp2_dp2_ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    first, _ = run("ckpt_tp2_pp2_dp2_first", 8, TP_PP_DP + [
+        "parallel.zero=1", "train.grad_accum_steps=2", "train.steps=3", "checkpoint.dir=" + ckpt,
+        "checkpoint.interval_steps=2"])
+    curve(ref4, first, "ckpt_tp2_pp2_dp2_first: steps 1..3", steps=range(1, 4))
+    steps = sorted(d for d in os.listdir(ckpt) if d.startswith("step_") and "." not in d)
+    check(steps == ["step_00000002", "step_00000003"], f"tp2 x pp2 x dp2 checkpoints {steps}")
+    resumed("resume_dp4", 4, ["parallel.dp=4"], ckpt)
+    resumed("resume_1rank", 1, ["train.grad_accum_steps=4"], ckpt)
+    ckpt1 = os.path.join(work, "one_rank_ckpt")
+    shutil.rmtree(ckpt1, ignore_errors=True)
+    run("ckpt_1rank_first", 1, ["train.grad_accum_steps=4", "train.steps=3", "checkpoint.dir=" + ckpt1])
+    resumed("resume_pp2_interleaved", 2, PP2 + INTERLEAVED + ["train.grad_accum_steps=4"], ckpt1)
 
 
-# Bad input: refused as a bad config (exit 3) quickly, never a hang.
-def refused(name, np, sets, needles):
-    out, cmd = runner.command(name, np, sets + ["train.steps=1"])
-    t0 = time.time()
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=60)
-        rc, log = p.returncode, p.stdout
-    except subprocess.TimeoutExpired as e:  # a hang is a failure, reported with what it said
-        out_text = e.stdout or ""
-        rc, log = "timeout", out_text.decode() if isinstance(out_text, bytes) else out_text
-    wall = time.time() - t0
-    print(f"{name}: np={np} {' '.join(sets)}: exit {rc} in {wall:.2f} s")
-    check(rc == 3 and wall < 20, f"{name}: exit 3 (bad config) within 20 s")
-    for needle in needles:
-        check(needle in log, f"{name}: says \"{needle}\"")
-    if rc != 3 or not all(n in log for n in needles):
-        print(log[-3000:])
+    # Bad input: refused as a bad config (exit 3) quickly, never a hang.
+    def refused(name, np, sets, needles):
+        out, cmd = runner.command(name, np, sets + ["train.steps=1"])
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=60)
+            rc, log = p.returncode, p.stdout
+        except subprocess.TimeoutExpired as e:  # a hang is a failure, reported with what it said
+            out_text = e.stdout or ""
+            rc, log = "timeout", out_text.decode() if isinstance(out_text, bytes) else out_text
+        wall = time.time() - t0
+        print(f"{name}: np={np} {' '.join(sets)}: exit {rc} in {wall:.2f} s")
+        check(rc == 3 and wall < 20, f"{name}: exit 3 (bad config) within 20 s")
+        for needle in needles:
+            check(needle in log, f"{name}: says \"{needle}\"")
+        if rc != 3 or not all(n in log for n in needles):
+            print(log[-3000:])
 
 
-refused("bad_layers3_pp2", 2, PP2 + ["model.num_layers=3", "train.grad_accum_steps=2"],
-        ["does not divide evenly", "parallel.pipeline_split, e.g. ["])
-refused("bad_1f1b_accum1", 2, PP2 + ["parallel.pipeline_schedule=1f1b",
-                                     "train.grad_accum_steps=1"], ["train.grad_accum_steps"])
-refused("bad_interleaved_v1", 2, PP2 + ["parallel.pipeline_schedule=interleaved",
-                                        "parallel.virtual_stages=1", "train.grad_accum_steps=2"],
-        ["virtual_stages"])
-refused("bad_tp3", 3, ["parallel.tp=3"], ["num_heads"])
-# An explicit uneven split works (a list through --set is parsed as YAML).
-ref3, _ = run("ref_layers3_accum2", 1, ["model.num_layers=3", "train.grad_accum_steps=2"])
-out, _ = run("pp2_split_1_2", 2, PP2 + ["model.num_layers=3", "parallel.pipeline_split=[1,2]",
-                                        "train.grad_accum_steps=2"])
-close(ref3, out, "pp2 split [1,2] on 3 layers")
-curve(ref3, out, "pp2 split [1,2] on 3 layers")
+    refused("bad_layers3_pp2", 2, PP2 + ["model.num_layers=3", "train.grad_accum_steps=2"],
+            ["does not divide evenly", "parallel.pipeline_split, e.g. ["])
+    refused("bad_1f1b_accum1", 2, PP2 + ["parallel.pipeline_schedule=1f1b",
+                                         "train.grad_accum_steps=1"], ["train.grad_accum_steps"])
+    refused("bad_interleaved_v1", 2, PP2 + ["parallel.pipeline_schedule=interleaved",
+                                            "parallel.virtual_stages=1", "train.grad_accum_steps=2"],
+            ["virtual_stages"])
+    refused("bad_tp3", 3, ["parallel.tp=3"], ["num_heads"])
+    # An explicit uneven split works (a list through --set is parsed as YAML).
+    ref3, _ = run("ref_layers3_accum2", 1, ["model.num_layers=3", "train.grad_accum_steps=2"])
+    out, _ = run("pp2_split_1_2", 2, PP2 + ["model.num_layers=3", "parallel.pipeline_split=[1,2]",
+                                            "train.grad_accum_steps=2"])
+    close(ref3, out, "pp2 split [1,2] on 3 layers")
+    curve(ref3, out, "pp2 split [1,2] on 3 layers")
+
+else:
+    print("tied-copy slot, composition, checkpoints and bad input: run on the tied GPT-2 config only")
 
 print(f"total {time.time() - t_start:.1f} s")
 if failures:

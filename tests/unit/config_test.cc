@@ -531,6 +531,12 @@ TEST(ConfigResolved, FloatsAreShortExactAndYaml11Friendly) {
 
 // ---- parallel, comm, optimizer.offload ----------------------------------------------------------
 
+TEST(ConfigTrainPeak, PeakGflopsIsGivenOrMeasured) {
+  EXPECT_EQ(LoadOk("train: {}\n").train.peak_gflops, 0.0f);  // 0: measure sgemm
+  EXPECT_EQ(LoadOk("train: {peak_gflops: 989000}\n").train.peak_gflops, 989000.0f);
+  EXPECT_STARTS_WITH(ErrorAt("train: {peak_gflops: -1}\n"), "F:1:22: train.peak_gflops: ");
+}
+
 TEST(ConfigParallel, DefaultsAreOneRankNoZero) {
   const Config c = LoadOk("train: {steps: 1}\n");
   EXPECT_EQ(c.parallel.dp, 1);
