@@ -139,7 +139,8 @@ int64_t VocabPerRank(const ModelConfig& config, int tp) {
 }
 
 Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
-                                                const std::vector<int64_t>& split) {
+                                                const std::vector<int64_t>& split,
+                                                bool account_ends) {
   const std::string L = std::to_string(num_layers), S = std::to_string(stages);
   if (stages < 1) return InvalidArgument("pipeline: " + S + " virtual stages, needs >= 1");
   if (!split.empty()) {
@@ -161,6 +162,23 @@ Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
                              " layers but model.num_layers=" + L);
     }
     return split;
+  }
+  if (account_ends && stages > 1) {
+    // The embeddings and the head weigh one layer each: (L + 2) units in equal shares, the
+    // first and last stage's share including its end.
+    const int64_t units = num_layers + 2;
+    if (units % stages != 0 || units / stages < 2) {
+      return InvalidArgument(
+          "parallel.account_for_embedding_and_head: model.num_layers=" + L +
+          " plus the embeddings and the LM head (" + std::to_string(units) +
+          " units) do not divide evenly into " + S +
+          " pipeline stages with at least one layer each; set parallel.pipeline_split or "
+          "choose num_layers + 2 divisible by pp x virtual_stages");
+    }
+    std::vector<int64_t> layers(static_cast<size_t>(stages), units / stages);
+    layers.front() -= 1;
+    layers.back() -= 1;
+    return layers;
   }
   if (num_layers < stages || num_layers % stages != 0) {
     // Suggest a split that gives the first and last stage fewer layers: they also carry the
@@ -185,14 +203,16 @@ Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
 
 Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, int stage,
                                                   int virtual_stages,
-                                                  const std::vector<int64_t>& split) {
+                                                  const std::vector<int64_t>& split,
+                                                  bool account_ends) {
   if (pp < 1 || stage < 0 || stage >= pp || virtual_stages < 1) {
     return InvalidArgument("pipeline: stage " + std::to_string(stage) + " of pp=" +
                            std::to_string(pp) + " with " + std::to_string(virtual_stages) +
                            " virtual stages per rank");
   }
   const int stages = pp * virtual_stages;
-  ASSIGN_OR_RETURN(std::vector<int64_t> layers, PipelineLayerSplit(num_layers, stages, split));
+  ASSIGN_OR_RETURN(std::vector<int64_t> layers,
+                   PipelineLayerSplit(num_layers, stages, split, account_ends));
   std::vector<int64_t> begin(static_cast<size_t>(stages) + 1, 0);
   for (int i = 0; i < stages; ++i) begin[i + 1] = begin[i] + layers[i];
   std::vector<PipelineChunk> chunks;

@@ -76,17 +76,22 @@ struct PipelineChunk {
 
 // Layers per virtual stage for `stages` = pp * virtual_stages virtual stages: `split` when
 // given (parallel.pipeline_split: one count per virtual stage, each >= 1, summing to
-// num_layers), else num_layers / stages each. InvalidArgument naming the numbers (and a split
-// that would work) when the layers do not divide evenly without a split, or the split is bad.
+// num_layers), else num_layers / stages each; with `account_ends`
+// (parallel.account_for_embedding_and_head) the embeddings and the LM head count as one layer
+// each, so the first and last virtual stages take one block fewer: (num_layers + 2) / stages
+// per stage. InvalidArgument naming the numbers (and a split that would work) when the layers
+// do not divide evenly without a split, or the split is bad.
 Result<std::vector<int64_t>> PipelineLayerSplit(int64_t num_layers, int stages,
-                                                const std::vector<int64_t>& split);
+                                                const std::vector<int64_t>& split,
+                                                bool account_ends = false);
 
 // The chunks pipeline rank `stage` (0 .. pp-1) holds with `virtual_stages` chunks per rank:
 // chunk c is virtual stage c * pp + stage (Megatron's interleaving), layers per
 // PipelineLayerSplit.
 Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, int stage,
                                                   int virtual_stages,
-                                                  const std::vector<int64_t>& split);
+                                                  const std::vector<int64_t>& split,
+                                                  bool account_ends = false);
 
 struct TpParam {
   ParamDecl local;            // global name, LOCAL shape, kind, init rule, unit

@@ -502,6 +502,7 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
                                            &p->pipeline_schedule));
   RETURN_IF_ERROR(s.Int("virtual_stages", 1, 1024, &p->virtual_stages));
   RETURN_IF_ERROR(s.IntList("pipeline_split", 1, kMaxLayers, &p->pipeline_split));
+  RETURN_IF_ERROR(s.Bool("account_for_embedding_and_head", &p->account_for_embedding_and_head));
   return s.Finish();
 }
 
@@ -642,7 +643,8 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                    N(par.pp) + " (set parallel.pp >= 2, or virtual_stages 1)");
   }
   // Pipeline: the schedule must be able to run the micro-batches and the layers must split.
-  if (par.pp > 1 || par.virtual_stages > 1 || !par.pipeline_split.empty()) {
+  if (par.pp > 1 || par.virtual_stages > 1 || !par.pipeline_split.empty() ||
+      par.account_for_embedding_and_head) {
     if (Status s = CheckPipelineSchedule(par.pipeline_schedule, par.pp,
                                          static_cast<int>(c.train.grad_accum_steps),
                                          par.virtual_stages);
@@ -652,7 +654,7 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                  s.message());
     }
     if (auto split = PipelineLayerSplit(c.model.num_layers, par.pp * par.virtual_stages,
-                                        par.pipeline_split);
+                                        par.pipeline_split, par.account_for_embedding_and_head);
         !split.ok()) {
       return ctx.CrossFieldError({"parallel.pipeline_split", "parallel.pp", "model.num_layers"},
                                  split.status().message());

@@ -96,6 +96,10 @@ struct ParallelConfig {
   std::vector<int64_t> pipeline_split;  // parallel.pipeline_split: layers per virtual stage
                            //   (pp * virtual_stages counts summing to model.num_layers); empty =
                            //   num_layers / (pp * virtual_stages) each, which must divide
+  bool account_for_embedding_and_head = false;  // parallel.account_for_embedding_and_head:
+                           //   without a split, count the embeddings and the LM head as one
+                           //   layer each (first and last stage take a block fewer; needs
+                           //   num_layers + 2 divisible by pp * virtual_stages)
   int world_size() const { return dp * tp * pp * ep; }
 };
 

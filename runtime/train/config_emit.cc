@@ -122,6 +122,7 @@ void EmitParallel(YAML::Emitter& out, const ParallelConfig& p, const CommConfig&
   out << YAML::Key << "pipeline_split" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (int64_t n : p.pipeline_split) out << n;
   out << YAML::EndSeq;
+  Put(out, "account_for_embedding_and_head", p.account_for_embedding_and_head);
   out << YAML::EndMap;
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   Put(out, "timeout_s", c.timeout_s);

@@ -68,7 +68,7 @@ Result<ModelPartition> RankPartition(const Config& config, int rank) {
   ASSIGN_OR_RETURN(std::vector<PipelineChunk> chunks,
                    PipelineChunks(config.model.num_layers, std::max(1, p.pp),
                                   PipelineStageOf(p, rank), std::max(1, p.virtual_stages),
-                                  p.pipeline_split));
+                                  p.pipeline_split, p.account_for_embedding_and_head));
   return ModelPartition::Create(config.model, std::max(1, p.tp), TpRankOf(p, rank),
                                 std::move(chunks));
 }

@@ -479,7 +479,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
       const ParallelConfig& par = config_.parallel;
       const int v = par.virtual_stages;
       auto split = PipelineLayerSplit(config_.model.num_layers, pp_->size() * v,
-                                      par.pipeline_split);
+                                      par.pipeline_split, par.account_for_embedding_and_head);
       std::string layers;
       for (int64_t n : split.ok() ? *split : std::vector<int64_t>()) {
         layers += (layers.empty() ? "" : ", ") + std::to_string(n);

@@ -997,3 +997,30 @@ TEST(PartitionTest, ChunkedInitMatchesOneRankBits) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// parallel.account_for_embedding_and_head: the embeddings and the head weigh one layer each.
+TEST(PipelineLayerSplitAccountingEnds, FirstAndLastStageTakeABlockFewer) {
+  EXPECT_EQ(*PipelineLayerSplit(6, 4, {}, true), (std::vector<int64_t>{1, 2, 2, 1}));
+  EXPECT_EQ(*PipelineLayerSplit(4, 2, {}, true), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(*PipelineLayerSplit(10, 3, {}, true), (std::vector<int64_t>{3, 4, 3}));
+  EXPECT_EQ(*PipelineLayerSplit(3, 1, {}, true), (std::vector<int64_t>{3}));  // one stage: all
+  // An explicit split wins.
+  EXPECT_EQ(*PipelineLayerSplit(6, 2, {2, 4}, true), (std::vector<int64_t>{2, 4}));
+  // 5 + 2 units do not divide among 2 stages; 2 + 2 among 4 leaves end stages empty.
+  auto bad = PipelineLayerSplit(5, 2, {}, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("account_for_embedding_and_head"), std::string::npos);
+  EXPECT_FALSE(PipelineLayerSplit(2, 4, {}, true).ok());
+  // Chunks follow the split.
+  auto chunks = PipelineChunks(6, 4, 0, 1, {}, true);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ((*chunks)[0], (PipelineChunk{0, 1, true, false}));
+  chunks = PipelineChunks(6, 4, 3, 1, {}, true);
+  EXPECT_EQ((*chunks)[0], (PipelineChunk{5, 6, false, true}));
+}
+
+}  // namespace
+}  // namespace tessera

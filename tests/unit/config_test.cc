@@ -598,6 +598,14 @@ TEST(ConfigParallel, PipelineLayoutsAreChecked) {
   // 1F1B needs at least pp micro-batches per step.
   EXPECT_NE(ErrorAt("parallel: {pp: 2}\n").find("train.grad_accum_steps"), std::string::npos)
       << ErrorAt("parallel: {pp: 2}\n");
+  EXPECT_EQ(LoadOk("model: {num_layers: 6}\nparallel: {pp: 4, account_for_embedding_and_head: "
+                   "true}\ntrain: {grad_accum_steps: 4}\n")
+                .parallel.account_for_embedding_and_head,
+            true);
+  EXPECT_NE(ErrorAt("model: {num_layers: 5}\nparallel: {pp: 2, account_for_embedding_and_head: "
+                    "true}\ntrain: {grad_accum_steps: 2}\n")
+                .find("7 units"),
+            std::string::npos);
   EXPECT_NE(ErrorAt("parallel: {virtual_stages: 2}\n").find("virtual_stages=2 interleaves"),
             std::string::npos);
   EXPECT_NE(ErrorAt("parallel: {pp: 2, pipeline_split: [1, x]}\ntrain: {grad_accum_steps: 2}\n")
