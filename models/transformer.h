@@ -107,7 +107,6 @@ class Transformer {
   // parallelism (each tp rank sends its own rows to the same tp rank of the next stage).
   virtual int64_t stage_rows() const = 0;
   virtual int contexts() const = 0;
-  virtual const PipelineChunk& chunk() const = 0;
 
   // Zeroes the flat gradient buffer. With a store: nothing (the store decides what Grads(u)
   // holds).

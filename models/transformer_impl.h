@@ -65,7 +65,6 @@ class TransformerImpl final : public Transformer {
   void BackwardStage(int ctx, const float* d_out, float* d_in, float grad_scale) override;
   int64_t stage_rows() const override { return Rows(); }
   int contexts() const override { return static_cast<int>(ctx_.size()); }
-  const PipelineChunk& chunk() const override { return chunk_; }
   void ZeroGrads() override {
     if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.nbytes());
   }

@@ -50,9 +50,8 @@ struct PipelineStats {
   // The same summed over every step but the first (warm-up: first touches, connections).
   double total_busy_seconds = 0, total_step_seconds = 0;
   int64_t steps = 0;
-  // 1 - busy / step: this rank's idle share of the step (bubble + communication), last step
-  // and over the steps after the first.
-  double idle_fraction() const { return step_seconds > 0 ? 1.0 - busy_seconds / step_seconds : 0; }
+  // 1 - busy / step over the steps after the first: this rank's idle share of the pipelined
+  // passes (bubble + communication + stage imbalance).
   double mean_idle_fraction() const {
     return total_step_seconds > 0 ? 1.0 - total_busy_seconds / total_step_seconds : 0;
   }
