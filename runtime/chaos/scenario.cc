@@ -18,12 +18,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <set>
 #include <sstream>
 #include <utility>
+
+#include "runtime/core/file_util.h"
+#include "runtime/core/yaml_input.h"
 
 namespace tessera {
 namespace {
@@ -47,6 +49,8 @@ constexpr KindName kKindNames[] = {
 constexpr int kEio = 5;
 constexpr int kEnospc = 28;
 constexpr int kMaxRanks = 4096;
+// A scenario is a few KiB; the bound keeps /dev/zero or a huge file out of memory.
+constexpr uint64_t kMaxScenarioBytes = uint64_t{1} << 20;
 
 // `tessera launch` options a scenario may set; the integer ones are cast to int there.
 const std::vector<std::string> kSupervisorKeys = {
@@ -534,6 +538,7 @@ Status ReadRandom(const Errors& errors, MapReader& r, Scenario* s) {
 
 Result<Scenario> ParseScenario(const std::string& text, const std::string& path) {
   const Errors errors(path);
+  RETURN_IF_ERROR(CheckYamlInput(text, path));  // one document, no tags (yaml_input.h)
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -651,17 +656,9 @@ std::string PlannedFault::ToString() const {
 }
 
 Result<Scenario> LoadScenario(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return NotFound(path + ": cannot open scenario: " + std::strerror(EISDIR));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open scenario: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return NotFound(path + ": cannot read scenario: " + std::strerror(errno));
+  ASSIGN_OR_RETURN(const std::string text, ReadInputFile(path, kMaxScenarioBytes, "scenario"));
   try {  // yaml-cpp reports misuse by exception; none may escape (STYLE.md, Errors)
-    return ParseScenario(text.str(), path);
+    return ParseScenario(text, path);
   } catch (const std::exception& e) {
     return Internal(path + ": error while reading scenario: " + e.what());
   }

@@ -85,16 +85,18 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Result<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      if (err == ENOENT) return NotFound(path + ": file not found");
-      return IoError(path + ": cannot open: " + ErrnoText(err));
-    }
-    // The size is only a hint (files in /proc report 0); read until EOF.
+    ASSIGN_OR_RETURN(const int fd, OpenRegularFileForRead(path));
+    // The size first: a file larger than the bound is refused before a byte is read. It is
+    // only a lower bound while reading (files in /proc report 0; a file may grow): read until
+    // EOF, within the bound.
     std::string out;
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_size > 0 && static_cast<uint64_t>(st.st_size) <= max_bytes) {
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+        ::close(fd);
+        return DataLoss(path + ": " + std::to_string(st.st_size) + " bytes, larger than the " +
+                        std::to_string(max_bytes) + " bytes allowed");
+      }
       out.reserve(static_cast<size_t>(st.st_size));
     }
     char buf[65536];
@@ -145,22 +147,7 @@ class PosixFileSystem final : public FileSystem {
     return names;
   }
 
-  Result<int> OpenForRead(const std::string& path) override {
-    // O_NONBLOCK: opening a FIFO planted where a file should be must not hang; anything but a
-    // regular file is refused.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-      const int err = errno;
-      if (err == ENOENT) return NotFound(path + ": file not found");
-      return IoError(path + ": cannot open: " + ErrnoText(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return DataLoss(path + ": not a regular file");
-    }
-    return fd;
-  }
+  Result<int> OpenForRead(const std::string& path) override { return OpenRegularFileForRead(path); }
 
   Status ReadAt(int fd, void* data, size_t n, uint64_t offset, const std::string& path) override {
     char* p = static_cast<char*>(data);
@@ -189,7 +176,63 @@ class PosixFileSystem final : public FileSystem {
   }
 };
 
+// What a non-regular file is, for messages.
+const char* NonRegularName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
+
+const char* FileKindName(FileKind kind) {
+  switch (kind) {
+    case FileKind::kMissing: return "missing";
+    case FileKind::kRegular: return "a regular file";
+    case FileKind::kDirectory: return "a directory";
+    case FileKind::kSymlink: return "a symbolic link";
+    case FileKind::kOther: return "a special file (FIFO, device or socket)";
+  }
+  return "?";
+}
+
+Result<FileKind> FileSystem::Kind(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return FileKind::kMissing;
+    return IoError(path + ": cannot stat: " + ErrnoText(errno));
+  }
+  if (S_ISREG(st.st_mode)) return FileKind::kRegular;
+  if (S_ISDIR(st.st_mode)) return FileKind::kDirectory;
+  if (S_ISLNK(st.st_mode)) return FileKind::kSymlink;
+  return FileKind::kOther;
+}
+
+Result<int> OpenRegularFileForRead(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO planted where a file should be must not wait for a writer.
+  // It changes nothing for the regular files that pass the check below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound(path + ": file not found");
+    if (err == EISDIR) return DataLoss(path + ": is a directory, not a regular file");
+    return IoError(path + ": cannot open: " + ErrnoText(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError(path + ": cannot stat: " + ErrnoText(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return DataLoss(path + ": is " + NonRegularName(st.st_mode) + ", not a regular file");
+  }
+  return fd;
+}
 
 FileSystem& DefaultFileSystem() {
   static PosixFileSystem* const fs = new PosixFileSystem();  // never destroyed: usable at exit
@@ -205,6 +248,16 @@ Status MakeDirs(const std::string& path, FileSystem& fs) {
 
 Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
   return DefaultFileSystem().ReadFile(path, max_bytes);
+}
+
+Result<std::string> ReadInputFile(const std::string& path, uint64_t max_bytes,
+                                  std::string_view what) {
+  Result<std::string> text = ReadFileToString(path, max_bytes);
+  if (text.ok()) return text;
+  // The file system's messages start with the path; keep the reason after it.
+  std::string reason = text.status().message();
+  if (reason.rfind(path + ": ", 0) == 0) reason = reason.substr(path.size() + 2);
+  return NotFound(path + ": cannot read " + std::string(what) + ": " + reason);
 }
 
 std::string ParentDir(const std::string& path) {

@@ -12,6 +12,10 @@
 // Any failure before the rename removes the .tmp; a writer destroyed before Commit does too.
 // Errors are Status values naming the path, with strerror text for OS failures: kNotFound for
 // a missing file, kIoError when the OS refuses, kDataLoss for short reads / oversize files.
+// Reading never hangs or grows without bound: every open for reading is non-blocking and
+// refuses anything but a regular file (a FIFO planted where a file should be, a device such
+// as /dev/zero, a directory) before a byte is read, and whole-file reads check the size
+// first (OpenRegularFileForRead).
 // Thread-safety: DefaultFileSystem() is stateless and safe from any thread; an AtomicFileWriter
 // is single-owner. A FileSystem implementation must be safe to call from the threads using it.
 #pragma once
@@ -31,6 +35,9 @@ namespace tessera {
 
 // The seam. Paths are passed along so every error can name the file. Write/WriteAt write all
 // bytes or fail (they retry short writes and EINTR).
+enum class FileKind { kMissing, kRegular, kDirectory, kSymlink, kOther };
+const char* FileKindName(FileKind kind);  // "missing" | "a regular file" | "a directory" | ...
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -48,7 +55,8 @@ class FileSystem {
   virtual Status Remove(const std::string& path) = 0;
   // fsyncs a directory, making renames and removals inside it durable.
   virtual Status SyncDir(const std::string& dir) = 0;
-  // The whole file. kNotFound naming `path` if missing; kDataLoss if larger than max_bytes.
+  // The whole file. kNotFound naming `path` if missing; kDataLoss if it is not a regular file
+  // or larger than max_bytes (checked before reading).
   virtual Result<std::string> ReadFile(const std::string& path, uint64_t max_bytes) = 0;
 
   // Directories and positional reads (checkpoint/ uses these).
@@ -58,12 +66,15 @@ class FileSystem {
   virtual Status RemoveTree(const std::string& path) = 0;
   // Names in a directory, sorted, without "." and "..". kNotFound if missing.
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
-  // Opens for reading; kNotFound if missing.
+  // Opens for reading; kNotFound if missing, kDataLoss if not a regular file.
   virtual Result<int> OpenForRead(const std::string& path) = 0;
   // Exactly n bytes at `offset`; kDataLoss naming path and offset if the file ends first.
   virtual Status ReadAt(int fd, void* data, size_t n, uint64_t offset, const std::string& path) = 0;
   // Size in bytes of an open file.
   virtual Result<uint64_t> FileSize(int fd, const std::string& path) = 0;
+  // What `path` itself is, without following a final symlink (lstat). Has a POSIX default so
+  // wrapping file systems need not forward it; kIoError only when the OS refuses to say.
+  virtual Result<FileKind> Kind(const std::string& path);
 };
 
 // The POSIX implementation; lives for the whole process.
@@ -77,6 +88,13 @@ Status MakeDirs(const std::string& path, FileSystem& fs = DefaultFileSystem());
 // Reads the whole file (through DefaultFileSystem()). kNotFound naming the path when missing,
 // kIoError (with strerror) when the OS refuses, kDataLoss when it exceeds max_bytes.
 Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes = kNoSizeLimit);
+
+// Reads a file the user named (a config, a scenario, a hostfile) whole, for messages of the
+// form "PATH: cannot read WHAT: REASON" (REASON: file not found, is a FIFO, not a regular
+// file, N bytes, larger than the M bytes allowed, permission denied, ...). No such failure can
+// be cured by retrying, so every one is kNotFound (bad input).
+Result<std::string> ReadInputFile(const std::string& path, uint64_t max_bytes,
+                                  std::string_view what);
 
 // Streams a file into "<path>.tmp"; Commit() publishes it as <path> (protocol above).
 class AtomicFileWriter {
@@ -124,6 +142,11 @@ Status SyncDir(const std::string& dir);
 std::string ParentDir(const std::string& path);
 
 // POSIX primitives (used by the default FileSystem and by readers holding an fd).
+// Opens `path` read-only without blocking (O_NONBLOCK: a FIFO cannot hang the open) and
+// refuses anything but a regular file: kNotFound if missing, kDataLoss "PATH: is a FIFO,
+// not a regular file" (or a directory, device, socket), kIoError if the OS refuses. The
+// caller owns the descriptor. Every reader of user-supplied files opens through this.
+Result<int> OpenRegularFileForRead(const std::string& path);
 // Writes all n bytes, retrying short writes and EINTR.
 Status WriteAll(int fd, const void* data, size_t n, const std::string& path_for_errors);
 // Reads exactly n bytes at `offset`, retrying short reads and EINTR; kDataLoss naming the

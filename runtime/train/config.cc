@@ -19,7 +19,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -27,6 +26,8 @@
 #include <utility>
 
 #include "models/partition.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/yaml_input.h"
 #include "runtime/train/config_emit.h"
 #include "runtime/train/pipeline_schedule.h"
 #include "runtime/train/config_suggest.h"
@@ -129,6 +130,12 @@ constexpr FloatRange kBucketRange{1.0 / 1024, true, 65536.0, true};  // comm.buc
 constexpr FloatRange kNonNegative{0.0, true, kInf, false};
 constexpr FloatRange kUnitOpen{0.0, true, 1.0, false};    // [0, 1)
 constexpr FloatRange kUnitClosed{0.0, true, 1.0, true};   // [0, 1]
+
+bool InRange(double v, const FloatRange& r) {
+  const bool low = r.min_inclusive ? v < r.min : v <= r.min;
+  const bool high = r.max_inclusive ? v > r.max : v >= r.max;
+  return !low && !high;
+}
 
 std::string RangeText(const FloatRange& r) {
   auto num = [](double v) {
@@ -244,17 +251,22 @@ class Section {
     // strtod also takes "inf", "nan" and hex floats; a config value must be an ordinary number.
     const bool ordinary = text.find_first_of("iInNxX") == std::string::npos;
     if (text.empty() || *end != '\0' || !ordinary) return TypeError(*e, "a number");
-    if (errno == ERANGE || std::fabs(v) > std::numeric_limits<float>::max()) {
-      return Error(*e, "number out of range for a float, got " + Describe(e->value));
-    }
-    const bool low = range.min_inclusive ? v < range.min : v <= range.min;
-    const bool high = range.max_inclusive ? v > range.max : v >= range.max;
-    if (low || high) return Error(*e, "must be " + RangeText(range) + ", got " + text);
-    // The range holds for the double; it must still hold for the float we keep (1e-46 > 0,
-    // but as a float it is 0, and an Adam eps of 0 divides 0 by 0).
+    // Values are kept as 32-bit floats: the float must be finite (a double just above
+    // FLT_MAX rounds to FLT_MAX, which is what the resolved config then writes back).
     const float f = static_cast<float>(v);
+    if (errno == ERANGE || !std::isfinite(f)) {
+      return Error(*e, "number out of range for a 32-bit float, got " + Describe(e->value));
+    }
+    if (!InRange(v, range)) return Error(*e, "must be " + RangeText(range) + ", got " + text);
+    // The range holds for the double; it must still hold for the float we keep (1e-46 > 0,
+    // but as a float it is 0, and an Adam eps of 0 divides 0 by 0; 0.99999999999 < 1, but as
+    // a float it is 1.0, and a beta of 1 never forgets).
     if (v != 0 && (f == 0 || !std::isnormal(f))) {
-      return Error(*e, "number too small for a float, got " + text);
+      return Error(*e, "number too small for a 32-bit float, got " + text);
+    }
+    if (!InRange(f, range)) {
+      return Error(*e, "must be " + RangeText(range) + ", got " + text + ", which is " +
+                           FormatConfigFloat(f) + " as the 32-bit float training uses");
     }
     *out = f;
     return Status::Ok();
@@ -748,6 +760,9 @@ Status ApplyOverride(const std::string& spec, YAML::Node& root, Context* ctx) {
   } catch (const YAML::Exception& e) {
     return InvalidArgument(origin + ": " + key + ": malformed value: " + e.msg);
   }
+  if (auto p = FindYamlProblem(spec.substr(eq + 1))) {  // a tag, a second document, ...
+    return InvalidArgument(origin + ": " + key + ": " + p->problem);
+  }
   YAML::Node cur = root;  // handles share the tree; reset() moves the handle, = would write
   std::string dotted;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -767,22 +782,18 @@ Status ApplyOverride(const std::string& spec, YAML::Node& root, Context* ctx) {
   return Status::Ok();
 }
 
+// A config is a few KiB; the bound keeps a path such as /dev/zero or a huge file from being
+// read into memory (ReadInputFile also refuses FIFOs and devices before reading).
+constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
+
 Result<std::string> ReadConfigFile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {  // ifstream would "open" it and read nothing
-    return NotFound(path + ": cannot open config: " + std::strerror(EISDIR));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open config: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return NotFound(path + ": cannot read config: " + std::strerror(errno));
-  return text.str();
+  return ReadInputFile(path, kMaxConfigBytes, "config");
 }
 
 // `path` names the text in errors and in Config::path (a file, or where the text came from).
 Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
                               const std::vector<std::string>& overrides) {
+  RETURN_IF_ERROR(CheckYamlInput(text, path));  // one document, no tags (yaml_input.h)
   YAML::Node root;
   try {
     root = YAML::Load(text);

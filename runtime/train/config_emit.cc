@@ -141,9 +141,11 @@ std::string FormatConfigFloat(float v) {
     std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(v));
     return buf;
   }
+  // Read back exactly as the loader reads it (strtod, then to float: two roundings, which can
+  // differ from strtof's one in rare halfway cases).
   for (int precision = 1; precision <= 9; ++precision) {  // 9 digits always round-trip a float
     std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(v));
-    if (std::strtof(buf, nullptr) == v) break;
+    if (static_cast<float>(std::strtod(buf, nullptr)) == v) break;
   }
   std::string text = buf;
   const size_t e = text.find('e');

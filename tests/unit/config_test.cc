@@ -3,6 +3,9 @@
 // links: tessera_train
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -221,14 +224,85 @@ TEST(ConfigFile, MissingFileIsNotFound) {
   Result<Config> c = LoadConfig(path);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(c.status().message(), path + ": cannot open config: No such file or directory");
+  EXPECT_EQ(c.status().message(), path + ": cannot read config: file not found");
 }
 
 TEST(ConfigFile, DirectoryIsNotAConfig) {
   Result<Config> c = LoadConfig(::testing::TempDir());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(c.status().message(), ::testing::TempDir() + ": cannot open config: Is a directory");
+  EXPECT_EQ(c.status().message(),
+            ::testing::TempDir() + ": cannot read config: is a directory, not a regular file");
+}
+
+// A config path that names a FIFO must not hang the loader (nothing will ever write to it),
+// and /dev/zero must not be read into memory until it runs out.
+TEST(ConfigFile, FifoAndDeviceAreRefusedAtOnce) {
+  const std::string fifo = ::testing::TempDir() + "tessera_config_fifo.yaml";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<Config> c = LoadConfig(fifo);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(), fifo + ": cannot read config: is a FIFO, not a regular file");
+  std::remove(fifo.c_str());
+  c = LoadConfig("/dev/zero");
+  EXPECT_EQ(c.status().message(),
+            "/dev/zero: cannot read config: is a character device, not a regular file");
+}
+
+TEST(ConfigFile, AHugeFileIsRefusedBeforeItIsRead) {
+  const std::string path = ::testing::TempDir() + "tessera_config_huge.yaml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(::ftruncate(fileno(f), 64 << 20), 0);  // 64 MiB of zeros, sparse
+    std::fclose(f);
+  }
+  Result<Config> c = LoadConfig(path);
+  EXPECT_EQ(c.status().message(),
+            path + ": cannot read config: 67108864 bytes, larger than the 1048576 bytes allowed");
+  std::remove(path.c_str());
+}
+
+// yaml-cpp reads the first document and ignores the rest; tags are decoration to it. Either
+// would load a file that means something else without a word.
+TEST(ConfigFile, ASecondDocumentIsRefusedWhereItStarts) {
+  EXPECT_STARTS_WITH(ErrorAt("train:\n  steps: 5\n---\ntrain:\n  steps: 6\n"),
+                     "F:3:1: a second YAML document");
+  EXPECT_STARTS_WITH(ErrorAt("train:\n  steps: 5\n...\ntrain:\n  steps: 6\n"),
+                     "F:4:1: a second YAML document");
+  // One document with an explicit start marker is fine.
+  EXPECT_TRUE(LoadConfigFromText("---\ntrain:\n  steps: 5\n", "F").ok());
+}
+
+TEST(ConfigFile, TagsAreRefusedWhereTheyAre) {
+  EXPECT_EQ(ErrorAt("train:\n  steps: !!str 5\n"),
+            "F:2:10: YAML tag \"tag:yaml.org,2002:str\" is not allowed (write plain values: "
+            "numbers, words, true/false, quoted strings)");
+  EXPECT_STARTS_WITH(ErrorAt("model: !custom\n  num_layers: 2\n"), "F:1:8: YAML tag \"!custom\"");
+  EXPECT_STARTS_WITH(ErrorAt("x: !!python/object:os.system [ls]\n"), "F:1:4: YAML tag");
+}
+
+TEST(ConfigFile, BinaryBytesAndDeepNestingAreRefused) {
+  EXPECT_EQ(ErrorAt(std::string("train:\n  steps: 5\0\n", 19)),
+            "F:2:11: byte 0x00 is not printable UTF-8 text (a binary file?)");
+  EXPECT_EQ(ErrorAt("out: \"caf\xc3\""), "F:1:10: byte 0xc3 is not printable UTF-8 text (a binary file?)");
+  EXPECT_TRUE(LoadConfigFromText("train:\n  out_dir: \"caf\xc3\xa9\"\n", "F").ok());
+  std::string deep(100, '[');
+  deep += std::string(100, ']');
+  EXPECT_STARTS_WITH(ErrorAt("x: " + deep + "\n"), "F:1:");
+  EXPECT_NE(ErrorAt("x: " + deep + "\n").find("nested more than 64 levels deep"), std::string::npos);
+}
+
+// A value that is inside its range as written but outside it as the float training uses.
+TEST(ConfigFile, AValueThatRoundsOutOfItsRangeIsRefused) {
+  EXPECT_EQ(ErrorAt("optimizer:\n  beta1: 0.99999999999\n"),
+            "F:2:10: optimizer.beta1: must be in [0, 1), got 0.99999999999, which is 1.0 as the "
+            "32-bit float training uses");
+  EXPECT_EQ(ErrorAt("optimizer:\n  beta2: 0.999999999\n"),
+            "F:2:10: optimizer.beta2: must be in [0, 1), got 0.999999999, which is 1.0 as the "
+            "32-bit float training uses");
+  EXPECT_TRUE(LoadConfigFromText("optimizer:\n  beta2: 0.9999999\n", "F").ok());
 }
 
 TEST(ConfigFile, MalformedYamlNamesThePosition) {
@@ -300,7 +374,7 @@ TEST(ConfigType, WrongTypesNameKeyAndValue) {
   EXPECT_EQ(ErrorAt("train:\n  steps: 99999999999999999999\n"),
             "F:2:10: train.steps: integer out of range, got \"99999999999999999999\"");
   EXPECT_EQ(ErrorAt("model:\n  norm_eps: 1e60\n"),
-            "F:2:13: model.norm_eps: number out of range for a float, got \"1e60\"");
+            "F:2:13: model.norm_eps: number out of range for a 32-bit float, got \"1e60\"");
 }
 
 TEST(ConfigType, EnumErrorsListTheAllowedValues) {

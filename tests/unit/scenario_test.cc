@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -264,6 +266,20 @@ TEST(ScenarioErrors, YamlSyntaxErrorHasItsPosition) {
   EXPECT_EQ(s.status().message().rfind(path + ":", 0), 0u) << s.status().message();
   EXPECT_NE(s.status().message().find("malformed YAML"), std::string::npos) << s.status().message();
   ExpectError("job:\n  config: x\n   ranks: 2\n", 3, 9, "");  // mapping values in a scalar
+}
+
+// The scenario reader shares the config's pre-check (runtime/core/yaml_input.h): one document,
+// no tags, and nothing but a regular file.
+TEST(ScenarioErrors, SecondDocumentsTagsAndFifosAreRefused) {
+  ExpectError(Job("---\nfaults: []\n"), 4, 1, "a second YAML document");
+  ExpectError(Job("soak_s: !!float 3\n"), 4, 9, "YAML tag \"tag:yaml.org,2002:float\"");
+  const std::string fifo = ::testing::TempDir() + "tessera_scenario_fifo.yaml";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<Scenario> s = LoadScenario(fifo);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.status().message(), fifo + ": cannot read scenario: is a FIFO, not a regular file");
+  std::remove(fifo.c_str());
 }
 
 // A long campaign for the statistical checks.
