@@ -107,17 +107,50 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem&
   for (const std::string& name : *names) {
     const int64_t step = ParseStepDirName(name);
     if (step < 0) continue;
-    const std::string manifest = Join(Join(root, name), "manifest.json");
-    Result<int> fd = fs.OpenForRead(manifest);
-    if (!fd.ok()) {
-      if (fd.status().code() == StatusCode::kNotFound) continue;  // not committed
-      return fd.status();
-    }
-    (void)fs.Close(*fd, manifest);
+    // A file, link or FIFO named like a checkpoint is not one (StrayStepNames reports it).
+    ASSIGN_OR_RETURN(const FileKind dir_kind, fs.Kind(Join(root, name)));
+    if (dir_kind != FileKind::kDirectory) continue;
+    // Committed = the manifest entry exists, whatever it is: a manifest that is a directory,
+    // a FIFO or a link is a damaged checkpoint for the loader to refuse and set aside, not a
+    // checkpoint that was never committed.
+    ASSIGN_OR_RETURN(const FileKind manifest_kind, fs.Kind(Join(Join(root, name), "manifest.json")));
+    if (manifest_kind == FileKind::kMissing) continue;
     steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end(), std::greater<>());
   return steps;
+}
+
+Result<std::vector<std::string>> StrayStepNames(const std::string& root, FileSystem& fs) {
+  Result<std::vector<std::string>> names = fs.ListDir(root);
+  if (!names.ok()) {
+    if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
+    return names.status();
+  }
+  std::vector<std::string> stray;
+  for (const std::string& name : *names) {
+    if (ParseStepDirName(name) < 0) continue;
+    ASSIGN_OR_RETURN(const FileKind kind, fs.Kind(Join(root, name)));
+    if (kind != FileKind::kDirectory) stray.push_back(name + " (" + FileKindName(kind) + ")");
+  }
+  return stray;
+}
+
+Result<std::vector<std::string>> SweepStaging(const std::string& root, FileSystem& fs) {
+  Result<std::vector<std::string>> names = fs.ListDir(root);
+  if (!names.ok()) {
+    if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
+    return names.status();
+  }
+  RETURN_IF_ERROR(Sweep(root, fs));
+  std::vector<std::string> removed;
+  for (const std::string& name : *names) {
+    if (ParseSuffixed(name, ".tmp") < 0) continue;
+    RETURN_IF_ERROR(fs.RemoveTree(Join(root, name)));
+    removed.push_back(name);
+  }
+  if (!removed.empty()) RETURN_IF_ERROR(fs.SyncDir(root));
+  return removed;
 }
 
 Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs) {

@@ -27,11 +27,25 @@ namespace tessera {
 std::string StepDirName(int64_t step);     // "step_00000100"
 std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
 
-// Steps of the committed checkpoint directories under `root` (named step_<N> and holding a
-// manifest.json; nothing is verified here), newest first. An absent root has none. Only the
+// Steps of the committed checkpoint directories under `root` (directories named step_<N>
+// holding an entry manifest.json — of any kind: a manifest that is a FIFO or a directory is a
+// damaged checkpoint, for the loader to refuse; nothing is verified here), newest first. An absent root has none. Only the
 // canonical StepDirName spelling counts ("step_1" is ignored), so no step is listed twice.
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
                                             FileSystem& fs = DefaultFileSystem());
+
+// Names under `root` spelled like a checkpoint (canonical step_<N>) that are not directories —
+// a stray file, symbolic link or FIFO — each with what it is ("step_00000100 (a regular
+// file)"). They are never loaded, listed or deleted; the loader reports them.
+Result<std::vector<std::string>> StrayStepNames(const std::string& root,
+                                                FileSystem& fs = DefaultFileSystem());
+
+// The single writer's sweep at start (the coordinator, before its first save): removes every
+// step_<N>.tmp (a save that never committed: a crash, a kill, a failed write), and what
+// PrepareStaging's sweep handles (.deleting, .old). Returns the .tmp names removed, for the
+// log. Assumes no save is in flight on the root.
+Result<std::vector<std::string>> SweepStaging(const std::string& root,
+                                              FileSystem& fs = DefaultFileSystem());
 
 // Creates <root> (if needed) and a fresh, empty <root>/step_<N>.tmp for the shard writers.
 // First sweeps what a crash left in the root: *.deleting is removed; a step_<M>.old is

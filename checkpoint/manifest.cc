@@ -10,17 +10,21 @@
 //               "segments":[{"tensor":"param/wte.weight","begin":0,"end":1048576,
 //                            "offset":0,"crc32c":3817238059},...]},...],
 //    "state":{...},"layout":{...},"config_yaml":"...","environment":{...},
-//    "stall_seconds":0.01,"write_seconds":1.5,"total_bytes":123}
+//    "stall_seconds":0.01,"write_seconds":1.5,"total_bytes":123,"checksum":"crc32c:0a1b2c3d"}
+// The checksum is checked on the raw bytes before the JSON is parsed: whatever the damage, a
+// manifest that does not match is refused before any field of it is believed.
 #include "checkpoint/manifest.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 
+#include "checkpoint/crc32c.h"
 #include "runtime/core/check.h"
 
 namespace tessera {
@@ -155,6 +159,32 @@ class Reader {
 };
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// The checksum member, last in the object: ,"checksum":"crc32c:XXXXXXXX"}
+constexpr std::string_view kChecksumKey = ",\"checksum\":\"crc32c:";
+constexpr size_t kChecksumTail = kChecksumKey.size() + 8 + 2;  // the digits, then "}
+
+std::string Hex8(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// Why an unsealed text is not a current manifest, for a manifest without a checksum: most
+// likely one written before version 2, so say that when its version says so.
+Status MissingChecksum(std::string_view text, const std::string& where) {
+  Result<JsonValue> j = ParseJson(text, kManifestMaxJsonValues);
+  if (j.ok() && j->is_object()) {
+    const JsonValue* version = j->Find("version");
+    if (version != nullptr && version->is_integer() && version->as_int() != kManifestVersion) {
+      return DataLoss(where + ": manifest version " + std::to_string(version->as_int()) +
+                      " (written by an older Tessera, without a metadata checksum); this build "
+                      "reads version " + std::to_string(kManifestVersion));
+    }
+  }
+  return DataLoss(where + ": no metadata checksum at the end (the manifest is truncated, damaged "
+                          "or not written by Tessera)");
+}
 
 Result<TensorRecord> ParseTensor(const Reader& r, const JsonValue& j, const std::string& path) {
   RETURN_IF_ERROR(r.ExactKeys(j, path, {"name", "dtype", "shape"}));
@@ -329,7 +359,53 @@ std::string SerializeManifest(const Manifest& m) {
   w.Key("write_seconds").Double(Finite(m.write_seconds));
   w.Key("total_bytes").Int(ToJsonInt(m.total_bytes));
   w.EndObject();
-  return w.str();
+  return SealManifestJson(w.str());
+}
+
+uint32_t SegmentCrcSeed(std::string_view tensor, int64_t begin, int64_t end) {
+  unsigned char range[16];
+  for (int i = 0; i < 8; ++i) {  // little-endian, whatever the host
+    range[i] = static_cast<unsigned char>(static_cast<uint64_t>(begin) >> (8 * i));
+    range[8 + i] = static_cast<unsigned char>(static_cast<uint64_t>(end) >> (8 * i));
+  }
+  const char separator = '\0';  // names hold no NUL (ValidTensorName), so the key is unambiguous
+  uint32_t crc = Crc32c(tensor.data(), tensor.size());
+  crc = Crc32c(&separator, 1, crc);
+  return Crc32c(range, sizeof range, crc);
+}
+
+std::string SealManifestJson(std::string_view json) {
+  TESSERA_CHECK(json.size() >= 3 && json.back() == '}');
+  const std::string_view body = json.substr(0, json.size() - 1);  // without the closing brace
+  return std::string(body) + std::string(kChecksumKey) + Hex8(Crc32c(body.data(), body.size())) +
+         "\"}";
+}
+
+Result<std::string> UnsealManifestJson(std::string_view text, const std::string& where) {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);  // an editor's final newline
+  if (text.size() < kChecksumTail ||
+      text.substr(text.size() - kChecksumTail, kChecksumKey.size()) != kChecksumKey ||
+      text.substr(text.size() - 2) != "\"}") {
+    return MissingChecksum(text, where);
+  }
+  const std::string_view body = text.substr(0, text.size() - kChecksumTail);
+  const std::string_view digits = text.substr(body.size() + kChecksumKey.size(), 8);
+  uint32_t stored = 0;
+  for (char c : digits) {
+    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) {
+      return DataLoss(where + ": metadata checksum \"" + std::string(digits) +
+                      "\" is not 8 lowercase hex digits");
+    }
+    stored = (stored << 4) | static_cast<uint32_t>(v);
+  }
+  const uint32_t actual = Crc32c(body.data(), body.size());
+  if (stored != actual) {
+    return DataLoss(where + ": metadata checksum mismatch (stored crc32c:" + Hex8(stored) +
+                    ", computed crc32c:" + Hex8(actual) +
+                    "): the manifest was edited or damaged after it was written");
+  }
+  return std::string(body) + "}";
 }
 
 Result<Manifest> ParseManifest(std::string_view text, const std::string& where) {
@@ -337,7 +413,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& where) 
     return DataLoss(where + ": " + std::to_string(text.size()) + " bytes (a manifest is at most " +
                     std::to_string(kMaxManifestBytes) + ")");
   }
-  Result<JsonValue> parsed = ParseJson(text, kManifestMaxJsonValues);
+  ASSIGN_OR_RETURN(const std::string unsealed, UnsealManifestJson(text, where));
+  Result<JsonValue> parsed = ParseJson(unsealed, kManifestMaxJsonValues);
   if (!parsed.ok()) return parsed.status().WithPrefix(where);
   const JsonValue& j = *parsed;
   const Reader r(where);

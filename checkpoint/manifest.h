@@ -11,8 +11,17 @@
 // owns: step, data position, optimizer step, loss scale, ...), the layout it was saved under,
 // the resolved config and the environment fingerprint.
 //
+// Integrity (version 2): the manifest's last member is "checksum": "crc32c:<8 hex digits>", the
+// CRC-32C of every byte before it, so no field that a resume uses — a segment's tensor name,
+// range, offset or CRC, the step, the trainer's state, the layout, the config — can be
+// changed by damage or by hand without the parse failing. Each segment's CRC is seeded with
+// its tensor name and element range (SegmentCrcSeed), which binds the bytes to the place
+// they belong: two segments of equal size swapped between tensors (or within one) fail
+// verification even though each holds bytes that were once checksummed.
+//
 // A manifest is UNTRUSTED input (a file on disk anyone may have edited): ParseManifest
-// validates everything before anything is allocated or opened — names, dtypes, shapes (each
+// checks the checksum, then validates everything before anything is allocated or opened —
+// names, dtypes, shapes (each
 // dimension >= 0, product <= kMaxCheckpointElements), shard file names (plain
 // "shard_<digits>.bin": no '/', no "..", so paths cannot leave the checkpoint directory),
 // segment ranges inside their tensor, segment bytes inside their shard's stated size, no two
@@ -24,6 +33,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/core/dtype.h"
@@ -32,7 +42,7 @@
 
 namespace tessera {
 
-inline constexpr int kManifestVersion = 1;
+inline constexpr int kManifestVersion = 2;  // 1: before metadata checksums (refused)
 // Upper bound on one tensor's elements and on a manifest's size, so hostile input cannot make
 // a loader allocate without bound.
 inline constexpr int64_t kMaxCheckpointElements = int64_t{1} << 40;
@@ -50,7 +60,8 @@ struct SegmentRecord {
   int64_t begin = 0;      // row-major element range [begin, end) of the tensor
   int64_t end = 0;
   uint64_t offset = 0;    // byte offset in the shard file
-  uint32_t crc32c = 0;    // of the (end - begin) * dtype-size bytes
+  uint32_t crc32c = 0;    // of the (end - begin) * dtype-size bytes, seeded with
+                          //   SegmentCrcSeed(tensor, begin, end)
 };
 
 struct ShardRecord {
@@ -76,7 +87,18 @@ struct Manifest {
   const TensorRecord* FindTensor(const std::string& name) const;
 };
 
+// The value a segment's CRC-32C starts from: the CRC of its tensor name and element range.
+// A segment's crc32c is Crc32c(bytes, n, SegmentCrcSeed(tensor, begin, end)).
+uint32_t SegmentCrcSeed(std::string_view tensor, int64_t begin, int64_t end);
+
+// The JSON text with its checksum member (the file comment). SerializeManifest writes it.
 std::string SerializeManifest(const Manifest& m);
+// The checksum envelope on its own, for tools and tests that edit a manifest on purpose:
+// SealManifestJson appends the "checksum" member to a JSON object's text (which must end in
+// '}' and hold at least one member); UnsealManifestJson verifies and removes it (kDataLoss
+// "<where>: ..." when it is missing or does not match).
+std::string SealManifestJson(std::string_view json);
+Result<std::string> UnsealManifestJson(std::string_view text, const std::string& where);
 // `where` names the file in errors. Validates everything listed in the file comment.
 Result<Manifest> ParseManifest(std::string_view text, const std::string& where);
 // Every tensor's elements [0, numel) covered by exactly one segment of one shard, and every

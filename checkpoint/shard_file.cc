@@ -2,7 +2,7 @@
 //
 // Reads are verified per segment: the whole segment is read (the part the caller wants goes
 // straight into the caller's buffer, the rest through a bounded scratch buffer) and its
-// CRC-32C is computed on the way; a mismatch fails the Read with kDataLoss, and the caller's
+// CRC-32C, seeded with the segment's tensor and range (manifest.h), is computed on the way; a mismatch fails the Read with kDataLoss, and the caller's
 // buffer then holds unverified bytes it must not use.
 #include "checkpoint/shard_file.h"
 
@@ -35,7 +35,8 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
 Status ReadVerified(FileSystem& fs, int fd, const std::string& path, const SegmentRecord& seg,
                     size_t segment_index, uint64_t seg_bytes, uint64_t want_lo, uint64_t want_hi,
                     char* dst, std::vector<char>& scratch) {
-  uint32_t crc = 0;
+  // Seeded with the segment's tensor and range: bytes that belong elsewhere do not match.
+  uint32_t crc = SegmentCrcSeed(seg.tensor, seg.begin, seg.end);
   auto read_through_scratch = [&](uint64_t lo, uint64_t hi) -> Status {
     while (lo < hi) {
       const uint64_t n = std::min(hi - lo, kScratchBytes);
@@ -60,6 +61,14 @@ Status ReadVerified(FileSystem& fs, int fd, const std::string& path, const Segme
                     Hex32(crc) + ")");
   }
   return Status::Ok();
+}
+
+// kNotFound if `path` is missing, kDataLoss unless it is a regular file (not following links).
+Status CheckRegular(FileSystem& fs, const std::string& path) {
+  ASSIGN_OR_RETURN(const FileKind kind, fs.Kind(path));
+  if (kind == FileKind::kRegular) return Status::Ok();
+  if (kind == FileKind::kMissing) return NotFound(path + ": file not found");
+  return DataLoss(path + ": is " + FileKindName(kind) + ", not a regular file");
 }
 
 }  // namespace
@@ -94,13 +103,14 @@ Status ShardWriter::Fail(Status st) {
   return st;
 }
 
-Status ShardWriter::Append(const std::string& tensor, int64_t begin, int64_t end,
-                           size_t elem_bytes, const void* data) {
+Status ShardWriter::Append(const std::string& tensor, int64_t begin, int64_t end, DType dtype,
+                           const void* data) {
+  const size_t elem_bytes = DTypeSize(dtype);
   if (fd_ < 0) {
     return FailedPrecondition(path_ + (failed_ ? ": an earlier write failed" : ": already finished"));
   }
-  if (begin < 0 || begin > end || end - begin > kMaxCheckpointElements || elem_bytes == 0 ||
-      elem_bytes > kMaxSegmentBytes || (data == nullptr && begin != end)) {
+  if (begin < 0 || begin > end || end - begin > kMaxCheckpointElements ||
+      (data == nullptr && begin != end)) {
     return InvalidArgument(path_ + ": bad Append of \"" + tensor + "\" elements [" +
                            std::to_string(begin) + ", " + std::to_string(end) + ") of " +
                            std::to_string(elem_bytes) + " bytes");
@@ -111,6 +121,10 @@ Status ShardWriter::Append(const std::string& tensor, int64_t begin, int64_t end
   while (begin < end) {
     const int64_t n = std::min(end - begin, max_elems);
     const uint64_t bytes = static_cast<uint64_t>(n) * elem_bytes;
+    if (const int64_t bad = FirstNonFinite(p, n, dtype); bad >= 0) {
+      return Fail(NonFinite(path_ + ": element " + std::to_string(begin + bad) + " of \"" +
+                            tensor + "\" is NaN or Inf: refusing to checkpoint non-finite state"));
+    }
     const uint64_t pad = (kSegmentAlign - offset_ % kSegmentAlign) % kSegmentAlign;
     if (pad != 0) {
       Status st = fs_.Write(fd_, kZeros, pad, path_);
@@ -119,7 +133,8 @@ Status ShardWriter::Append(const std::string& tensor, int64_t begin, int64_t end
     }
     Status st = fs_.Write(fd_, p, bytes, path_);
     if (!st.ok()) return Fail(std::move(st));
-    record_.segments.push_back({tensor, begin, begin + n, offset_, Crc32c(p, bytes)});
+    record_.segments.push_back(
+        {tensor, begin, begin + n, offset_, Crc32c(p, bytes, SegmentCrcSeed(tensor, begin, begin + n))});
     offset_ += bytes;
     begin += n;
     p += bytes;
@@ -156,6 +171,9 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   r->fs_ = &fs;
   r->dir_ = dir;
   const std::string manifest_path = JoinPath(dir, "manifest.json");
+  // The manifest and the shards must be the directory's own regular files: a symbolic link
+  // (which could point at another checkpoint's manifest) or a FIFO is damage, refused here.
+  RETURN_IF_ERROR(CheckRegular(fs, manifest_path));
   ASSIGN_OR_RETURN(const std::string text, fs.ReadFile(manifest_path, kMaxManifestBytes));
   ASSIGN_OR_RETURN(r->manifest_, ParseManifest(text, manifest_path));
   const Manifest& m = r->manifest_;
@@ -163,6 +181,9 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   r->fds_.reserve(m.shards.size());
   for (const ShardRecord& sh : m.shards) {
     const std::string path = JoinPath(dir, sh.file);
+    if (Status st = CheckRegular(fs, path); !st.ok() && st.code() != StatusCode::kNotFound) {
+      return st;
+    }
     Result<int> fd = fs.OpenForRead(path);
     if (!fd.ok()) {
       if (fd.status().code() == StatusCode::kNotFound) {

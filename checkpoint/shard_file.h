@@ -35,9 +35,12 @@ class ShardWriter {
                                                      FileSystem& fs = DefaultFileSystem());
   ~ShardWriter();  // closes (without fsync) if Finish was not reached
 
-  // Appends elements [begin, end) of `tensor` (dtype elem_bytes wide), whose bytes are
-  // `data` ((end - begin) * elem_bytes), as one or more segments.
-  Status Append(const std::string& tensor, int64_t begin, int64_t end, size_t elem_bytes,
+  // Appends elements [begin, end) of `tensor` (of `dtype`), whose bytes are `data`
+  // ((end - begin) * DTypeSize(dtype)), as one or more segments. Floating-point elements are
+  // checked on the way (the same pass that checksums them): a NaN or Inf is kNonFinite naming
+  // the tensor and element, and the writer fails — a checkpoint never holds non-finite state,
+  // so retention can never delete the last healthy one in favour of a poisoned one.
+  Status Append(const std::string& tensor, int64_t begin, int64_t end, DType dtype,
                 const void* data);
   // fsyncs and closes the file; returns its record (rank, file, bytes, segments).
   Result<ShardRecord> Finish();

@@ -1,6 +1,8 @@
 // tools/cmd_train.cc — `tessera train`, `tessera eval` and `tessera export`: the commands that
 // load a config and a model.
 #include <cstdio>
+#include <memory>
+#include <optional>
 
 #include "models/hf_weights.h"
 #include "runtime/core/exit_codes.h"
@@ -10,6 +12,7 @@
 #include "runtime/train/world.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/signal_link.h"
 #include "tools/supervised_rank.h"
 
 namespace tessera::cli {
@@ -47,12 +50,16 @@ int FailUsage(const std::string& command, const Status& s) {
   return kExitUsage;
 }
 
+// A command line that does not name exactly one CONFIG: a usage error (exit 2), not a config.
+std::optional<Status> PositionalError(const ParsedArgs& p, const std::string& command) {
+  if (p.positional.size() == 1) return std::nullopt;
+  return InvalidArgument("tessera " + command + ": expected exactly one CONFIG file, got " +
+                         std::to_string(p.positional.size()) + " (see tessera " + command +
+                         " --help)");
+}
+
 // Loads the config named by the single positional argument, with --set overrides.
-Result<Config> LoadFromArgs(const ParsedArgs& p, const std::string& command) {
-  if (p.positional.size() != 1) {
-    return InvalidArgument("tessera " + command + ": expected exactly one CONFIG file (see tessera " +
-                           command + " --help)");
-  }
+Result<Config> LoadFromArgs(const ParsedArgs& p) {
   return LoadConfig(p.positional[0], p.All("--set"));
 }
 
@@ -97,8 +104,9 @@ int RunTrain(const Args& args) {
   }
   auto parsed = ParseArgs(args, "train", {"--set"}, {});
   if (!parsed.ok()) return FailUsage("train", parsed.status());
+  if (auto bad = PositionalError(*parsed, "train")) return FailUsage("train", *bad);
   // Under mpirun every rank loads the config and checks the layout on its own.
-  auto config = LoadFromArgs(*parsed, "train");
+  auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return FailOnEveryRank(config.status(), Phase::kConfig);
   // MPI starts here only if the job needs it (mpirun, or parallel.* > 1); the world-size
   // check runs first, on the launcher's variables, so no rank waits for a peer that quit.
@@ -114,13 +122,16 @@ int RunTrain(const Args& args) {
     return kExitRestartable;
   }
   SupervisedRank* supervised = link->get();
+  // Standalone: preemption by signal (signal_link.h); under the supervisor it owns preemption.
+  std::unique_ptr<SignalLink> signals = supervised == nullptr ? SignalLink::Install() : nullptr;
+  RunLink* run_link = supervised != nullptr ? static_cast<RunLink*>(supervised) : signals.get();
   // The supervisor learns the exit code from the bye before the process ends (and before
   // AbortJob, which may kill this rank first).
   auto say_bye = [&](int code) {
     if (supervised != nullptr) (void)supervised->Shutdown(code);
     return code;
   };
-  auto trainer = Trainer::Create(*config, world->get(), supervised);
+  auto trainer = Trainer::Create(*config, world->get(), run_link);
   if (!trainer.ok()) {
     // A rank that fails alone would leave its peers waiting in the next collective.
     const int code = say_bye(ExitCodeIn(Phase::kInput, trainer.status()));
@@ -154,7 +165,8 @@ int RunEval(const Args& args) {
   }
   auto parsed = ParseArgs(args, "eval", {"--set", "--init-from", "--data", "--batches"}, {});
   if (!parsed.ok()) return FailUsage("eval", parsed.status());
-  auto config = LoadFromArgs(*parsed, "eval");
+  if (auto bad = PositionalError(*parsed, "eval")) return FailUsage("eval", *bad);
+  auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return Fail("eval", config.status(), Phase::kConfig);
   Config c = *config;
   c.init_from = parsed->Get("--init-from", c.init_from.empty() ? c.train.out_dir + "/model.safetensors"
@@ -209,7 +221,8 @@ int RunExport(const Args& args) {
   if (parsed->Has("--dtype") && (!ParseDType(parsed->Get("--dtype"), &dtype) || dtype == DType::kI32)) {
     return FailUsage("export", InvalidArgument("tessera export: --dtype must be f32, bf16 or f16"));
   }
-  auto config = LoadFromArgs(*parsed, "export");
+  if (auto bad = PositionalError(*parsed, "export")) return FailUsage("export", *bad);
+  auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return Fail("export", config.status(), Phase::kConfig);
   cpu::SetNumThreads(config->train.threads);
   MemoryTracker memory;

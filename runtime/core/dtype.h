@@ -19,6 +19,10 @@ std::string_view DTypeName(DType t);
 // Accepts our names and the safetensors ones ("F32", "BF16", "F16", "I32"); false if unknown.
 bool ParseDType(std::string_view name, DType* out);
 
+// Index of the first of the n elements at `data` that is NaN or +-Inf, or -1 when all are
+// finite (always -1 for kI32). Vectorised: costs a fraction of a memcpy of the same bytes.
+int64_t FirstNonFinite(const void* data, int64_t n, DType t);
+
 inline float Bf16ToF32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

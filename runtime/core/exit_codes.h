@@ -20,13 +20,15 @@ enum ExitCode : int {
   kExitGaveUp = 8,             // tessera launch: restart budget or crash-loop guard exhausted
   kExitChaosFailed = 9,        // tessera chaos: the run did not hold (weights, checkpoints,
                                //   detection or completion; see its report)
+  kExitNonFinite = 10,         // training produced NaN/Inf (train.on_nonfinite): stopped at the
+                               //   last healthy state; a restart would diverge the same way
 };
 
 // Codes a restart cannot cure: the same command line, config, input or checkpoints would fail
 // the same way (tessera launch gives up on them at once).
 inline bool IsFinalExitCode(int code) {
   return code == kExitUsage || code == kExitBadConfig || code == kExitBadInput ||
-         code == kExitCorruptCheckpoint;
+         code == kExitCorruptCheckpoint || code == kExitNonFinite;
 }
 
 // Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).
@@ -39,6 +41,7 @@ inline int ExitCodeFor(const Status& s) {
     case StatusCode::kOutOfRange: return kExitBadInput;
     case StatusCode::kTimeout: return kExitCommTimeout;
     case StatusCode::kCorruptCheckpoint: return kExitCorruptCheckpoint;
+    case StatusCode::kNonFinite: return kExitNonFinite;
     default: return kExitRestartable;
   }
 }

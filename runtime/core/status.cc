@@ -16,6 +16,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAborted: return "aborted";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kCorruptCheckpoint: return "corrupt checkpoint";
+    case StatusCode::kNonFinite: return "non-finite training";
   }
   return "unknown";
 }

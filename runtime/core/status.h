@@ -26,6 +26,8 @@ enum class StatusCode {
   kAborted,             // someone aborted the operation
   kInternal,            // a bug we detected but chose not to abort on
   kCorruptCheckpoint,   // no usable checkpoint: every candidate failed verification
+  kNonFinite,           // training produced NaN/Inf (loss, gradient norm, parameters or
+                        //   optimizer state): stopped rather than going on or saving it
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -59,6 +61,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 inline Status CorruptCheckpoint(std::string m) {
   return {StatusCode::kCorruptCheckpoint, std::move(m)};
 }
+inline Status NonFinite(std::string m) { return {StatusCode::kNonFinite, std::move(m)}; }
 
 // A value or the Status explaining why there is none.
 template <typename T>

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "runtime/core/check.h"
 #include "runtime/core/dtype.h"
@@ -39,6 +40,7 @@ class Shape {
     for (int i = 0; i < rank_; ++i) if (dims_[i] != o.dims_[i]) return false;
     return true;
   }
+  std::vector<int64_t> dims() const { return std::vector<int64_t>(dims_.begin(), dims_.begin() + rank_); }
   // "[768, 2304]"
   std::string ToString() const {
     std::string s = "[";

@@ -38,21 +38,6 @@ double UnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::vector<int64_t> Dims(const Shape& shape) {
-  std::vector<int64_t> dims;
-  for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
-  return dims;
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// The three saved tensors of parameter `name`, in canonical order (index 3*i + k).
-const char* const kKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
-
 
 }  // namespace
 
@@ -102,7 +87,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(config, c->rank_));
   c->partition_.emplace(std::move(partition));
   for (size_t i = 0; i < c->decls_.size(); ++i) {
-    for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
+    for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
   if (c->enabled() && c->rank_ == 0) {
     RETURN_IF_ERROR(MakeDirs(c->root_, fs));
@@ -116,6 +101,16 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
       c->owned_catalog_ = std::move(opened.catalog);
       c->sink_ = c->owned_catalog_.get();
       if (!opened.recreated.empty()) c->Event("catalog_recreated", opened.recreated);
+    }
+    // The single writer's sweep: what an earlier run left half-written (a save killed or
+    // failed midway) never lingers, and the log says it was there.
+    Result<std::vector<std::string>> swept = SweepStaging(c->root_, fs);
+    if (!swept.ok()) {
+      c->Event("sweep_failed", swept.status().ToString());
+    } else if (!swept->empty()) {
+      std::string names;
+      for (const std::string& n : *swept) names += (names.empty() ? "" : ", ") + n;
+      c->Event("swept", "removed " + names + " (saves that never committed)");
     }
   }
   return c;
@@ -267,8 +262,8 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
         }
         const Pending::Segment& s = raw->segments[k];
         const ParamDecl& d = decls_[s.tensor / 3];
-        RETURN_IF_ERROR(writer->Append(kKinds[s.tensor % 3] + d.name, s.begin, s.end,
-                                       sizeof(float), staging_.data() + s.offset));
+        RETURN_IF_ERROR(writer->Append(kSavedTensorKinds[s.tensor % 3] + d.name, s.begin, s.end,
+                                       DType::kF32, staging_.data() + s.offset));
       }
       ASSIGN_OR_RETURN(raw->record, writer->Finish());
       return Status::Ok();
@@ -323,7 +318,9 @@ Status Checkpointer::Complete() {
   const int64_t step = p->step;
   // Each rank's outcome and shard record, flattened to doubles (all integers < 2^53):
   // [ok, stall, write, bytes, nseg, (tensor, begin, end, offset, crc) x nseg].
-  std::vector<double> mine = {p->status.ok() ? 1.0 : 0.0, p->stall_seconds, p->write_seconds,
+  // ok: 1 written, 0 failed, -1 refused because the state is non-finite.
+  const double ok = p->status.ok() ? 1.0 : p->status.code() == StatusCode::kNonFinite ? -1.0 : 0.0;
+  std::vector<double> mine = {ok, p->stall_seconds, p->write_seconds,
                               static_cast<double>(p->record.bytes),
                               static_cast<double>(p->record.segments.size())};
   if (p->status.ok()) {
@@ -344,9 +341,28 @@ Status Checkpointer::Complete() {
   ASSIGN_OR_RETURN(std::vector<double> all, Gather(mine));
 
   Status outcome = Status::Ok();
-  std::vector<int> failed_ranks;
+  std::vector<int> failed_ranks, nonfinite_ranks;
   for (int r = 0; r < ranks_; ++r) {
     if (all[r * width] != 1.0) failed_ranks.push_back(r);
+    if (all[r * width] == -1.0) nonfinite_ranks.push_back(r);
+  }
+  if (!nonfinite_ranks.empty()) {
+    // Not a failed save to retry: the state itself is poisoned. Nothing is committed (the
+    // newest committed checkpoint stays the newest, so retention cannot delete it) and the
+    // run stops.
+    std::string who;
+    for (int r : nonfinite_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    ++stats_.failed;
+    if (rank_ == 0) {
+      (void)AbandonStaging(root_, step, fs_);
+      RecordAttempt(step, CheckpointStatus::kFailed, "non-finite state");
+    }
+    const Status refused = NonFinite(
+        "checkpoint of step " + std::to_string(step) + " refused: rank(s) " + who +
+        " hold NaN/Inf parameters or optimizer state" +
+        (p->status.code() == StatusCode::kNonFinite ? " (" + p->status.message() + ")" : ""));
+    Event("save_refused", refused.message());
+    return refused;
   }
   if (!failed_ranks.empty()) {
     std::string who;
@@ -372,7 +388,7 @@ Status Checkpointer::Complete() {
           outcome = Internal("shard " + std::to_string(r) + ": a segment of unknown tensor");
           break;
         }
-        rec.segments.push_back({kKinds[index % 3] + decls_[index / 3].name,
+        rec.segments.push_back({kSavedTensorKinds[index % 3] + decls_[index / 3].name,
                                 static_cast<int64_t>(s[1]), static_cast<int64_t>(s[2]),
                                 static_cast<uint64_t>(s[3]), static_cast<uint32_t>(s[4])});
       }
@@ -394,6 +410,7 @@ Status Checkpointer::Complete() {
   if (verdict[0] == 1.0 && failed_ranks.empty()) {
     consecutive_failures_ = 0;
     ++stats_.committed;
+    stats_.last_committed_step = step;
     return Status::Ok();
   }
   ++stats_.failed;
@@ -415,8 +432,8 @@ Status Checkpointer::Complete() {
 // Rank 0, every shard durable: the manifest, the directory rename, the catalog, retention.
 Status Checkpointer::Commit(Manifest m) {
   for (size_t i = 0; i < decls_.size(); ++i) {
-    for (const char* kind : kKinds) {
-      m.tensors.push_back({kind + decls_[i].name, Dims(decls_[i].shape), DType::kF32});
+    for (const char* kind : kSavedTensorKinds) {
+      m.tensors.push_back({kind + decls_[i].name, decls_[i].shape.dims(), DType::kF32});
     }
   }
   m.config_yaml = config_.resolved_yaml;
@@ -482,212 +499,6 @@ Status Checkpointer::Commit(Manifest m) {
     }
   }
   return Status::Ok();
-}
-
-// Names under the root that look like checkpoints but are not committed ones: a step_<N>
-// without manifest (the protocol never leaves one: damage) and step_<N>.corrupt (set aside by
-// an earlier resume). Either means checkpoints existed, so "none" must not become a fresh start.
-std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& committed) const {
-  std::vector<std::string> out;
-  auto names = fs_.ListDir(root_);
-  if (!names.ok()) return out;
-  for (const std::string& name : *names) {
-    const bool aside = name.size() > 8 && name.compare(name.size() - 8, 8, ".corrupt") == 0;
-    const std::string base = aside ? name.substr(0, name.size() - 8) : name;
-    if (base.size() < 6 || base.compare(0, 5, "step_") != 0) continue;
-    if (!std::all_of(base.begin() + 5, base.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    const int64_t step = std::strtoll(base.c_str() + 5, nullptr, 10);
-    if (aside || (base == StepDirName(step) &&
-                  std::find(committed.begin(), committed.end(), step) == committed.end())) {
-      out.push_back(name);
-    }
-  }
-  return out;
-}
-
-Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
-  const std::vector<std::string> unusable = UnusableDirs(steps);
-  std::string unusable_list;
-  for (const std::string& n : unusable) unusable_list += (unusable_list.empty() ? "" : ", ") + n;
-  if (steps.empty()) {
-    if (!unusable.empty()) {
-      return CorruptCheckpoint("no usable checkpoint under " + root_ + ", only unusable ones (" +
-                               unusable_list + "): repair or remove them, or set resume: none "
-                               "with another checkpoint.dir to start from scratch");
-    }
-    Event("resume", "no committed checkpoint under " + root_ + ": starting from step 0");
-    return std::optional<LoadedCheckpoint>();
-  }
-  if (!unusable.empty()) Event("resume", "not considered (unusable): " + unusable_list);
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const std::string dir = root_ + "/" + StepDirName(steps[k]);
-    LoadedCheckpoint loaded;
-    Status st = Status::Ok();
-    auto reader = CheckpointReader::Open(dir, fs_);
-    if (!reader.ok()) {
-      st = reader.status();
-    } else {
-      st = LoadCheckpointInto(**reader, *partition_, shards, /*with_optimizer=*/true);
-      loaded.step = (*reader)->manifest().step;
-      loaded.dir = dir;
-      loaded.state = (*reader)->manifest().state;
-    }
-    // 1 = loaded; 0 = the checkpoint is damaged (bytes, truncation, missing file, manifest);
-    // 2 = anything else (a model that does not match, an I/O error): not the checkpoint's fault.
-    const bool damaged = st.code() == StatusCode::kDataLoss || st.code() == StatusCode::kNotFound;
-    const double mine = st.ok() ? 1.0 : damaged ? 0.0 : 2.0;
-    ASSIGN_OR_RETURN(std::vector<double> flags, Gather({mine}));
-    if (std::all_of(flags.begin(), flags.end(), [](double f) { return f == 1.0; })) {
-      Event("resume", "resuming from " + dir + " (step " + std::to_string(loaded.step) + ")");
-      return std::optional<LoadedCheckpoint>(std::move(loaded));
-    }
-    std::string who;
-    for (int r = 0; r < ranks_; ++r) {
-      if (flags[r] != 1.0) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    }
-    if (!st.ok() && rank_ != 0) {
-      std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
-    }
-    if (std::find(flags.begin(), flags.end(), 2.0) != flags.end()) {
-      if (mine == 2.0) return st;
-      return FailedPrecondition(dir + ": loading failed on rank(s) " + who +
-                                " for a reason other than damage (see their messages); nothing "
-                                "was marked corrupt");
-    }
-    const std::string why = st.ok() ? "failed verification on rank(s) " + who : st.ToString();
-    std::string moved;
-    if (rank_ == 0) {
-      // Out of the committed namespace, kept for inspection: never tried or counted again.
-      const std::string aside = dir + ".corrupt";
-      Status mv = fs_.RemoveTree(aside);
-      if (mv.ok()) mv = fs_.Rename(dir, aside);
-      if (mv.ok()) mv = fs_.SyncDir(root_);
-      moved = mv.ok() ? "; moved to " + StepDirName(steps[k]) + ".corrupt" : "; " + mv.ToString();
-      if (sink_) (void)sink_->SetStatus(steps[k], CheckpointStatus::kCorrupt, why + moved);
-    }
-    Event("corrupt", dir + " is unusable (" + why + ")" + moved +
-                         (k + 1 < steps.size() ? "; falling back to step " + std::to_string(steps[k + 1])
-                                               : ""));
-  }
-  return CorruptCheckpoint("no usable checkpoint under " + root_ + ": all " +
-                           std::to_string(steps.size()) +
-                           " committed checkpoint(s) failed verification and were moved aside as "
-                           "step_<N>.corrupt (messages above)");
-}
-
-Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
-                          ParamShards& shards, bool with_optimizer) {
-  ASSIGN_OR_RETURN(ModelPartition whole, ModelPartition::Create(model, 1, 0));
-  return LoadCheckpointInto(reader, whole, shards, with_optimizer);
-}
-
-Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamShards& shards, bool with_optimizer) {
-  const Manifest& m = reader.manifest();
-  const std::vector<ParamDecl> decls = DeclareParameters(partition.config());
-  for (const ParamDecl& d : decls) {
-    for (int k = 0; k < (with_optimizer ? 3 : 1); ++k) {
-      const std::string name = kKinds[k] + d.name;
-      const TensorRecord* t = m.FindTensor(name);
-      if (t == nullptr) {
-        return InvalidArgument(reader.dir() + ": has no tensor " + name +
-                               " that this config's model needs (a different model family, "
-                               "layer count or tying?)");
-      }
-      if (t->shape != Dims(d.shape) || t->dtype != DType::kF32) {
-        return InvalidArgument(reader.dir() + ": tensor " + name + " is " +
-                               std::string(DTypeName(t->dtype)) + " " + ShapeText(t->shape) +
-                               " there but f32 " + ShapeText(Dims(d.shape)) +
-                               " in this config's model");
-      }
-    }
-  }
-  for (const TensorRecord& t : m.tensors) {  // a larger model's extra parameters
-    if (t.name.rfind("param/", 0) != 0) continue;
-    const std::string name = t.name.substr(6);
-    if (std::none_of(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.name == name; })) {
-      return InvalidArgument(reader.dir() + ": has parameter " + name +
-                             " that this config's model does not (a different model?)");
-    }
-  }
-  // Reads local flat range [b, e) of tensor kind k into out (the global elements each local
-  // one maps to; vocabulary padding is zero); the first error is kept.
-  // A tensor-parallel piece can be one row of a column-split tensor, and a read verifies every
-  // segment it touches whole: reading row by row would checksum each saved segment once per
-  // row. So consecutive pieces of one tensor are read as their covering global range (at most
-  // kMaxSpan elements of scratch) and scattered from there: each segment is verified once
-  // per span.
-  constexpr int64_t kMaxSpan = int64_t{16} << 20;  // 64 MiB of fp32 scratch
-  Status first = Status::Ok();
-  std::vector<float> scratch;
-  auto fill = [&](int k) {
-    return [&, k](int64_t b, int64_t e, float* out) {
-      std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
-      struct Piece {
-        int64_t global, length, local;
-      };
-      const TpParam* tensor = nullptr;
-      std::vector<Piece> batch;
-      auto flush = [&] {
-        if (batch.empty() || !first.ok()) {
-          batch.clear();
-          return;
-        }
-        const std::string name = kKinds[k] + tensor->local.name;
-        const int64_t g0 = batch.front().global;
-        const int64_t g1 = batch.back().global + batch.back().length;
-        if (batch.size() == 1) {
-          first = reader.Read(name, g0, g1, out + (batch.front().local - b));
-        } else {
-          scratch.resize(static_cast<size_t>(g1 - g0));
-          first = reader.Read(name, g0, g1, scratch.data());
-          for (const Piece& pc : batch) {
-            if (!first.ok()) break;
-            std::memcpy(out + (pc.local - b), scratch.data() + (pc.global - g0),
-                        static_cast<size_t>(pc.length) * sizeof(float));
-          }
-        }
-        batch.clear();
-      };
-      partition.ForEachGlobalPiece(
-          b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-            // Pieces of one tensor come in increasing global order.
-            if (!batch.empty() &&
-                (&param != tensor ||
-                 global_begin + length - batch.front().global > kMaxSpan)) {
-              flush();
-            }
-            tensor = &param;
-            batch.push_back({global_begin, length, local});
-          });
-      flush();
-    };
-  };
-  shards.Load(fill(0));
-  RETURN_IF_ERROR(first);
-  if (with_optimizer) {
-    const JsonValue* t = m.state.Find("adamw_step");
-    if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
-      return DataLoss(reader.dir() + "/manifest.json: state.adamw_step missing or not a count");
-    }
-    shards.LoadMoments(fill(1), fill(2), t->as_int());
-    RETURN_IF_ERROR(first);
-  }
-  return Status::Ok();
-}
-
-Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs) {
-  if (auto fd = fs.OpenForRead(path + "/manifest.json"); fd.ok()) {
-    (void)fs.Close(*fd, path);
-    return path;
-  }
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(path, fs));
-  if (steps.empty()) {
-    return NotFound(path + ": neither a checkpoint (no manifest.json) nor a checkpoint root "
-                           "with a committed step_<N> directory");
-  }
-  return path + "/" + StepDirName(steps.front());
 }
 
 }  // namespace tessera

@@ -28,13 +28,19 @@
 // staging directory, records "failed" and training goes on; checkpoint.max_failures
 // consecutive failures stop the run (Status). The previous committed checkpoint is never
 // touched by a save.
-// Load: CheckpointReader (verified reads). Resume tries the newest committed checkpoint;
-// if any rank finds it damaged (checksum, truncation, missing shard, malformed manifest), it is
-// marked corrupt in the catalog, moved aside to step_<N>.corrupt, the run says so and the
-// next-newest is tried; every rank decides together. Other load errors (a model that does not
-// match, an I/O error) are returned as they are and mark nothing. Damaged checkpoints and no
-// usable one is an error (kCorruptCheckpoint), never a fresh start; so is a root holding only
-// step_<N> directories without manifest or set-aside ones.
+// Load (checkpoint_load.cc): CheckpointReader (verified reads, metadata checksum). Resume
+// tries the newest committed checkpoint: the caller's check of its saved state first, then its
+// tensors. If any rank finds it damaged (checksum, truncation, a missing or non-regular file,
+// malformed metadata, a state no run could have saved), it is marked corrupt in the catalog,
+// moved aside to step_<N>.corrupt, the run says so and the next-newest is tried; one that is
+// healthy but does not fit this run (the check says kOutOfRange) is skipped and left in place;
+// every rank decides together. Other load errors (a model that does not match, an I/O error)
+// are returned as they are and mark nothing. No usable checkpoint is an error
+// (kCorruptCheckpoint: exit 5) listing why each was passed over, never a fresh start; so is a
+// root holding only step_<N> directories without manifest, set-aside ones, or files named like
+// checkpoints. init_from a checkpoint root falls back the same way but leaves damaged ones
+// where they are (the root is another run's). At start the coordinator sweeps what an earlier
+// run left half-written (step_<N>.tmp, .old, .deleting) and says so.
 // Retention after a commit only considers committed checkpoints up to the one just saved
 // that the catalog does not know to be corrupt (a relaying sink knows none: under a
 // supervisor, set-aside step_<N>.corrupt directories are what keeps them out).
@@ -45,6 +51,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,12 +72,23 @@
 
 namespace tessera {
 
+// The saved tensors of parameter <name>, in canonical order (index 3 * parameter + kind):
+// "param/<name>", "exp_avg/<name>", "exp_avg_sq/<name>".
+inline constexpr const char* kSavedTensorKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
+
+// How Resume and InitFrom test a candidate checkpoint before loading its tensors: OK (use
+// it), kDataLoss (damaged: set aside), kOutOfRange (healthy, not for this run: skipped), any
+// other error (ends the search with it). `where` names the manifest for messages. May be
+// empty: every candidate fits.
+using CandidateCheck = std::function<Status(const Manifest& m, const std::string& where)>;
+
 struct CheckpointStats {
   int64_t saves = 0, committed = 0, failed = 0, skipped = 0;
   double stall_seconds = 0;  // total training stall for saves (setup, waits for the copy or
                              //   for a previous save)
   double last_write_seconds = 0;
   uint64_t last_bytes = 0;   // all ranks' shards of the last committed checkpoint
+  int64_t last_committed_step = -1;  // the step of the last save this run committed (-1: none)
 };
 
 // What a loaded checkpoint brings besides the tensors.
@@ -112,10 +130,16 @@ class Checkpointer {
   // Collective: every rank calls it at the same points.
   Status Poll(bool block);
 
-  // Resume (resume: auto): loads the newest valid committed checkpoint under checkpoint.dir
-  // into `shards` (parameters and optimizer), falling back past corrupt ones. nullopt when
-  // the root holds no committed checkpoint. Collective.
-  Result<std::optional<LoadedCheckpoint>> Resume(ParamShards& shards);
+  // Resume (resume: auto): loads the newest usable committed checkpoint under checkpoint.dir
+  // into `shards` (parameters and optimizer), falling back past damaged and unfit ones (file
+  // comment). nullopt when the root holds no committed checkpoint. Collective.
+  Result<std::optional<LoadedCheckpoint>> Resume(ParamShards& shards, const CandidateCheck& check = {});
+  // init_from = a checkpoint: its weights (and, with_optimizer, its AdamW moments and step).
+  // A step_<N> directory: that one (damaged: kCorruptCheckpoint). A root: its newest usable
+  // committed checkpoint, falling back past damaged ones (reported, left in place).
+  // Collective.
+  Status InitFrom(const std::string& path, ParamShards& shards, bool with_optimizer,
+                  const CandidateCheck& check);
 
   const CheckpointStats& stats() const { return stats_; }
 
@@ -126,6 +150,16 @@ class Checkpointer {
   Status Complete();  // all writers done: gather records, commit on rank 0, account
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
+  // The candidates of a search for the newest usable checkpoint (checkpoint_load.cc).
+  struct Candidates {
+    std::string root;
+    std::vector<int64_t> steps;  // committed, newest first
+    bool set_aside = false;      // damaged ones: move to .corrupt and mark in the catalog
+    bool with_optimizer = true;
+    CandidateCheck check;
+    std::string purpose;         // "resume" | "init_from": the event kind and the log word
+  };
+  Result<std::optional<LoadedCheckpoint>> LoadNewestUsable(const Candidates& c, ParamShards& shards);
   void Event(const std::string& kind, const std::string& message);
   // Rank 0: the catalog record of a save attempt (writing / failed), unless the step's earlier
   // committed directory is still there (see the .cc).

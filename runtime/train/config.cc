@@ -495,6 +495,15 @@ Status ReadTrain(Section& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Float("peak_gflops", kNonNegative, &t->peak_gflops));
   RETURN_IF_ERROR(s.String("out_dir", &t->out_dir));
   RETURN_IF_ERROR(s.NonEmpty("out_dir", t->out_dir));  // "" would scatter outputs into the cwd
+  RETURN_IF_ERROR(s.Enum<NonFinitePolicy>(
+      "on_nonfinite", {{"stop", NonFinitePolicy::kStop}, {"skip", NonFinitePolicy::kSkip}},
+      &t->on_nonfinite));
+  RETURN_IF_ERROR(s.Int("max_nonfinite_skips", 1, kMaxSteps, &t->max_nonfinite_skips));
+  RETURN_IF_ERROR(s.Float("spike_zscore", kNonNegative, &t->spike_zscore));
+  RETURN_IF_ERROR(s.Int("spike_window", 2, 65536, &t->spike_window));
+  RETURN_IF_ERROR(s.Enum<SpikeAction>(
+      "spike_action", {{"report", SpikeAction::kReport}, {"skip", SpikeAction::kSkip}},
+      &t->spike_action));
   return s.Finish();
 }
 

@@ -45,6 +45,13 @@ struct DataConfig {
 // contiguous block of micro-batches [r * accum, (r + 1) * accum) of each global step, in the
 // loader's order; every rank advances the loader over the whole global batch, so the data
 // position is identical on all ranks after every step.
+// What a step whose loss or gradient norm is NaN/Inf does (beyond fp16's planned overflow
+// skips, which back the loss scale off): the update is never applied either way.
+enum class NonFinitePolicy { kStop, kSkip };
+const char* NonFinitePolicyName(NonFinitePolicy p);  // "stop" | "skip"
+enum class SpikeAction { kReport, kSkip };
+const char* SpikeActionName(SpikeAction a);  // "report" | "skip"
+
 struct TrainConfig {
   int64_t steps = 100;             // train.steps: optimizer steps, >= 1
   int64_t micro_batch_size = 8;    // train.micro_batch_size: sequences per micro-batch PER RANK,
@@ -60,6 +67,21 @@ struct TrainConfig {
   float peak_gflops = 0.0f;  // train.peak_gflops: the MFU denominator per rank in GFLOP/s (e.g.
                              //   a GPU's rated bf16 peak); 0 = measure sgemm at startup
                              //   (~0.7 s on rank 0), >= 0
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  // train.on_nonfinite: stop | skip —
+                             //   a NaN/Inf loss or gradient norm: stop the run at once (exit
+                             //   code 10, nothing non-finite saved) or skip that update and go on
+  int64_t max_nonfinite_skips = 10;  // train.max_nonfinite_skips: with skip, consecutive
+                             //   non-finite steps skipped before the run stops anyway (exit
+                             //   10), >= 1
+  float spike_zscore = 0.0f; // train.spike_zscore: loss-spike detection — a step whose loss is
+                             //   more than this many standard deviations above the mean of the
+                             //   previous spike_window steps is reported (progress line,
+                             //   metrics.jsonl "spike_z"); 0 = off, else > 0 (llm.c uses 5)
+  int64_t spike_window = 128;  // train.spike_window: steps in that window, 2..65536; the test
+                             //   starts once the window is full
+  SpikeAction spike_action = SpikeAction::kReport;  // train.spike_action: report | skip —
+                             //   skip also leaves that step's update out (the loss then stays
+                             //   out of the window)
 };
 
 // How the world's ranks are laid out (comm/device_mesh.h: pp x dp x ep x tp, tp fastest).

@@ -105,6 +105,11 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   Put(out, "threads", static_cast<int64_t>(t.threads));
   Put(out, "peak_gflops", t.peak_gflops);
   PutPath(out, "out_dir", t.out_dir);
+  PutName(out, "on_nonfinite", NonFinitePolicyName(t.on_nonfinite));
+  Put(out, "max_nonfinite_skips", t.max_nonfinite_skips);
+  Put(out, "spike_zscore", t.spike_zscore);
+  Put(out, "spike_window", t.spike_window);
+  PutName(out, "spike_action", SpikeActionName(t.spike_action));
   out << YAML::EndMap;
 }
 
@@ -218,5 +223,11 @@ const char* ResumeModeName(ResumeMode m) { return m == ResumeMode::kAuto ? "auto
 const char* LossScaleModeName(LossScaleMode m) {
   return m == LossScaleMode::kStatic ? "static" : "dynamic";
 }
+
+const char* NonFinitePolicyName(NonFinitePolicy p) {
+  return p == NonFinitePolicy::kSkip ? "skip" : "stop";
+}
+
+const char* SpikeActionName(SpikeAction a) { return a == SpikeAction::kSkip ? "skip" : "report"; }
 
 }  // namespace tessera

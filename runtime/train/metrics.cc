@@ -85,7 +85,8 @@ std::string FormatProgressLine(const StepMetrics& m) {
                 "step %*lld/%lld | loss %.4f%s%s | lr %.2e | gnorm %.3f%s%s | %s tok/s | MFU %.1f%% | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(m.total_steps),
                 m.loss, floor.c_str(), val.c_str(), m.lr, m.grad_norm,
-                m.skipped ? " (skipped)" : "", scale.c_str(), FormatRate(m.tokens_per_second).c_str(),
+                m.skipped ? (m.nonfinite ? " (skipped: non-finite)" : " (skipped)") : "",
+                scale.c_str(), FormatRate(m.tokens_per_second).c_str(),
                 100.0 * m.mfu, FormatDuration(m.eta_seconds).c_str());
   return buf;
 }
@@ -99,6 +100,10 @@ std::string FormatSummary(const TrainSummary& s, const std::string& memory_repor
                     FormatDuration(s.wall_seconds).c_str(), s.wall_seconds));
   add(std::snprintf(line, sizeof line, "  steps            %lld (%lld skipped)\n",
                     static_cast<long long>(s.steps), static_cast<long long>(s.skipped_steps)));
+  if (s.nonfinite_steps > 0 || s.spikes > 0) {
+    add(std::snprintf(line, sizeof line, "  guard            %lld non-finite step(s) skipped, %lld loss spike(s)\n",
+                      static_cast<long long>(s.nonfinite_steps), static_cast<long long>(s.spikes)));
+  }
   add(std::snprintf(line, sizeof line, "  tokens           %lld (%.0f tok/s)\n",
                     static_cast<long long>(s.tokens), s.tokens / std::max(s.wall_seconds, 1e-9)));
   add(std::snprintf(line, sizeof line, "  final loss       %.4f (mean of the last %lld steps)\n",
@@ -153,6 +158,8 @@ Status MetricsFile::Append(const StepMetrics& m) {
   w.Key("lr").Double(m.lr);
   w.Key("grad_norm").Double(m.grad_norm);
   w.Key("skipped").Bool(m.skipped);
+  if (m.nonfinite) w.Key("nonfinite").Bool(true);
+  if (m.spike_z) w.Key("spike_z").Double(*m.spike_z);
   if (m.loss_scale) w.Key("loss_scale").Double(*m.loss_scale);
   w.Key("tokens").Int(m.total_tokens);
   w.Key("step_s").Double(m.step_seconds);

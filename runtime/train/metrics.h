@@ -24,8 +24,12 @@ struct StepMetrics {
   std::optional<double> floor; // best achievable loss of the data, when known
   double lr = 0;
   double grad_norm = 0;        // before clipping
-  bool skipped = false;        // update skipped (non-finite gradient norm: an fp16 overflow
-                               //   under dynamic loss scaling, or a diverged run)
+  bool skipped = false;        // update skipped: an fp16 overflow under dynamic loss scaling,
+                               //   a non-finite step (train.on_nonfinite: skip) or a loss spike
+                               //   (train.spike_action: skip)
+  bool nonfinite = false;      // the loss or gradient norm was NaN/Inf (and the step skipped)
+  std::optional<double> spike_z;  // loss-spike detection on and its window full: how many
+                               //   standard deviations the loss is above the window's mean
   std::optional<double> loss_scale;  // fp16: the scale this step's loss was multiplied by
   int64_t tokens = 0;          // tokens processed in this step
   int64_t total_tokens = 0;    // tokens processed so far
@@ -45,6 +49,8 @@ struct TrainSummary {
   int64_t steps = 0;
   int64_t tokens = 0;
   int64_t skipped_steps = 0;
+  int64_t nonfinite_steps = 0;      // of them: NaN/Inf loss or gradient norm (on_nonfinite: skip)
+  int64_t spikes = 0;               // loss spikes detected (train.spike_zscore)
   double wall_seconds = 0;
   double final_loss = 0;            // mean training loss of the last `final_loss_steps` steps
   int64_t final_loss_steps = 0;

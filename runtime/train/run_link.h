@@ -3,7 +3,9 @@
 //
 // Owns: the seam only. runtime/train cannot see the supervisor (it sits above this layer);
 // `tessera train` under `tessera launch` passes an implementation backed by the control-plane
-// client (tools/supervised_rank.h); tests pass fakes; standalone runs pass none (null).
+// client (tools/supervised_rank.h); a standalone `tessera train` passes one backed by its
+// signal handlers (tools/signal_link.h: SIGTERM/SIGINT stop, SIGUSR1 checkpoint now); tests
+// pass fakes or none (null: no requests at all).
 //
 // Contract with the trainer:
 // - SetStep/SetPhase are called on the training thread at every step boundary and phase
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "checkpoint/catalog.h"
 #include "runtime/core/file_util.h"
@@ -43,6 +46,8 @@ class RunLink {
   // The file system checkpoint writes go through; null = the real one. `tessera chaos` hands
   // ranks one that can fail writes or kill the rank midway (tools/chaos_hooks.h).
   virtual FileSystem* checkpoint_file_system() { return nullptr; }
+  // Who asked, for the run's messages: "the supervisor's request", "SIGTERM", ...
+  virtual std::string RequestSource() const { return "the supervisor's request"; }
 };
 
 }  // namespace tessera

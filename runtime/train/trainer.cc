@@ -116,6 +116,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
       world->world()->size() > 1) {
     t->agree_comm_ = world->world();
   }
+  t->guard_.emplace(config.train);
   RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
@@ -133,6 +134,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
                    Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
                                         ckpt_fs != nullptr ? *ckpt_fs : DefaultFileSystem(),
                                         &t->memory_, link != nullptr ? link->catalog() : nullptr));
+  if (t->init_from_checkpoint_) {
+    t->Phase(TrainPhase::kCheckpoint);
+    RETURN_IF_ERROR(t->InitFromCheckpoint());
+    t->Phase(TrainPhase::kIdle);
+  }
   if (config.resume == ResumeMode::kAuto) {
     t->Phase(TrainPhase::kCheckpoint);
     RETURN_IF_ERROR(t->ResumeFromCheckpoint());
@@ -226,9 +232,10 @@ Status Trainer::SetUpParameters() {
     });
   } else if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
     // Fine-tuning / continued pretraining from a checkpoint: its weights (and with
-    // init_optimizer its moments and AdamW step); step, schedule and data start fresh.
-    ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*dir));
-    RETURN_IF_ERROR(LoadCheckpointInto(*reader, *partition_, *shards_, c.init_optimizer));
+    // init_optimizer its moments and AdamW step); step, schedule and data start fresh. Loaded
+    // once the checkpointer exists (Create: InitFromCheckpoint), which falls back past
+    // damaged checkpoints of a root.
+    init_from_checkpoint_ = true;
   } else if (c.init_optimizer) {
     return InvalidArgument("init_optimizer=true: init_from " + c.init_from +
                            " is not a checkpoint (" + dir.status().message() +
@@ -342,9 +349,14 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   }
   r.loss = loss_sum / static_cast<double>(accum * dp_size_);
   ASSIGN_OR_RETURN(r.grad_norm, ClipGradients());
-  // Every rank sees the same norm and loss, so every rank skips (or not) together.
+  // Every rank sees the same norm and loss, so every rank reaches the same verdict.
   const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
-  r.skipped = loss_scaler_ ? loss_scaler_->Update(overflow) : overflow;
+  const bool can_back_off = loss_scaler_ && config_.mixed_precision.loss_scale == LossScaleMode::kDynamic &&
+                            loss_scaler_->scale() > config_.mixed_precision.min_scale;
+  r.guard = guard_->Decide(r.loss, r.grad_norm, can_back_off);
+  if (r.guard.verdict == StepGuard::Verdict::kStop) return r;  // nothing changed: the caller stops
+  if (loss_scaler_) (void)loss_scaler_->Update(overflow);
+  r.skipped = r.guard.verdict != StepGuard::Verdict::kApply;
   if (r.skipped) return r;
   checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
   RETURN_IF_ERROR(shards_->Step(lr));
@@ -523,19 +535,34 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     const auto t0 = Clock::now();
     const float lr = LearningRate(config_.schedule, config_.optimizer.lr, step, tc.steps);
     ASSIGN_OR_RETURN(StepResult r, TrainStep(lr));
+    if (r.guard.verdict == StepGuard::Verdict::kStop) {
+      return StopNonFinite(step + 1, r, NonFinite("step " + std::to_string(step + 1) + ": " + r.guard.reason),
+                           metrics.get(), out);
+    }
     if (link_ != nullptr) link_->SetStep(step + 1);
     const double loss = r.loss;
     StepMetrics m;
     m.skipped = r.skipped;
+    m.nonfinite = r.guard.verdict == StepGuard::Verdict::kSkipNonFinite;
+    if (r.guard.has_zscore) m.spike_z = r.guard.zscore;
     if (loss_scaler_) m.loss_scale = r.loss_scale;
+    if (root && (r.guard.spike || m.nonfinite)) {
+      std::fprintf(out, "tessera: step %lld: %s\n", static_cast<long long>(step + 1),
+                   r.guard.reason.c_str());
+      std::fflush(out);
+    }
     const auto t1 = Clock::now();
 
     summary.steps = step + 1 - start_step_;
     summary.tokens += tokens_per_step;
     summary.skipped_steps += m.skipped;
-    summary.best_loss = std::min(summary.best_loss, loss);
-    interval_loss += loss;
-    ++interval_steps;
+    summary.nonfinite_steps += m.nonfinite;
+    summary.spikes += r.guard.spike;
+    if (std::isfinite(loss)) {  // a skipped non-finite step says nothing about the loss level
+      summary.best_loss = std::min(summary.best_loss, loss);
+      interval_loss += loss;
+      ++interval_steps;
+    }
     const bool last = step + 1 == tc.steps;
     if (val_data_ && ((tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0) || last)) {
       Phase(TrainPhase::kEval);
@@ -549,7 +576,9 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     bool saved_this_step = false;
     if (checkpointer_->Due(step + 1, tc.steps)) {
       const int64_t skipped = checkpointer_->stats().skipped;
-      RETURN_IF_ERROR(checkpointer_->Save(step + 1, *shards_, StateJson(step + 1), LayoutJson()));
+      // The final save is never skipped (on_busy: skip): the one in flight completes first.
+      RETURN_IF_ERROR(last ? SaveNow(step + 1)
+                           : checkpointer_->Save(step + 1, *shards_, StateJson(step + 1), LayoutJson()));
       saved_this_step = checkpointer_->stats().skipped == skipped;
     }
     Phase(TrainPhase::kIdle);
@@ -602,6 +631,16 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   Phase(TrainPhase::kCheckpoint);
   RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
   Phase(TrainPhase::kIdle);
+  if (checkpointer_->Due(tc.steps, tc.steps) && start_step_ < tc.steps &&
+      checkpointer_->stats().last_committed_step != tc.steps) {
+    // The run's last word is its final checkpoint: a run that could not save it has not
+    // finished (a restart resumes from the newest committed one and saves again).
+    return IoError("the final checkpoint (step " + std::to_string(tc.steps) + ") was not committed "
+                   "(see the checkpoint messages above); newest committed: " +
+                   (checkpointer_->stats().last_committed_step >= 0
+                        ? "step " + std::to_string(checkpointer_->stats().last_committed_step)
+                        : std::string("none this run")));
+  }
   summary.wall_seconds = Seconds(start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
   ASSIGN_OR_RETURN(std::vector<float> full, GatherGlobalWeights());

@@ -57,6 +57,8 @@
 #include "runtime/train/pipeline.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/run_link.h"
+#include "runtime/train/saved_state.h"
+#include "runtime/train/step_guard.h"
 #include "runtime/train/world.h"
 
 namespace tessera {
@@ -98,6 +100,7 @@ class Trainer {
     double grad_norm = 0;
     bool skipped = false;
     double loss_scale = 1.0;  // what the loss was multiplied by (fp16)
+    StepGuard::Decision guard;  // why it was applied, skipped (or the run stops)
   };
 
   Trainer(const Config& config) : config_(config) {}
@@ -105,8 +108,16 @@ class Trainer {
   // resume: auto — the newest usable checkpoint's tensors and state (step, data position,
   // loss scale); a fresh start when there is none.
   Status ResumeFromCheckpoint();
-  Status RestoreState(const JsonValue& state, const std::string& where);
+  // init_from a Tessera checkpoint (a step_<N> directory or a root): through the checkpointer,
+  // which falls back past damaged checkpoints of a root.
+  Status InitFromCheckpoint();
+  Status RestoreState(const SavedTrainerState& s, const std::string& where);
   JsonValue StateJson(int64_t step) const;
+  // A step whose loss or gradient norm is NaN/Inf under on_nonfinite stop (or past the skip
+  // bound): completes a save in flight (its state is from before the step), records the step
+  // in metrics.jsonl, says where the run stands and returns the kNonFinite status (exit 10).
+  Status StopNonFinite(int64_t step, const StepResult& r, const Status& why, MetricsFile* metrics,
+                       FILE* out);
   JsonValue LayoutJson() const;
   Result<StepResult> TrainStep(float lr);
   // Unscales (fp16), measures the global norm and clips this rank's reduced gradients.
@@ -140,6 +151,8 @@ class Trainer {
   Communicator* pp_ = nullptr;  // the pipeline group (null: pp = 1)
   std::vector<int32_t> step_inputs_, step_targets_;  // a pipelined step's micro-batches
   std::optional<LossScaler> loss_scaler_;  // fp16 only
+  std::optional<StepGuard> guard_;          // non-finite and loss-spike policy (step_guard.h)
+  bool init_from_checkpoint_ = false;       // init_from names a Tessera checkpoint
   std::unique_ptr<Checkpointer> checkpointer_;
   RunLink* link_ = nullptr;             // null: standalone
   Communicator* agree_comm_ = nullptr;  // the world group the link's requests are agreed on

@@ -8,71 +8,101 @@
 #include <cstring>
 
 #include "checkpoint/commit.h"
+#include "runtime/train/saved_state.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/trainer.h"
 
 namespace tessera {
 
 Status Trainer::ResumeFromCheckpoint() {
-  ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded, checkpointer_->Resume(*shards_));
+  // Each candidate's saved state first: damaged (no run could have saved it) or not for this
+  // run (saved_state.h); the checkpointer falls back past either.
+  const int64_t windows = train_data_->num_windows();
+  auto check = [&](const Manifest& m, const std::string& where) -> Status {
+    ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(m.state, m.step, where));
+    return CheckStateFitsRun(saved, config_, windows, where);
+  };
+  ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded, checkpointer_->Resume(*shards_, check));
   if (!loaded) return Status::Ok();
-  return RestoreState(loaded->state, loaded->dir + "/manifest.json");
+  const std::string where = loaded->dir + "/manifest.json";
+  ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(loaded->state, loaded->step, where));
+  return RestoreState(saved, where);
 }
 
-// The manifest's state object is untrusted: every field is checked before it is used.
-Status Trainer::RestoreState(const JsonValue& state, const std::string& where) {
-  auto count = [&](const char* key) -> Result<int64_t> {
-    const JsonValue* v = state.Find(key);
-    if (v == nullptr || !v->is_integer() || v->as_int() < 0) {
-      return DataLoss(where + ": state." + key + " missing or not a non-negative integer");
-    }
-    return v->as_int();
+Status Trainer::InitFromCheckpoint() {
+  // Only the weights (and with init_optimizer the moments and AdamW step) are taken, but a
+  // state no run could have saved still marks a candidate as damaged.
+  auto check = [](const Manifest& m, const std::string& where) -> Status {
+    return ParseSavedState(m.state, m.step, where).status();
   };
-  ASSIGN_OR_RETURN(start_step_, count("step"));
-  ASSIGN_OR_RETURN(const int64_t seed, count("seed"));
-  if (static_cast<uint64_t>(seed) != config_.train.seed) {
-    return InvalidArgument(where + ": saved with train.seed=" + std::to_string(seed) +
-                           " but this config has " + std::to_string(config_.train.seed) +
-                           ": the data order would differ from the run being resumed");
+  return checkpointer_->InitFrom(config_.init_from, *shards_, config_.init_optimizer, check);
+}
+
+// `s` passed ParseSavedState and CheckStateFitsRun.
+Status Trainer::RestoreState(const SavedTrainerState& s, const std::string& where) {
+  start_step_ = s.step;
+  if (Status st = train_data_->Seek({s.data_epoch, s.data_index}); !st.ok()) {
+    return DataLoss(where + ": data position does not fit this run's data: " + st.message());
   }
-  ASSIGN_OR_RETURN(const int64_t epoch, count("data_epoch"));
-  ASSIGN_OR_RETURN(const int64_t index, count("data_index"));
-  if (Status s = train_data_->Seek({epoch, index}); !s.ok()) {
-    return DataLoss(where + ": data position does not fit this run's data: " + s.message());
-  }
-  if (loss_scaler_ && state.Find("loss_scale") == nullptr) {
+  guard_->Restore(s.nonfinite_streak, s.loss_window);
+  if (loss_scaler_ && !s.loss_scale) {
     // Saved by an fp32 or bf16 run: fp16 starts from the configured scale.
     std::printf("tessera: %s has no fp16 loss scale (saved in another precision): starting from "
                 "mixed_precision.initial_scale %g\n", where.c_str(), loss_scaler_->scale());
   } else if (loss_scaler_) {
-    const JsonValue* scale = state.Find("loss_scale");
-    ASSIGN_OR_RETURN(const int64_t good, count("loss_scale_good_steps"));
-    ASSIGN_OR_RETURN(const int64_t skipped, count("loss_scale_skipped"));
-    int exponent = 0;
-    if (scale == nullptr || !scale->is_number() || !(scale->as_double() > 0) ||
-        !std::isfinite(scale->as_double()) || std::frexp(scale->as_double(), &exponent) != 0.5) {
-      return DataLoss(where + ": state.loss_scale missing or not a positive power of two "
-                              "(was the checkpoint saved by an fp16 run?)");
-    }
-    loss_scaler_->Restore(scale->as_double(), good, skipped);
+    loss_scaler_->Restore(s.loss_scale->scale, s.loss_scale->good_steps, s.loss_scale->skipped);
   }
   return Status::Ok();
 }
 
 JsonValue Trainer::StateJson(int64_t step) const {
   const DataPosition pos = train_data_->position();
-  std::vector<std::pair<std::string, JsonValue>> m = {
-      {"step", JsonValue::Integer(step)},
-      {"data_epoch", JsonValue::Integer(pos.epoch)},
-      {"data_index", JsonValue::Integer(pos.index)},
-      {"adamw_step", JsonValue::Integer(shards_->adamw_step())},
-      {"seed", JsonValue::Integer(static_cast<int64_t>(config_.train.seed))}};
+  SavedTrainerState s;
+  s.step = step;
+  s.seed = config_.train.seed;
+  s.data_epoch = pos.epoch;
+  s.data_index = pos.index;
+  s.adamw_step = shards_->adamw_step();
+  s.nonfinite_streak = guard_->nonfinite_streak();
+  s.loss_window = guard_->loss_window();
   if (loss_scaler_) {
-    m.push_back({"loss_scale", JsonValue::Number(loss_scaler_->scale())});
-    m.push_back({"loss_scale_good_steps", JsonValue::Integer(loss_scaler_->good_steps())});
-    m.push_back({"loss_scale_skipped", JsonValue::Integer(loss_scaler_->skipped_steps())});
+    s.loss_scale = SavedLossScale{loss_scaler_->scale(), loss_scaler_->good_steps(),
+                                  loss_scaler_->skipped_steps()};
   }
-  return JsonValue::Object(std::move(m));
+  return SavedStateJson(s);
+}
+
+Status Trainer::StopNonFinite(int64_t step, const StepResult& r, const Status& why,
+                              MetricsFile* metrics, FILE* out) {
+  // A save in flight holds the state from before this step: let it commit (collective; every
+  // rank reached this same verdict at this same step).
+  RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
+  if (!is_root()) return why;
+  if (metrics != nullptr) {
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = config_.train.steps;
+    m.loss = r.loss;
+    m.grad_norm = r.grad_norm;
+    m.skipped = true;
+    m.nonfinite = true;
+    RETURN_IF_ERROR(metrics->Append(m));
+  }
+  std::string newest = "no checkpoint.dir";
+  if (checkpointer_->enabled()) {
+    auto committed = CommittedSteps(config_.checkpoint.dir);
+    newest = committed.ok() && !committed->empty()
+                 ? "newest committed checkpoint: step " + std::to_string(committed->front()) +
+                       " (resume: auto continues from it)"
+                 : "no committed checkpoint";
+  }
+  std::fprintf(out,
+               "tessera: %s: stopped before applying it; the weights are those after step %lld "
+               "(not exported); %s. Lower optimizer.lr or lengthen schedule.warmup_steps, or set "
+               "train.on_nonfinite: skip to step over isolated bad batches.\n",
+               why.message().c_str(), static_cast<long long>(step - 1), newest.c_str());
+  std::fflush(out);
+  return why;
 }
 
 JsonValue Trainer::LayoutJson() const {
@@ -153,14 +183,15 @@ Status Trainer::HandleLinkRequests(int64_t steps_done, bool saved_this_step, FIL
   const bool root = is_root();
   const std::string& dir = config_.checkpoint.dir;
   const long long n = static_cast<long long>(steps_done);
+  const std::string source = link_->RequestSource();
   if (!checkpointer_->enabled()) {
     if (root) {
       std::fprintf(out, stop_requested
-                            ? "tessera: stopped at step %lld on the supervisor's request (no "
-                              "checkpoint.dir: nothing saved)\n"
-                            : "tessera: checkpoint requested at step %lld, but checkpoint.dir is "
-                              "not set: nothing saved\n",
-                   n);
+                            ? "tessera: stopped at step %lld on %s (no checkpoint.dir: nothing "
+                              "saved)\n"
+                            : "tessera: checkpoint requested at step %lld by %s, but checkpoint.dir "
+                              "is not set: nothing saved\n",
+                   n, source.c_str());
       std::fflush(out);
     }
     return Status::Ok();
@@ -179,17 +210,17 @@ Status Trainer::HandleLinkRequests(int64_t steps_done, bool saved_this_step, FIL
   if (committed.ok() && std::find(committed->begin(), committed->end(), steps_done) !=
                             committed->end()) {
     std::fprintf(out,
-                 "tessera: stopped at step %lld on the supervisor's request (checkpoint step "
-                 "%lld committed)\n", n, n);
+                 "tessera: stopped at step %lld on %s (checkpoint step %lld committed)\n", n,
+                 source.c_str(), n);
   } else if (committed.ok() && !committed->empty()) {
     std::fprintf(out,
-                 "tessera: stopped at step %lld on the supervisor's request (its checkpoint "
-                 "failed; newest committed: step %lld)\n",
-                 n, static_cast<long long>(committed->front()));
+                 "tessera: stopped at step %lld on %s (its checkpoint failed; newest "
+                 "committed: step %lld)\n",
+                 n, source.c_str(), static_cast<long long>(committed->front()));
   } else {
     std::fprintf(out,
-                 "tessera: stopped at step %lld on the supervisor's request (its checkpoint "
-                 "failed; nothing committed under %s)\n", n, dir.c_str());
+                 "tessera: stopped at step %lld on %s (its checkpoint failed; nothing "
+                 "committed under %s)\n", n, source.c_str(), dir.c_str());
   }
   std::fflush(out);
   return Status::Ok();

@@ -65,8 +65,8 @@ class CkptCli : public ::testing::Test {
       t.name = name;
       for (int d = 0; d < shape.rank(); ++d) t.shape.push_back(shape[d]);
       m.tensors.push_back(t);
-      ASSERT_TRUE((*w0)->Append(name, 0, n / 2, 4, v.data()).ok());
-      ASSERT_TRUE((*w1)->Append(name, n / 2, n, 4, v.data() + n / 2).ok());
+      ASSERT_TRUE((*w0)->Append(name, 0, n / 2, DType::kF32, v.data()).ok());
+      ASSERT_TRUE((*w1)->Append(name, n / 2, n, DType::kF32, v.data() + n / 2).ok());
     };
     for (const ParamDecl& d : decls_) add("param/" + d.name, d.shape);
     add("exp_avg/wte.weight", decls_[0].shape);  // not a parameter: export must skip it

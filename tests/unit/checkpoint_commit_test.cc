@@ -49,8 +49,8 @@ Status Save(const std::string& root, int64_t step, int version, FileSystem& fsys
   for (int rank = 0; rank < 2; ++rank) {
     ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(staging, rank, fsys));
     const int64_t lo = rank * kNumel / 2, hi = (rank + 1) * kNumel / 2;
-    RETURN_IF_ERROR(writer->Append("param/w", lo, hi, 4, w.data() + lo));
-    RETURN_IF_ERROR(writer->Append("exp_avg/w", lo, hi, 4, m.data() + lo));
+    RETURN_IF_ERROR(writer->Append("param/w", lo, hi, DType::kF32, w.data() + lo));
+    RETURN_IF_ERROR(writer->Append("exp_avg/w", lo, hi, DType::kF32, m.data() + lo));
     ASSIGN_OR_RETURN(ShardRecord rec, writer->Finish());
     man.shards.push_back(std::move(rec));
   }
@@ -166,7 +166,7 @@ TEST(CheckpointCommit, CommitRefusesIncompleteCheckpoints) {
   std::vector<float> w(kNumel, 1.0f);
   auto writer = ShardWriter::Create(staging, 0);
   ASSERT_TRUE(writer.ok());
-  ASSERT_TRUE((*writer)->Append("param/w", 0, kNumel / 2, 4, w.data()).ok());
+  ASSERT_TRUE((*writer)->Append("param/w", 0, kNumel / 2, DType::kF32, w.data()).ok());
   Result<ShardRecord> rec = (*writer)->Finish();
   ASSERT_TRUE(rec.ok());
   Manifest m;

@@ -6,6 +6,8 @@
 // links: tessera_checkpoint
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -227,6 +229,14 @@ std::string Replace(std::string s, const std::string& from, const std::string& t
   return s;
 }
 
+// A hand edit of a sealed manifest that also recomputes its checksum, as a deliberate forger
+// (or a buggy tool) would: what the validation behind the checksum must still catch.
+std::string Edit(const std::string& sealed, const std::string& from, const std::string& to) {
+  Result<std::string> json = UnsealManifestJson(sealed, "edit");
+  EXPECT_TRUE(json.ok()) << json.status().ToString();
+  return SealManifestJson(Replace(json.ok() ? *json : sealed, from, to));
+}
+
 TEST(Manifest, RejectsBadNamesAndPaths) {
   ExpectEditRejected([](Manifest& m) { m.tensors[0].name = ""; }, "tensors[0].name");
   ExpectEditRejected([](Manifest& m) { m.tensors[0].name = "has space"; }, "tensors[0].name");
@@ -254,11 +264,11 @@ TEST(Manifest, RejectsBadShapesAndDtypes) {
   ExpectEditRejected([](Manifest& m) { m.tensors[2].shape = std::vector<int64_t>(17, 1); },
                      "tensors[2].shape");
   const std::string text = SerializeManifest(SampleManifest());
-  ExpectRejected(Replace(text, "\"dtype\":\"bf16\"", "\"dtype\":\"f64\""), "tensors[1].dtype");
-  ExpectRejected(Replace(text, "\"dtype\":\"bf16\"", "\"dtype\":\"BF16\""), "tensors[1].dtype");
-  ExpectRejected(Replace(text, "\"dtype\":\"bf16\"", "\"dtype\":7"), "tensors[1].dtype");
-  ExpectRejected(Replace(text, "\"shape\":[4,3]", "\"shape\":[4,3.5]"), "tensors[0].shape");
-  ExpectRejected(Replace(text, "\"shape\":[4,3]", "\"shape\":[4,99999999999999999999]"),
+  ExpectRejected(Edit(text, "\"dtype\":\"bf16\"", "\"dtype\":\"f64\""), "tensors[1].dtype");
+  ExpectRejected(Edit(text, "\"dtype\":\"bf16\"", "\"dtype\":\"BF16\""), "tensors[1].dtype");
+  ExpectRejected(Edit(text, "\"dtype\":\"bf16\"", "\"dtype\":7"), "tensors[1].dtype");
+  ExpectRejected(Edit(text, "\"shape\":[4,3]", "\"shape\":[4,3.5]"), "tensors[0].shape");
+  ExpectRejected(Edit(text, "\"shape\":[4,3]", "\"shape\":[4,99999999999999999999]"),
                  "tensors[0].shape");
 }
 
@@ -280,34 +290,86 @@ TEST(Manifest, RejectsBadSegments) {
   // A gap.
   ExpectEditRejected([](Manifest& m) { m.shards[1].segments[0].begin = 7; }, "[6, 7) are in no segment");
   const std::string text = SerializeManifest(SampleManifest());
-  ExpectRejected(Replace(text, "\"crc32c\":7", "\"crc32c\":4294967296"), "crc32c");
-  ExpectRejected(Replace(text, "\"crc32c\":7", "\"crc32c\":-7"), "crc32c");
-  ExpectRejected(Replace(text, "\"offset\":64", "\"offset\":\"64\""), "offset");
+  ExpectRejected(Edit(text, "\"crc32c\":7", "\"crc32c\":4294967296"), "crc32c");
+  ExpectRejected(Edit(text, "\"crc32c\":7", "\"crc32c\":-7"), "crc32c");
+  ExpectRejected(Edit(text, "\"offset\":64", "\"offset\":\"64\""), "offset");
 }
 
 TEST(Manifest, RejectsStructuralDamage) {
   const std::string text = SerializeManifest(SampleManifest());
-  ExpectRejected(Replace(text, "\"version\":1", "\"version\":2"), "version 2");
-  ExpectRejected(Replace(text, "\"version\":1,", ""), "version");
-  ExpectRejected(Replace(text, "\"format\":\"tessera-checkpoint\"", "\"format\":\"other\""),
+  ExpectRejected(Edit(text, "\"version\":2", "\"version\":3"), "version 3");
+  ExpectRejected(Edit(text, "\"version\":2,", ""), "version");
+  ExpectRejected(Edit(text, "\"format\":\"tessera-checkpoint\"", "\"format\":\"other\""),
                  "format");
-  ExpectRejected(Replace(text, "\"step\":1234", "\"step\":-3"), "step");
-  ExpectRejected(Replace(text, "\"step\":1234", "\"step\":1234,\"extra\":1"), "unknown key");
-  ExpectRejected(Replace(text, "\"rank\":1,", "\"rank\":1,\"x\":0,"), "shards[1]: unknown key");
-  ExpectRejected(Replace(text, "\"layout\":{", "\"layout\":[{") + "", "");  // malformed JSON
-  ExpectRejected(Replace(text, ",\"total_bytes\":2199023255552", ""), "total_bytes");
-  ExpectRejected(Replace(text, "\"stall_seconds\":0.25", "\"stall_seconds\":-1"), "stall_seconds");
-  ExpectRejected(Replace(text, "\"state\":{", "\"state\":[],\"x\":{"), "");
-  ExpectRejected(text.substr(0, text.size() / 2), "JSON");
-  ExpectRejected("[]", "not a JSON object");
+  ExpectRejected(Edit(text, "\"step\":1234", "\"step\":-3"), "step");
+  ExpectRejected(Edit(text, "\"step\":1234", "\"step\":1234,\"extra\":1"), "unknown key");
+  ExpectRejected(Edit(text, "\"rank\":1,", "\"rank\":1,\"x\":0,"), "shards[1]: unknown key");
+  ExpectRejected(Edit(text, "\"layout\":{", "\"layout\":[{") + "", "");  // malformed JSON
+  ExpectRejected(Edit(text, ",\"total_bytes\":2199023255552", ""), "total_bytes");
+  ExpectRejected(Edit(text, "\"stall_seconds\":0.25", "\"stall_seconds\":-1"), "stall_seconds");
+  ExpectRejected(Edit(text, "\"state\":{", "\"state\":[],\"x\":{"), "");
+  ExpectRejected(text.substr(0, text.size() / 2), "truncated");
+  ExpectRejected(SealManifestJson(text.substr(0, text.size() / 2) + "}"), "JSON");
+  ExpectRejected("[]", "no metadata checksum");
+  ExpectRejected(SealManifestJson("{\"a\":[1]}"), "not a Tessera checkpoint manifest");
   ExpectRejected("", "");
+}
+
+// Every field a resume uses is covered: flipping any single bit anywhere in the file — a
+// digit of the step, a letter of a tensor name, a segment's offset or CRC, the trainer's
+// state, the config — is refused, never loaded as a different checkpoint.
+TEST(Manifest, EveryBitFlipAnywhereIsRefused) {
+  const std::string text = SerializeManifest(SampleManifest());
+  ASSERT_TRUE(ParseManifest(text, "m").ok());
+  int refused = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string damaged = text;
+      damaged[i] = static_cast<char>(damaged[i] ^ (1 << bit));
+      Result<Manifest> r = ParseManifest(damaged, "m");
+      EXPECT_FALSE(r.ok()) << "byte " << i << " bit " << bit << " loaded";
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+        ++refused;
+      }
+    }
+  }
+  EXPECT_EQ(refused, static_cast<int>(text.size()) * 8);
+}
+
+TEST(Manifest, AnEditThatKeepsTheJsonValidIsAChecksumMismatch) {
+  const std::string text = SerializeManifest(SampleManifest());
+  ExpectRejected(Replace(text, "\"step\":1234", "\"step\":1235"), "metadata checksum mismatch");
+  ExpectRejected(Replace(text, "\"tensor\":\"exp_avg/wte.weight\"", "\"tensor\":\"param/wte.weight\""),
+                 "metadata checksum mismatch");
+  // The checksum is the last member: anything appended, or the member missing, is refused.
+  ExpectRejected(text + " ", "no metadata checksum");
+  EXPECT_TRUE(ParseManifest(text + "\n", "m").ok());  // an editor's final newline is harmless
+  ExpectRejected(*UnsealManifestJson(text, "m"), "no metadata checksum");
+}
+
+TEST(Manifest, AVersionOneManifestSaysItIsOld) {
+  std::string v1 = *UnsealManifestJson(SerializeManifest(SampleManifest()), "m");
+  v1 = Replace(v1, "\"version\":2", "\"version\":1");
+  ExpectRejected(v1, "manifest version 1 (written by an older Tessera, without a metadata "
+                     "checksum); this build reads version 2");
+}
+
+TEST(Manifest, SegmentCrcSeedBindsNameAndRange) {
+  const uint32_t a = SegmentCrcSeed("param/a", 0, 10);
+  EXPECT_NE(a, SegmentCrcSeed("param/b", 0, 10));
+  EXPECT_NE(a, SegmentCrcSeed("param/a", 10, 20));
+  EXPECT_NE(a, SegmentCrcSeed("param/a", 0, 11));
+  EXPECT_EQ(a, SegmentCrcSeed("param/a", 0, 10));
+  // The separator keeps ("ab", range) apart from ("a", a range whose bytes start with 'b').
+  EXPECT_NE(SegmentCrcSeed("ab", 0, 1), SegmentCrcSeed("a", 'b', 1));
 }
 
 TEST(Manifest, HugeInputsAreBounded) {
   // 2.2M values in one array: refused by the value limit (2^21) with a message, quickly.
-  std::string text = "{\"format\":\"tessera-checkpoint\",\"version\":1,\"tensors\":[";
+  std::string text = "{\"format\":\"tessera-checkpoint\",\"version\":2,\"tensors\":[";
   for (int i = 0; i < 2'200'000; ++i) text += i ? ",0" : "0";
-  text += "]}";
+  text = SealManifestJson(text + "]}");
   const auto t0 = std::chrono::steady_clock::now();
   ExpectRejected(text, "values");
   const double seconds =
@@ -380,10 +442,10 @@ Written WriteSample(const std::string& dir, FileSystem& fs = DefaultFileSystem()
   auto w0 = ShardWriter::Create(dir, 0, fs);
   auto w1 = ShardWriter::Create(dir, 1, fs);
   EXPECT_TRUE(w0.ok() && w1.ok());
-  EXPECT_TRUE((*w0)->Append("param/big", 0, split, 4, w.big.data()).ok());
-  EXPECT_TRUE((*w1)->Append("exp_avg/small", 0, 21, 2, w.small.data()).ok());  // odd size
-  EXPECT_TRUE((*w1)->Append("param/big", split, big_numel, 4, w.big.data() + split).ok());
-  EXPECT_TRUE((*w1)->Append("param/nothing", 0, 0, 4, nullptr).ok());  // no segment
+  EXPECT_TRUE((*w0)->Append("param/big", 0, split, DType::kF32, w.big.data()).ok());
+  EXPECT_TRUE((*w1)->Append("exp_avg/small", 0, 21, DType::kBF16, w.small.data()).ok());  // odd size
+  EXPECT_TRUE((*w1)->Append("param/big", split, big_numel, DType::kF32, w.big.data() + split).ok());
+  EXPECT_TRUE((*w1)->Append("param/nothing", 0, 0, DType::kF32, nullptr).ok());  // no segment
   Result<ShardRecord> r0 = (*w0)->Finish();
   Result<ShardRecord> r1 = (*w1)->Finish();
   EXPECT_TRUE(r0.ok() && r1.ok());
@@ -558,6 +620,60 @@ TEST(ShardFile, TruncatedMissingAndAbsent) {
   }
 }
 
+// Two segments of the same size swapped between tensors — in the file, or by swapping their
+// offsets and CRCs in the manifest (resealed, so the metadata checksum holds) — each hold bytes
+// that were checksummed once; the CRC bound to tensor and range still refuses them.
+TEST(ShardFile, SegmentsSwappedBetweenTensorsFailVerification) {
+  ScopedTempDir tmp("ckpt_format");
+  std::vector<float> a(64), b(64);
+  for (int i = 0; i < 64; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = static_cast<float>(-i);
+  }
+  auto w = ShardWriter::Create(tmp.str(), 0);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append("param/a", 0, 64, DType::kF32, a.data()).ok());
+  ASSERT_TRUE((*w)->Append("param/b", 0, 64, DType::kF32, b.data()).ok());
+  Result<ShardRecord> rec = (*w)->Finish();
+  ASSERT_TRUE(rec.ok());
+  Manifest m;
+  m.step = 1;
+  m.tensors = {{"param/a", {64}, DType::kF32}, {"param/b", {64}, DType::kF32}};
+  m.shards = {*rec};
+  std::swap(m.shards[0].segments[0].offset, m.shards[0].segments[1].offset);
+  std::swap(m.shards[0].segments[0].crc32c, m.shards[0].segments[1].crc32c);
+  ASSERT_TRUE(WriteFileAtomic(tmp.str() + "/manifest.json", SerializeManifest(m)).ok());
+  auto r = CheckpointReader::Open(tmp.str());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<float> out(64);
+  Status st = (*r)->Read("param/a", 0, 64, out.data());
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("CRC-32C mismatch"), std::string::npos) << st.ToString();
+  EXPECT_EQ((*r)->Read("param/b", 0, 64, out.data()).code(), StatusCode::kDataLoss);
+  EXPECT_FALSE((*r)->VerifyAll().ok());
+}
+
+TEST(ShardFile, NonFiniteStateIsNeverWritten) {
+  ScopedTempDir tmp("ckpt_format");
+  std::vector<float> data(5000, 1.0f);
+  data[4321] = std::numeric_limits<float>::quiet_NaN();
+  auto w = ShardWriter::Create(tmp.str(), 0);
+  ASSERT_TRUE(w.ok());
+  Status st = (*w)->Append("exp_avg_sq/h.0.mlp.c_fc.weight", 100, 5100, DType::kF32, data.data());
+  EXPECT_EQ(st.code(), StatusCode::kNonFinite);
+  EXPECT_NE(st.message().find("element 4421 of \"exp_avg_sq/h.0.mlp.c_fc.weight\" is NaN or Inf"),
+            std::string::npos) << st.ToString();
+  EXPECT_EQ((*w)->Finish().status().code(), StatusCode::kFailedPrecondition);  // failed for good
+  std::vector<uint16_t> bf16(10, 0x3f80);
+  bf16[7] = 0x7f80;  // +inf
+  auto w2 = ShardWriter::Create(tmp.str(), 1);
+  EXPECT_EQ((*w2)->Append("param/x", 0, 10, DType::kBF16, bf16.data()).code(), StatusCode::kNonFinite);
+  std::vector<uint16_t> f16(10, 0x3c00);
+  f16[0] = 0xfc00;  // -inf
+  auto w3 = ShardWriter::Create(tmp.str(), 2);
+  EXPECT_EQ((*w3)->Append("param/x", 0, 10, DType::kF16, f16.data()).code(), StatusCode::kNonFinite);
+}
+
 TEST(ShardFile, FailedWriteRefusesFurtherWork) {
   ScopedTempDir tmp("ckpt_format");
   FaultyFileSystem fs;
@@ -565,25 +681,24 @@ TEST(ShardFile, FailedWriteRefusesFurtherWork) {
   auto w = ShardWriter::Create(tmp.str(), 3, fs);
   ASSERT_TRUE(w.ok());
   std::vector<float> data(100, 1.0f);
-  ASSERT_TRUE((*w)->Append("a", 0, 3, 4, data.data()).ok());   // write 1
-  Status st = (*w)->Append("b", 0, 100, 4, data.data());        // write 2 (padding) fails
+  ASSERT_TRUE((*w)->Append("a", 0, 3, DType::kF32, data.data()).ok());   // write 1
+  Status st = (*w)->Append("b", 0, 100, DType::kF32, data.data());        // write 2 (padding) fails
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_NE(st.message().find("shard_3.bin"), std::string::npos);
-  EXPECT_EQ((*w)->Append("c", 0, 1, 4, data.data()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w)->Append("c", 0, 1, DType::kF32, data.data()).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ((*w)->Finish().status().code(), StatusCode::kFailedPrecondition);
 
   FaultyFileSystem sync_fs;
   sync_fs.fail_sync_at = 1;
   auto w2 = ShardWriter::Create(tmp.str(), 4, sync_fs);
   ASSERT_TRUE(w2.ok());
-  ASSERT_TRUE((*w2)->Append("a", 0, 3, 4, data.data()).ok());
+  ASSERT_TRUE((*w2)->Append("a", 0, 3, DType::kF32, data.data()).ok());
   EXPECT_EQ((*w2)->Finish().status().code(), StatusCode::kIoError);
 
-  EXPECT_EQ((*w2)->Append("a", -1, 3, 4, data.data()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*w2)->Append("a", -1, 3, DType::kF32, data.data()).code(), StatusCode::kFailedPrecondition);
   auto w3 = ShardWriter::Create(tmp.str(), 5);
   ASSERT_TRUE(w3.ok());
-  EXPECT_EQ((*w3)->Append("a", 3, 2, 4, data.data()).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ((*w3)->Append("a", 0, 2, 0, data.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w3)->Append("a", 3, 2, DType::kF32, data.data()).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE((*w3)->Finish().ok());
   EXPECT_EQ((*w3)->Finish().status().code(), StatusCode::kFailedPrecondition);
 }

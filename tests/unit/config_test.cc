@@ -117,6 +117,12 @@ void ExpectSameConfig(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.eval_batches, b.train.eval_batches);
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.out_dir, b.train.out_dir);
+  EXPECT_EQ(a.train.peak_gflops, b.train.peak_gflops);
+  EXPECT_EQ(a.train.on_nonfinite, b.train.on_nonfinite);
+  EXPECT_EQ(a.train.max_nonfinite_skips, b.train.max_nonfinite_skips);
+  EXPECT_EQ(a.train.spike_zscore, b.train.spike_zscore);
+  EXPECT_EQ(a.train.spike_window, b.train.spike_window);
+  EXPECT_EQ(a.train.spike_action, b.train.spike_action);
   EXPECT_EQ(a.init_from, b.init_from);
   EXPECT_EQ(a.optimizer.offload, b.optimizer.offload);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
@@ -562,7 +568,9 @@ TEST(ConfigResolved, RoundTripsEveryNonDefaultValue) {
       "       synthetic: {branching: 5, order: 2, concentration: 0.3, seed: 18446744073709551615,\n"
       "                   num_tokens: 5000}}\n"
       "train: {steps: 200, micro_batch_size: 3, grad_accum_steps: 4, seq_len: 80, seed: 77,\n"
-      "        log_interval: 7, eval_interval: 50, eval_batches: 2, threads: 3, out_dir: 'a b/c'}\n"
+      "        log_interval: 7, eval_interval: 50, eval_batches: 2, threads: 3, out_dir: 'a b/c',\n"
+      "        peak_gflops: 123.25, on_nonfinite: skip, max_nonfinite_skips: 3, spike_zscore: 4.5,\n"
+      "        spike_window: 16, spike_action: skip}\n"
       "init_from: \"~\"\n";
   const Config first = LoadOk(text);
   EXPECT_EQ(first.data.train_path, "null");
@@ -571,6 +579,30 @@ TEST(ConfigResolved, RoundTripsEveryNonDefaultValue) {
   Result<Config> second = LoadConfig(resolved_path);
   ASSERT_TRUE(second.ok()) << second.status().message() << "\n" << first.resolved_yaml;
   ExpectSameConfig(first, *second);
+}
+
+// The resolved config written with a run (config.yaml, the manifest's config_yaml) must read
+// back to exactly the values the run used, also at the edges of what a 32-bit float holds:
+// the largest finite float, the smallest normal one, values that need all 9 digits, and
+// decimal strings that round to a float from either side.
+TEST(ConfigResolved, EdgeFloatsReadBackBitForBit) {
+  const char* values[] = {"3.4028234663852886e38", "3.40282347e+38", "1.17549435e-38",
+                          "0.1", "0.30000001", "16777217", "123456789", "1.0000001",
+                          "2.7182818284590452", "9.99999944e-39", "65504"};
+  for (const char* v : values) {
+    SCOPED_TRACE(v);
+    const std::string text = std::string("comm: {timeout_s: ") + v + "}\ntrain: {peak_gflops: " +
+                             v + "}\nmodel: {rope_theta: " + v + "}\n";
+    Result<Config> first = LoadConfigFromText(text, "F");
+    if (!first.ok()) {  // a value refused as written is fine; it must say why
+      EXPECT_EQ(first.status().code(), StatusCode::kInvalidArgument);
+      continue;
+    }
+    Result<Config> second = LoadConfigFromText(first->resolved_yaml, "F");
+    ASSERT_TRUE(second.ok()) << second.status().message() << "\n" << first->resolved_yaml;
+    ExpectSameConfig(*first, *second);
+    EXPECT_EQ(second->resolved_yaml, first->resolved_yaml);
+  }
 }
 
 TEST(ConfigResolved, RecordsOverridesAndDefaults) {

@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include <limits>
+
 #include "runtime/core/dtype.h"
 
 namespace tessera {
@@ -107,4 +111,39 @@ TEST(DType, Bf16NarrowingMatchesTheReferenceBitForBit) {
 }
 
 }  // namespace
+// FirstNonFinite: every NaN/Inf pattern is found at its index, in every block position, and
+// the largest finite values, subnormals and zeros are not.
+TEST(DType, FirstNonFiniteFindsEveryNanAndInf) {
+  std::vector<float> f(1000, 1.0f);
+  f[3] = std::numeric_limits<float>::max();
+  f[4] = -std::numeric_limits<float>::denorm_min();
+  f[5] = -0.0f;
+  EXPECT_EQ(FirstNonFinite(f.data(), 1000, DType::kF32), -1);
+  for (int64_t at : {0, 255, 256, 511, 999}) {
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> g = f;
+      g[at] = bad;
+      g[999] = at == 999 ? bad : g[999];
+      EXPECT_EQ(FirstNonFinite(g.data(), 1000, DType::kF32), at);
+      EXPECT_EQ(FirstNonFinite(g.data(), at, DType::kF32), -1);  // only the first n are read
+    }
+  }
+  uint32_t signalling = 0x7f800001u;
+  std::memcpy(&f[700], &signalling, 4);
+  EXPECT_EQ(FirstNonFinite(f.data(), 1000, DType::kF32), 700);
+  std::vector<uint16_t> h(300, 0x3c00);  // f16 1.0
+  h[10] = 0x7bff;                        // f16 max: finite
+  EXPECT_EQ(FirstNonFinite(h.data(), 300, DType::kF16), -1);
+  h[299] = 0x7e00;  // f16 NaN
+  EXPECT_EQ(FirstNonFinite(h.data(), 300, DType::kF16), 299);
+  std::vector<uint16_t> b(300, 0x3f80);  // bf16 1.0
+  b[1] = 0x7f7f;                         // bf16 max: finite
+  EXPECT_EQ(FirstNonFinite(b.data(), 300, DType::kBF16), -1);
+  b[2] = 0xff80;  // bf16 -inf
+  EXPECT_EQ(FirstNonFinite(b.data(), 300, DType::kBF16), 2);
+  std::vector<int32_t> ints(10, -1);
+  EXPECT_EQ(FirstNonFinite(ints.data(), 10, DType::kI32), -1);
+}
+
 }  // namespace tessera

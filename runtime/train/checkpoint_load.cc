@@ -1,0 +1,315 @@
+// runtime/train/checkpoint_load.cc — the Checkpointer's loading side (contract in
+// checkpointer.h): resume and init_from, which both look for the newest usable checkpoint of a
+// root and fall back past the others, and the verified, layout-independent tensor load.
+//
+// What "usable" means, per candidate, decided by all ranks together (each reads other bytes):
+//   loaded      the manifest opened, the candidate check passed, every tensor read verified;
+//   damaged     any rank found bad bytes or metadata (checksum, truncation, a missing or
+//               non-regular file, a state no run could save): resume moves it aside to
+//               step_<N>.corrupt and marks it corrupt in the catalog; init_from reports it
+//               and leaves it (the root belongs to another run);
+//   unfit       healthy, but not for this run (the check said kOutOfRange: a step beyond
+//               train.steps, a data position outside this run's data): skipped and reported,
+//               left in place;
+//   error       anything else (a model that does not match, an I/O error, another seed):
+//               not the checkpoint's fault, so nothing is marked and the search stops there.
+// No usable candidate at all is kCorruptCheckpoint (exit 5) listing why each was passed over.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "checkpoint/commit.h"
+#include "runtime/train/checkpointer.h"
+#include "runtime/train/rank_layout.h"
+
+namespace tessera {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A candidate's outcome on one rank, as the value the ranks exchange.
+enum Verdict : int { kLoaded = 1, kDamaged = 0, kOtherError = 2, kUnfit = 3 };
+
+Verdict VerdictOf(const Status& st) {
+  if (st.ok()) return kLoaded;
+  if (st.code() == StatusCode::kDataLoss || st.code() == StatusCode::kNotFound) return kDamaged;
+  if (st.code() == StatusCode::kOutOfRange) return kUnfit;
+  return kOtherError;
+}
+
+std::string Join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+}  // namespace
+
+// Names under the root that look like checkpoints but are not committed ones: a step_<N>
+// without manifest (the protocol never leaves one: damage), step_<N>.corrupt (set aside by an
+// earlier resume) and files, links or FIFOs named like a checkpoint. Any of them means
+// checkpoints existed, so "none" must not become a fresh start.
+std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& committed) const {
+  std::vector<std::string> out;
+  auto names = fs_.ListDir(root_);
+  if (!names.ok()) return out;
+  for (const std::string& name : *names) {
+    const bool aside = name.size() > 8 && name.compare(name.size() - 8, 8, ".corrupt") == 0;
+    const std::string base = aside ? name.substr(0, name.size() - 8) : name;
+    if (base.size() < 6 || base.compare(0, 5, "step_") != 0) continue;
+    if (!std::all_of(base.begin() + 5, base.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (base.size() > 5 + 18) continue;  // not a step number this build could have written
+    const int64_t step = std::strtoll(base.c_str() + 5, nullptr, 10);
+    auto kind = fs_.Kind(root_ + "/" + name);
+    const bool dir = kind.ok() && *kind == FileKind::kDirectory;
+    if (aside || !dir) {
+      out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
+    } else if (base == StepDirName(step) &&
+               std::find(committed.begin(), committed.end(), step) == committed.end()) {
+      out.push_back(name + " (no manifest.json)");
+    }
+  }
+  return out;
+}
+
+Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Candidates& c,
+                                                                       ParamShards& shards) {
+  std::vector<std::string> passed_over;  // "step N: why", for the final error
+  int damaged = 0;
+  for (size_t k = 0; k < c.steps.size(); ++k) {
+    const std::string dir = c.root + "/" + StepDirName(c.steps[k]);
+    LoadedCheckpoint loaded;
+    Status st = Status::Ok();
+    auto reader = CheckpointReader::Open(dir, fs_);
+    if (!reader.ok()) {
+      st = reader.status();
+    } else {
+      const Manifest& m = (*reader)->manifest();
+      if (c.check) st = c.check(m, dir + "/manifest.json");
+      if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, c.with_optimizer);
+      loaded.step = m.step;
+      loaded.dir = dir;
+      loaded.state = m.state;
+    }
+    const Verdict mine = VerdictOf(st);
+    ASSIGN_OR_RETURN(std::vector<double> flags, Gather({static_cast<double>(mine)}));
+    auto any = [&](Verdict v) {
+      return std::find(flags.begin(), flags.end(), static_cast<double>(v)) != flags.end();
+    };
+    if (!any(kDamaged) && !any(kOtherError) && !any(kUnfit)) {
+      Event(c.purpose, (c.purpose == "resume" ? "resuming from " : "init_from: weights from ") +
+                           dir + " (step " + std::to_string(loaded.step) + ")");
+      return std::optional<LoadedCheckpoint>(std::move(loaded));
+    }
+    std::string who;
+    for (int r = 0; r < ranks_; ++r) {
+      if (flags[r] != static_cast<double>(kLoaded)) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (!st.ok() && rank_ != 0) {
+      std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
+    }
+    if (any(kOtherError)) {
+      if (mine == kOtherError) return st;
+      return FailedPrecondition(dir + ": loading failed on rank(s) " + who +
+                                " for a reason other than damage (see their messages); nothing "
+                                "was marked corrupt");
+    }
+    const std::string next = k + 1 < c.steps.size()
+                                 ? "; falling back to step " + std::to_string(c.steps[k + 1])
+                                 : "";
+    if (!any(kDamaged)) {  // unfit everywhere: the same manifest, the same verdict
+      passed_over.push_back("step " + std::to_string(c.steps[k]) + ": " + st.message());
+      Event(c.purpose, dir + " does not fit this run (" + st.message() + "), left in place" + next);
+      continue;
+    }
+    ++damaged;
+    const std::string why = mine == kDamaged ? st.ToString() : "failed verification on rank(s) " + who;
+    std::string moved = c.set_aside ? "" : "; left in place (not this run's checkpoint root)";
+    if (c.set_aside && rank_ == 0) {
+      // Out of the committed namespace, kept for inspection: never tried or counted again.
+      const std::string aside = dir + ".corrupt";
+      Status mv = fs_.RemoveTree(aside);
+      if (mv.ok()) mv = fs_.Rename(dir, aside);
+      if (mv.ok()) mv = fs_.SyncDir(c.root);
+      moved = mv.ok() ? "; moved to " + StepDirName(c.steps[k]) + ".corrupt" : "; " + mv.ToString();
+      if (sink_) (void)sink_->SetStatus(c.steps[k], CheckpointStatus::kCorrupt, why + moved);
+    }
+    passed_over.push_back("step " + std::to_string(c.steps[k]) + ": damaged");
+    Event("corrupt", dir + " is unusable (" + why + ")" + moved + next);
+  }
+  return CorruptCheckpoint(
+      "no usable checkpoint under " + c.root + " among " + std::to_string(c.steps.size()) +
+      " committed (" + Join(passed_over, "; ") + ")" +
+      (damaged > 0 && c.set_aside ? "; the damaged ones were moved aside as step_<N>.corrupt" : ""));
+}
+
+Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards,
+                                                             const CandidateCheck& check) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
+  const std::vector<std::string> unusable = UnusableDirs(steps);
+  const std::string unusable_list = Join(unusable, ", ");
+  if (steps.empty()) {
+    if (!unusable.empty()) {
+      return CorruptCheckpoint("no usable checkpoint under " + root_ + ", only unusable ones (" +
+                               unusable_list + "): repair or remove them, or set resume: none "
+                               "with another checkpoint.dir to start from scratch");
+    }
+    Event("resume", "no committed checkpoint under " + root_ + ": starting from step 0");
+    return std::optional<LoadedCheckpoint>();
+  }
+  if (!unusable.empty()) Event("resume", "not considered (unusable): " + unusable_list);
+  return LoadNewestUsable({root_, steps, /*set_aside=*/true, /*with_optimizer=*/true, check,
+                           "resume"},
+                          shards);
+}
+
+Status Checkpointer::InitFrom(const std::string& path, ParamShards& shards, bool with_optimizer,
+                              const CandidateCheck& check) {
+  ASSIGN_OR_RETURN(const FileKind manifest, fs_.Kind(path + "/manifest.json"));
+  if (manifest != FileKind::kMissing) {
+    // One checkpoint named explicitly: that one or nothing (damage is exit 5, no fallback).
+    Status st = Status::Ok();
+    auto reader = CheckpointReader::Open(path, fs_);
+    if (!reader.ok()) st = reader.status();
+    if (st.ok() && check) st = check((*reader)->manifest(), path + "/manifest.json");
+    if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, with_optimizer);
+    ASSIGN_OR_RETURN(std::vector<double> flags, Gather({static_cast<double>(VerdictOf(st))}));
+    if (VerdictOf(st) == kDamaged) return CorruptCheckpoint("init_from " + st.message());
+    if (!st.ok()) return st;
+    if (std::any_of(flags.begin(), flags.end(), [](double f) { return f != static_cast<double>(kLoaded); })) {
+      return CorruptCheckpoint("init_from " + path + ": failed to load on another rank (see its "
+                               "message)");
+    }
+    Event("init_from", "weights from " + path);
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(path, fs_));
+  if (steps.empty()) {
+    return NotFound(path + ": neither a checkpoint (no manifest.json) nor a checkpoint root "
+                           "with a committed step_<N> directory");
+  }
+  return LoadNewestUsable({path, steps, /*set_aside=*/false, with_optimizer, check,
+                                     "init_from"},
+                                    shards)
+      .status();
+}
+
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
+                          ParamShards& shards, bool with_optimizer) {
+  ASSIGN_OR_RETURN(ModelPartition whole, ModelPartition::Create(model, 1, 0));
+  return LoadCheckpointInto(reader, whole, shards, with_optimizer);
+}
+
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
+                          ParamShards& shards, bool with_optimizer) {
+  const Manifest& m = reader.manifest();
+  const std::vector<ParamDecl> decls = DeclareParameters(partition.config());
+  for (const ParamDecl& d : decls) {
+    for (int k = 0; k < (with_optimizer ? 3 : 1); ++k) {
+      const std::string name = kSavedTensorKinds[k] + d.name;
+      const TensorRecord* t = m.FindTensor(name);
+      if (t == nullptr) {
+        return InvalidArgument(reader.dir() + ": has no tensor " + name +
+                               " that this config's model needs (a different model family, "
+                               "layer count or tying?)");
+      }
+      if (t->shape != d.shape.dims() || t->dtype != DType::kF32) {
+        return InvalidArgument(reader.dir() + ": tensor " + name + " is " +
+                               std::string(DTypeName(t->dtype)) + " " + ShapeText(t->shape) +
+                               " there but f32 " + ShapeText(d.shape.dims()) +
+                               " in this config's model");
+      }
+    }
+  }
+  for (const TensorRecord& t : m.tensors) {  // a larger model's extra parameters
+    if (t.name.rfind("param/", 0) != 0) continue;
+    const std::string name = t.name.substr(6);
+    if (std::none_of(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.name == name; })) {
+      return InvalidArgument(reader.dir() + ": has parameter " + name +
+                             " that this config's model does not (a different model?)");
+    }
+  }
+  // Reads local flat range [b, e) of tensor kind k into out (the global elements each local
+  // one maps to; vocabulary padding is zero); the first error is kept.
+  // A tensor-parallel piece can be one row of a column-split tensor, and a read verifies every
+  // segment it touches whole: reading row by row would checksum each saved segment once per
+  // row. So consecutive pieces of one tensor are read as their covering global range (at most
+  // kMaxSpan elements of scratch) and scattered from there: each segment is verified once
+  // per span.
+  constexpr int64_t kMaxSpan = int64_t{16} << 20;  // 64 MiB of fp32 scratch
+  Status first = Status::Ok();
+  std::vector<float> scratch;
+  auto fill = [&](int k) {
+    return [&, k](int64_t b, int64_t e, float* out) {
+      std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+      struct Piece {
+        int64_t global, length, local;
+      };
+      const TpParam* tensor = nullptr;
+      std::vector<Piece> batch;
+      auto flush = [&] {
+        if (batch.empty() || !first.ok()) {
+          batch.clear();
+          return;
+        }
+        const std::string name = kSavedTensorKinds[k] + tensor->local.name;
+        const int64_t g0 = batch.front().global;
+        const int64_t g1 = batch.back().global + batch.back().length;
+        if (batch.size() == 1) {
+          first = reader.Read(name, g0, g1, out + (batch.front().local - b));
+        } else {
+          scratch.resize(static_cast<size_t>(g1 - g0));
+          first = reader.Read(name, g0, g1, scratch.data());
+          for (const Piece& pc : batch) {
+            if (!first.ok()) break;
+            std::memcpy(out + (pc.local - b), scratch.data() + (pc.global - g0),
+                        static_cast<size_t>(pc.length) * sizeof(float));
+          }
+        }
+        batch.clear();
+      };
+      partition.ForEachGlobalPiece(
+          b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
+            // Pieces of one tensor come in increasing global order.
+            if (!batch.empty() &&
+                (&param != tensor ||
+                 global_begin + length - batch.front().global > kMaxSpan)) {
+              flush();
+            }
+            tensor = &param;
+            batch.push_back({global_begin, length, local});
+          });
+      flush();
+    };
+  };
+  shards.Load(fill(0));
+  RETURN_IF_ERROR(first);
+  if (with_optimizer) {
+    const JsonValue* t = m.state.Find("adamw_step");
+    if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
+      return DataLoss(reader.dir() + "/manifest.json: state.adamw_step missing or not a count");
+    }
+    shards.LoadMoments(fill(1), fill(2), t->as_int());
+    RETURN_IF_ERROR(first);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs) {
+  // A directory with a manifest entry of any kind is a checkpoint (a damaged one if the entry
+  // is not a regular file: CheckpointReader::Open says so), never mistaken for a root.
+  ASSIGN_OR_RETURN(const FileKind manifest, fs.Kind(path + "/manifest.json"));
+  if (manifest != FileKind::kMissing) return path;
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(path, fs));
+  if (steps.empty()) {
+    return NotFound(path + ": neither a checkpoint (no manifest.json) nor a checkpoint root "
+                           "with a committed step_<N> directory");
+  }
+  return path + "/" + StepDirName(steps.front());
+}
+
+}  // namespace tessera
