@@ -67,11 +67,14 @@ struct Recorder {
   }
 };
 
-std::unique_ptr<ControlServer> StartServer(Recorder& rec, int world_size = 1) {
+// `socket_parent` non-empty: the server listens on a Unix socket there too, as under launch.
+std::unique_ptr<ControlServer> StartServer(Recorder& rec, int world_size = 1,
+                                           const std::string& socket_parent = "") {
   ControlServerOptions o;
   o.run_id = kRunId;
   o.secret = kSecret;
   o.world_size = world_size;
+  o.unix_socket_parent = socket_parent;
   auto s = ControlServer::Start(o, [&rec](const ControlEvent& e) { rec.On(e); });
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   rec.server = s->get();
@@ -92,6 +95,7 @@ TEST(SupervisedRank, BadEnvironmentFailsNamingTheVariable) {
       {Env(5000, "TESSERA_HEARTBEAT_MS=0"), "TESSERA_HEARTBEAT_MS"},
       {Env(5000, "TESSERA_FAULT_HANG=3"), "TESSERA_FAULT_HANG"},
       {Env(5000, "TESSERA_FAULT_CRASH=a:1"), "TESSERA_FAULT_CRASH"},
+      {Env(5000, "TESSERA_CONTROL_SOCKET=relative/control.sock"), "TESSERA_CONTROL_SOCKET"},
   };
   for (const Case& c : cases) {
     CommandResult r = RunCommand(TrainCmd(c.env, dir.str(), 1));
@@ -129,6 +133,51 @@ TEST(SupervisedRank, ReportsToTheSupervisorAndStopsAfterACommittedSave) {
   auto byes = rec.Of(ControlEventKind::kBye);
   ASSERT_EQ(byes.size(), 1u);
   EXPECT_EQ(byes[0].exit_code, 7);
+}
+
+TEST(SupervisedRank, RegistersOverTheUnixSocketTheEnvironmentNames) {
+  TempDir dir("supervised_unix");
+  Recorder rec;
+  rec.stop_at_step = 1;
+  auto server = StartServer(rec, 1, dir.str());
+  CommandResult r = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=" + server->unix_socket_path()), dir.str(), 300));
+  server->Stop();
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  auto registered = rec.Of(ControlEventKind::kRegistered);
+  ASSERT_EQ(registered.size(), 1u) << r.output;
+  EXPECT_EQ(registered[0].transport, ControlTransport::kUnix);
+  EXPECT_EQ(registered[0].peer.rfind("unix:pid=", 0), 0u) << registered[0].peer;
+  EXPECT_EQ(rec.Of(ControlEventKind::kBye).size(), 1u);
+  EXPECT_EQ(r.output.find("not using the supervisor's Unix socket"), std::string::npos) << r.output;
+}
+
+TEST(SupervisedRank, FallsBackToTcpWhenTheSocketIsNotHereAndSaysWhyWhenItIsUnsafe) {
+  TempDir dir("supervised_fallback");
+  Recorder rec;
+  rec.stop_at_step = 1;
+  auto server = StartServer(rec, 1);
+  // Another host: no such path. Quietly TCP.
+  CommandResult r = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=/nonexistent-tessera/control.sock"), dir.str(), 300));
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_EQ(r.output.find("not using the supervisor's Unix socket"), std::string::npos) << r.output;
+  // A path in a directory others can enter: refused with the reason, and still TCP.
+  const std::string open_dir = dir / "open";
+  std::filesystem::create_directory(open_dir);
+  std::filesystem::permissions(open_dir, std::filesystem::perms(0755));
+  rec.stop_sent = false;
+  CommandResult r2 = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=" + open_dir + "/control.sock"), dir.str() + "/2", 300));
+  server->Stop();
+  EXPECT_EQ(r2.exit_code, 7) << r2.output;
+  EXPECT_NE(r2.output.find("not using the supervisor's Unix socket (control socket: " + open_dir +
+                           " is mode 0755"),
+            std::string::npos)
+      << r2.output;
+  auto registered = rec.Of(ControlEventKind::kRegistered);
+  ASSERT_EQ(registered.size(), 2u);
+  for (const auto& e : registered) EXPECT_EQ(e.transport, ControlTransport::kTcp);
 }
 
 TEST(SupervisedRank, TwoRanksAgreeOnTheStopAndBothSayBye) {
