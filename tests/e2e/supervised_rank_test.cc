@@ -4,6 +4,7 @@
 // hello / heartbeats / catalog records / commit / bye, stop -> exit 7 after a committed save,
 // and the fault hooks (crash: SIGKILL without bye; hang: heartbeats go on, the step stops).
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <filesystem>
@@ -39,19 +40,28 @@ std::string Env(int port, const std::string& extra = "") {
          " TESSERA_RUN_ID=" + kRunId + " TESSERA_INCARNATION=0 TESSERA_HEARTBEAT_MS=20 " + extra;
 }
 
-// Collects every event; optionally stops the rank once it reports `stop_at_step`.
+// Collects every event; optionally stops the rank once it reports `stop_at_step`, or kills it
+// (SIGKILL to the pid its hello named) after `kill_after` heartbeats at `kill_at_step`.
 struct Recorder {
   std::mutex mu;
   std::vector<ControlEvent> events;
   int64_t stop_at_step = -1;
   std::atomic<bool> stop_sent{false};
+  int64_t kill_at_step = -1;
+  int kill_after = 0;
+  int seen_at_kill_step = 0;  // guarded by mu
   ControlServer* server = nullptr;
 
   void On(const ControlEvent& e) {
+    bool kill_now = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       events.push_back(e);
+      if (e.kind == ControlEventKind::kHeartbeat && e.step == kill_at_step) {
+        kill_now = ++seen_at_kill_step == kill_after;
+      }
     }
+    if (kill_now) ::kill(static_cast<pid_t>(server->Snapshot()[e.rank].pid), SIGKILL);
     if (stop_at_step >= 0 && e.kind == ControlEventKind::kHeartbeat && e.step >= stop_at_step &&
         !stop_sent.exchange(true)) {
       server->Broadcast(SupervisorCommand::kStop);
@@ -218,8 +228,11 @@ TEST(SupervisedRank, HangHookStopsTheStepWhileHeartbeatsGoOn) {
   TempDir dir("supervised_hang");
   Recorder rec;
   auto server = StartServer(rec);
-  // The hung rank never ends by itself: `timeout` kills it after 3 s.
-  CommandResult r = RunCommand("timeout -s KILL 3 env " +
+  // The hung rank never ends by itself: killed once it has heartbeated 10 times at the hung
+  // step (however long a loaded machine takes to get there), `timeout` as the backstop.
+  rec.kill_at_step = 2;
+  rec.kill_after = 10;
+  CommandResult r = RunCommand("timeout -s KILL 120 env " +
                                TrainCmd(Env(server->port(), "TESSERA_FAULT_HANG=0:2"), dir.str(), 50));
   server->Stop();
   EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
