@@ -8,10 +8,12 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/core/exit_codes.h"
 #include "runtime/supervisor/launcher.h"
+#include "runtime/supervisor/private_socket.h"
 #include "runtime/supervisor/supervisor.h"
 #include "runtime/train/config.h"
 #include "tools/args.h"
@@ -71,7 +73,9 @@ constexpr const char* kHelp =
     "                          (default: <train.out_dir>/launch)\n"
     "  --bind ADDR             control-plane listen address (default 127.0.0.1; 0.0.0.0 for\n"
     "                          ranks on other hosts, with --advertise)\n"
-    "  --advertise IP          the address ranks connect to (default: --bind)\n\n"
+    "  --advertise IP          the address ranks connect to (default: --bind); ranks on this\n"
+    "                          host use a Unix socket in a private (0700) directory under\n"
+    "                          $TMPDIR or /tmp instead, which other users cannot reach\n\n"
     "Detection:\n"
     "  --heartbeat-timeout S   a rank silent this long is lost: stopped process, dead host\n"
     "                          (default 10)\n"
@@ -172,6 +176,7 @@ int RunLaunch(const Args& raw) {
   o.target_steps = config->train.steps;
   o.bind_address = p.Get("--bind", "127.0.0.1");
   o.advertise_address = p.Get("--advertise");
+  o.control_socket_parent = ControlSocketParent(std::getenv("TMPDIR"));
 
   // Numeric options: each parsed with its flag named in the error, then the components
   // validate ranges (ValidateDetectorOptions / ValidateRestartPolicyOptions).

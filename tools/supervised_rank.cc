@@ -104,6 +104,12 @@ Result<std::optional<SupervisedRankEnv>> ReadSupervisedRankEnv(EnvGetter get) {
       inet_pton(AF_INET6, env.address.c_str(), &scratch) != 1) {
     return Bad(kEnvControlAddress, env.address, "is not an IPv4 or IPv6 literal");
   }
+  if (const char* socket = get(kEnvControlSocket); socket != nullptr && *socket != '\0') {
+    env.control_socket = socket;
+    if (env.control_socket[0] != '/' || !Printable(env.control_socket)) {
+      return Bad(kEnvControlSocket, env.control_socket, "is not an absolute path");
+    }
+  }
   ASSIGN_OR_RETURN(env.secret, Required(get, kEnvControlSecret));
   if (env.secret.size() > kControlMaxSecretBytes) {
     return InvalidArgument(std::string("supervised rank: environment variable ") +
@@ -186,6 +192,7 @@ Result<std::unique_ptr<SupervisedRank>> SupervisedRank::FromEnvironment(int rank
   if (!hooks.ok()) return hooks.status().WithPrefix("supervised rank");
   link->chaos_hooks_ = std::move(*hooks);
   ControlClientOptions o;
+  o.unix_socket_path = link->env_.control_socket;
   o.address = link->env_.address;
   o.port = link->env_.port;
   o.heartbeat_interval_ms = link->env_.heartbeat_ms;
@@ -207,6 +214,13 @@ Result<std::unique_ptr<SupervisedRank>> SupervisedRank::FromEnvironment(int rank
     return client.status().WithPrefix("supervised rank " + std::to_string(rank) +
                                       ": cannot reach the supervisor at " + o.address + ":" +
                                       std::to_string(o.port));
+  }
+  // On another host the socket's absence is expected; anything else is worth a line, since
+  // this rank registers over TCP where a flood from another local user can delay it.
+  if (const Status& unix = (*client)->unix_socket_status();
+      !o.unix_socket_path.empty() && !unix.ok() && unix.code() != StatusCode::kNotFound) {
+    std::fprintf(stderr, "tessera: rank %d: not using the supervisor's Unix socket (%s); over TCP\n",
+                 rank, unix.message().c_str());
   }
   link->client_ = std::move(*client);
   link->catalog_ = std::make_unique<RelayCatalog>(*link->client_);

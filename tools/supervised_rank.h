@@ -56,6 +56,7 @@ struct FaultPoint {
 struct SupervisedRankEnv {
   std::string address;
   uint16_t port = 0;
+  std::string control_socket;  // kEnvControlSocket; empty when unset (TCP only)
   std::string secret;
   std::string run_id;
   int64_t incarnation = 0;

@@ -1,7 +1,9 @@
 // runtime/supervisor/control_client.cc — Boost.Asio implementation of ControlClient.
 //
-// Connect() drives resolve/connect/hello on the caller's thread (io_context run with a
-// deadline timer), then hands the io_context to the side thread. From then on the socket,
+// Connect() drives connect/hello on the caller's thread (io_context run with a deadline
+// timer), over the Unix socket first when it is given and passes CheckPrivateSocket, else (or
+// when that fails) resolve/connect/hello over TCP; then it hands the io_context to the side thread. The
+// socket is a generic stream socket, so everything after the connect is one code for both. From then on the socket,
 // the write queue and the heartbeat timer are touched only by the side thread; other threads
 // reach it through atomics and asio::post.
 #include "runtime/supervisor/control_client.h"
@@ -16,12 +18,17 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "runtime/supervisor/private_socket.h"
 
 namespace tessera {
 namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
+using Stream = asio::generic::stream_protocol;
 
 // A supervisor that has not drained this many queued frames is treated as gone.
 constexpr size_t kMaxQueuedFrames = 1024;
@@ -37,7 +44,9 @@ int64_t UnixMs() {
 struct ControlClient::Impl {
   ControlClientOptions options;
   asio::io_context io;
-  tcp::socket socket{io};
+  Stream::socket socket{io};
+  ControlTransport transport = ControlTransport::kTcp;
+  Status unix_status;  // why the Unix socket is not in use (OK when it is)
   asio::steady_timer heartbeat_timer{io};
   std::thread thread;
 
@@ -82,7 +91,7 @@ struct ControlClient::Impl {
     closed = true;
     boost::system::error_code ec;
     heartbeat_timer.cancel();
-    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.shutdown(Stream::socket::shutdown_both, ec);
     socket.close(ec);
   }
 
@@ -166,11 +175,14 @@ struct ControlClient::Impl {
                      });
   }
 
-  // Runs io until `done` is set or the deadline passes; returns the operation's status.
-  Status ConnectAndHello(const std::string& hello_frame);
+  // Connects over `t` and writes the hello, running io until that ends or the deadline
+  // passes; returns the operation's status (the socket is closed on failure).
+  Status ConnectAndHello(const std::string& hello_frame, ControlTransport t);
+  // The Unix socket, when it is given and usable; `unix_status` says how it went.
+  bool TryUnixSocket(const std::string& hello_frame);
 };
 
-Status ControlClient::Impl::ConnectAndHello(const std::string& hello_frame) {
+Status ControlClient::Impl::ConnectAndHello(const std::string& hello_frame, ControlTransport t) {
   tcp::resolver resolver(io);
   asio::steady_timer deadline(io);
   Status result = Status(StatusCode::kTimeout, "");
@@ -186,40 +198,66 @@ Status ControlClient::Impl::ConnectAndHello(const std::string& hello_frame) {
       socket.close(ec);
     }
   };
-  const std::string where = options.address + ":" + std::to_string(options.port);
+  const bool over_unix = t == ControlTransport::kUnix;
+  const std::string where = over_unix ? "unix socket " + options.unix_socket_path
+                                      : options.address + ":" + std::to_string(options.port);
   deadline.expires_after(std::chrono::milliseconds(options.connect_timeout_ms));
   deadline.async_wait([&](const boost::system::error_code& ec) {
     if (ec) return;
     finish(Status(StatusCode::kTimeout, "control client: no connection to " + where + " within " +
                                             std::to_string(options.connect_timeout_ms) + " ms"));
   });
-  resolver.async_resolve(
-      options.address, std::to_string(options.port),
-      [&](const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
-        if (finished) return;
-        if (ec)
-          return finish(IoError("control client: cannot resolve " + where + ": " + ec.message()));
-        asio::async_connect(
-            socket, results, [&](const boost::system::error_code& ec2, const tcp::endpoint&) {
-              if (finished) return;
-              if (ec2)
-                return finish(
-                    IoError("control client: cannot connect to " + where + ": " + ec2.message()));
-              boost::system::error_code ignored;
-              socket.set_option(tcp::no_delay(true), ignored);
-              asio::async_write(
-                  socket, asio::buffer(hello_frame),
-                  [&](const boost::system::error_code& ec3, size_t) {
-                    if (finished) return;
-                    if (ec3)
-                      return finish(IoError("control client: sending hello: " + ec3.message()));
-                    finish(Status::Ok());
-                  });
-            });
-      });
+  auto on_connected = [&](const boost::system::error_code& ec) {
+    if (finished) return;
+    if (ec) {
+      return finish(IoError("control client: cannot connect to " + where + ": " + ec.message()));
+    }
+    boost::system::error_code ignored;
+    if (!over_unix) socket.set_option(tcp::no_delay(true), ignored);
+    asio::async_write(socket, asio::buffer(hello_frame),
+                      [&](const boost::system::error_code& ec3, size_t) {
+                        if (finished) return;
+                        if (ec3) {
+                          return finish(IoError("control client: sending hello: " + ec3.message()));
+                        }
+                        finish(Status::Ok());
+                      });
+  };
+  if (over_unix) {
+    socket.async_connect(Stream::endpoint(local::endpoint(options.unix_socket_path)), on_connected);
+  } else {
+    resolver.async_resolve(
+        options.address, std::to_string(options.port),
+        [&](const boost::system::error_code& ec, const tcp::resolver::results_type& results) {
+          if (finished) return;
+          if (ec)
+            return finish(IoError("control client: cannot resolve " + where + ": " + ec.message()));
+          std::vector<Stream::endpoint> endpoints;
+          for (const auto& entry : results) endpoints.emplace_back(entry.endpoint());
+          asio::async_connect(socket, endpoints,
+                              [&](const boost::system::error_code& ec2, const Stream::endpoint&) {
+                                on_connected(ec2);
+                              });
+        });
+  }
   io.run();
   io.restart();
   return result;
+}
+
+bool ControlClient::Impl::TryUnixSocket(const std::string& hello_frame) {
+  const std::string& path = options.unix_socket_path;
+  if (path.empty()) {
+    unix_status = NotFound("control client: no Unix socket given");
+  } else if (path.size() > kSocketPathMax) {
+    unix_status = InvalidArgument("control client: Unix socket path " + path + " is longer than " +
+                                  std::to_string(kSocketPathMax) + " bytes");
+  } else {
+    unix_status = CheckPrivateSocket(path);
+    if (unix_status.ok()) unix_status = ConnectAndHello(hello_frame, ControlTransport::kUnix);
+  }
+  if (unix_status.ok()) transport = ControlTransport::kUnix;
+  return unix_status.ok();
 }
 
 Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const ControlClientOptions& options) {
@@ -232,9 +270,16 @@ Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const ControlClien
   Result<std::string> hello = EncodeHello(options.hello);
   if (!hello.ok()) return hello.status().WithPrefix("control client: hello");
 
+  if (options.unix_socket_path.empty() && options.port == 0) {
+    return InvalidArgument("control client: neither a Unix socket nor a TCP port to connect to");
+  }
+
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  RETURN_IF_ERROR(impl->ConnectAndHello(*hello));
+  if (!impl->TryUnixSocket(*hello)) {
+    if (options.port == 0) return impl->unix_status;
+    RETURN_IF_ERROR(impl->ConnectAndHello(*hello, ControlTransport::kTcp));
+  }
 
   Impl* raw = impl.get();
   raw->SendHeartbeat();  // the supervisor sees this rank's state at once, not one tick later
@@ -295,6 +340,9 @@ Status ControlClient::SendCatalogRecord(const CatalogRecordMsg& record) {
   });
   return Status::Ok();
 }
+
+ControlTransport ControlClient::transport() const { return impl_->transport; }
+const Status& ControlClient::unix_socket_status() const { return impl_->unix_status; }
 
 bool ControlClient::checkpoint_requested() const { return impl_->checkpoint_requested.load(); }
 bool ControlClient::ConsumeCheckpointRequest() {

@@ -1,6 +1,6 @@
 // runtime/supervisor/control_client.h — a rank's end of the control plane.
 //
-// Owns: one TCP connection to the supervisor (Boost.Asio behind a pimpl) and a side thread
+// Owns: one connection to the supervisor (Boost.Asio behind a pimpl) and a side thread
 // that sends heartbeats every heartbeat_interval_ms, built from values the trainer publishes
 // through atomics (SetStep, SetPhase, SetCollectiveSeq, SetComputeMs), forwards commit reports, and receives
 // commands (checkpoint_now, stop), exposed as atomic flags plus an optional callback.
@@ -12,6 +12,13 @@
 // supervisor that lost this rank is already tearing the job down. Heartbeats are coalesced:
 // while a write is still in flight the next tick is skipped, so a slow supervisor never makes
 // frames pile up.
+//
+// Transport: the supervisor's Unix domain socket when unix_socket_path is set and the socket is
+// usable here, else TCP to address:port. Usable = CheckPrivateSocket passes (a socket in a
+// directory of this user's that no other user can enter: private_socket.h) and connect and
+// hello succeed on it. A rank on another host normally finds no such path and a rank whose
+// socket fails takes TCP the same way; unix_socket_status() says why. The frames are the same
+// on both.
 //
 // Threading: all public methods are thread-safe. on_command runs on the side thread; it must
 // be quick and must not call Shutdown() or destroy the client. Shutdown(code) sends bye and
@@ -30,13 +37,18 @@
 namespace tessera {
 
 struct ControlClientOptions {
-  // Supervisor address (IP literal or host name) and port, as handed out by the launcher.
+  // The supervisor's Unix socket (rank_env.h kEnvControlSocket); empty (default): TCP only.
+  std::string unix_socket_path;
+  // Supervisor address (IP literal or host name) and port, as handed out by the launcher; the
+  // fallback when the Unix socket is not set or not usable. port 0: no TCP (then the socket
+  // must work).
   std::string address = "127.0.0.1";
   uint16_t port = 0;
   // This rank's identity and the run's secret; validated by EncodeHello.
   HelloMsg hello;
-  // Bound on connect + sending hello, ms (a host name's lookup runs in the system resolver and
-  // is not interrupted by it: launchers pass IP literals). Default 5000, range [1, 600000].
+  // Bound on connect + sending hello, ms, per transport tried (a host name's lookup runs in the
+  // system resolver and is not interrupted by it: launchers pass IP literals). Default 5000,
+  // range [1, 600000].
   int connect_timeout_ms = 5000;
   // Time between heartbeats, ms. Default 200, range [1, 60000]. The supervisor's
   // heartbeat_timeout_s must be several intervals long.
@@ -52,10 +64,16 @@ struct ControlClientOptions {
 
 class ControlClient {
  public:
-  // Connects and sends hello, or fails with kInvalidArgument (bad options), kTimeout or
-  // kIoError. Success means hello was sent, not that it was accepted: a rejected client sees
-  // its connection closed and supervisor_lost() turn true.
+  // Connects (Unix socket first, see above) and sends hello, or fails with kInvalidArgument
+  // (bad options), kTimeout or kIoError. Success means hello was sent, not that it was
+  // accepted: a rejected client sees its connection closed and supervisor_lost() turn true.
   static Result<std::unique_ptr<ControlClient>> Connect(const ControlClientOptions& options);
+
+  // The transport the connection runs over.
+  ControlTransport transport() const;
+  // OK when the connection runs over the Unix socket; else why not: kNotFound (no path set,
+  // or none on this host: the normal case on another host), or the check or connect failure.
+  const Status& unix_socket_status() const;
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;
   ControlClient& operator=(const ControlClient&) = delete;

@@ -205,6 +205,10 @@ Result<RankPhase> ParseRankPhase(std::string_view name) {
   return InvalidArgument("unknown phase \"" + std::string(name) + "\"");
 }
 
+const char* ControlTransportName(ControlTransport transport) {
+  return transport == ControlTransport::kUnix ? "unix" : "tcp";
+}
+
 const char* SupervisorCommandName(SupervisorCommand cmd) {
   return cmd == SupervisorCommand::kStop ? "stop" : "checkpoint_now";
 }

@@ -22,6 +22,9 @@
 //   bye       {exit_code}                                                 clean shutdown
 // Supervisor -> rank: {"cmd": "checkpoint_now"} | {"cmd": "stop"}.
 //
+// Transports: the same frames, byte for byte, over TCP or a Unix domain socket (the
+// supervisor's local ranks use the socket, ranks on other hosts TCP; control_server.h).
+//
 // Decoding is strict: unknown keys, missing keys, wrong JSON types, out-of-range values and
 // unknown phase names are kDataLoss errors naming the field. Encoding validates the same rules
 // (kInvalidArgument), so a frame that leaves a process always decodes on the other side.
@@ -52,6 +55,10 @@ inline constexpr int64_t kControlMaxComputeMs = 1'000'000'000;
 inline constexpr size_t kControlMaxCatalogKindBytes = 64;
 // A catalog entry's dir and layout (short names; the bound keeps a put within one frame).
 inline constexpr size_t kControlMaxCatalogFieldBytes = 4096;
+
+// The stream a connection runs over.
+enum class ControlTransport { kTcp, kUnix };
+const char* ControlTransportName(ControlTransport transport);  // "tcp" | "unix"
 
 // What a rank is doing at the moment of a heartbeat.
 enum class RankPhase { kForward, kBackward, kOptimizer, kCheckpoint, kCollective, kEval, kIdle };

@@ -1,8 +1,11 @@
 // runtime/supervisor/control_server.cc — Boost.Asio implementation of ControlServer.
 //
-// Everything in ControlServerCore and ControlConnection runs on the io thread: the connection
-// set, the rank -> connection table and each connection's buffers are touched by that thread
-// only.
+// Everything in ControlServerCore, Listener and ControlConnection runs on the io thread: the
+// connection set, the rank -> connection table, each listener's queue of unregistered
+// connections and each connection's buffers are touched by that thread only.
+// One connection code for both transports: the listeners are generic stream acceptors (TCP or
+// Unix endpoint) and every connection a generic stream socket; only the peer's name and
+// TCP_NODELAY depend on the transport.
 // `mu` guards the state table and counters that other threads read (Snapshot and friends).
 // Events are built under no lock and delivered after the state they describe is updated, so
 // a callback that calls Snapshot() sees it.
@@ -13,23 +16,56 @@
 #include <boost/asio.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <set>
+#include <sys/socket.h>
 #include <thread>
 
 #include "runtime/core/check.h"
+#include "runtime/supervisor/private_socket.h"
 
 namespace tessera {
 namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
+using Stream = asio::generic::stream_protocol;
 using Clock = std::chrono::steady_clock;
 
 // A registered rank that stops reading its commands has this many frames queued at most
 // before the server gives up on it (commands are rare; a backlog means it is wedged).
 constexpr size_t kMaxQueuedFrames = 1024;
+
+// A generic endpoint that holds an IPv4 or IPv6 address, as the TCP endpoint it is.
+tcp::endpoint ToTcp(const Stream::endpoint& generic) {
+  tcp::endpoint ep;
+  const size_t n = std::min<size_t>(generic.size(), ep.capacity());
+  std::memcpy(ep.data(), generic.data(), n);
+  ep.resize(n);
+  return ep;
+}
+
+// "address:port" of a TCP peer; "unix:pid=P,uid=U" of a Unix one (the kernel's credentials of
+// the process that connected, SO_PEERCRED); "unknown" when the socket cannot say.
+std::string PeerName(Stream::socket& socket, ControlTransport transport) {
+  if (transport == ControlTransport::kUnix) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      return "unix:unknown";
+    }
+    return "unix:pid=" + std::to_string(cred.pid) + ",uid=" + std::to_string(cred.uid);
+  }
+  boost::system::error_code ec;
+  const Stream::endpoint generic = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  const tcp::endpoint ep = ToTcp(generic);
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
 
 }  // namespace
 
@@ -55,16 +91,29 @@ const char* ControlEventKindName(ControlEventKind kind) {
 
 class ControlConnection;
 
+// One listening socket and the connections it accepted that have not registered yet, oldest
+// first (the pending cap is per listener).
+struct Listener {
+  Listener(asio::io_context& io, ControlTransport t)
+      : transport(t), acceptor(io), accept_retry(io) {}
+  ControlTransport transport;
+  asio::basic_socket_acceptor<Stream> acceptor;
+  asio::steady_timer accept_retry;
+  std::list<ControlConnection*> unregistered;
+};
+
 // The server's state and logic; ControlServer::Impl (private) is this under the public name.
 struct ControlServerCore {
   ControlServerOptions options;
   ControlServer::EventCallback on_event;
 
   asio::io_context io;
-  tcp::acceptor acceptor{io};
-  asio::steady_timer accept_retry{io};
+  Listener tcp_listener{io, ControlTransport::kTcp};
+  std::unique_ptr<Listener> unix_listener;  // null without options.unix_socket_parent
+  PrivateSocketDir socket_dir;              // removed by Stop (and by its own destructor)
   std::thread thread;
   uint16_t port = 0;
+  std::string unix_path;  // the socket's path; set before the io thread starts, then constant
   std::atomic<bool> stopping{false};
   std::once_flag stop_once;
 
@@ -75,9 +124,10 @@ struct ControlServerCore {
   // io thread only.
   std::set<std::shared_ptr<ControlConnection>> connections;
   std::vector<ControlConnection*> owner;  // rank -> its registered connection, or nullptr
-  int pending = 0;                        // accepted, not yet registered
 
-  void DoAccept();
+  Status Listen(Listener& l, const Stream::endpoint& ep, const std::string& where);
+  void DoAccept(Listener& l);
+  void Admit(Listener& l, const std::shared_ptr<ControlConnection>& c);
   void OnFrame(const std::shared_ptr<ControlConnection>& c, const std::string& body);
   void Authenticate(const std::shared_ptr<ControlConnection>& c, const HelloMsg& hello);
   void Reject(const std::shared_ptr<ControlConnection>& c, int rank, std::string reason);
@@ -89,12 +139,11 @@ struct ControlServerCore {
 
 class ControlConnection : public std::enable_shared_from_this<ControlConnection> {
  public:
-  ControlConnection(ControlServerCore& impl, tcp::socket socket)
-      : impl_(impl), socket_(std::move(socket)), hello_timer_(impl.io) {
+  ControlConnection(ControlServerCore& impl, Listener& listener, Stream::socket socket)
+      : impl_(impl), listener_(listener), socket_(std::move(socket)), hello_timer_(impl.io) {
+    peer_ = PeerName(socket_, listener.transport);
     boost::system::error_code ec;
-    tcp::endpoint ep = socket_.remote_endpoint(ec);
-    peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
-    socket_.set_option(tcp::no_delay(true), ec);
+    if (listener.transport == ControlTransport::kTcp) socket_.set_option(tcp::no_delay(true), ec);
   }
 
   void Begin() {
@@ -125,11 +174,23 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
     closed_ = true;
     boost::system::error_code ec;
     hello_timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.shutdown(Stream::socket::shutdown_both, ec);
     socket_.close(ec);
   }
 
+  // Joins / leaves its listener's queue of unregistered connections (the pending cap).
+  void EnterPending() {
+    pending_it_ = listener_.unregistered.insert(listener_.unregistered.end(), this);
+    pending_ = true;
+  }
+  void LeavePending() {
+    if (!pending_) return;
+    listener_.unregistered.erase(pending_it_);
+    pending_ = false;
+  }
+
   const std::string& peer() const { return peer_; }
+  ControlTransport transport() const { return listener_.transport; }
   bool closed() const { return closed_; }
   int rank_ = -1;  // >= 0 once registered
   bool said_bye_ = false;
@@ -190,8 +251,11 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   }
 
   ControlServerCore& impl_;
-  tcp::socket socket_;
+  Listener& listener_;
+  Stream::socket socket_;
   asio::steady_timer hello_timer_;
+  bool pending_ = false;
+  std::list<ControlConnection*>::iterator pending_it_;
   std::string peer_;
   unsigned char header_[kControlFrameHeaderBytes] = {};
   std::string body_;
@@ -199,29 +263,48 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   std::deque<std::shared_ptr<const std::string>> out_;
 };
 
-void ControlServerCore::DoAccept() {
-  acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+void ControlServerCore::DoAccept(Listener& l) {
+  l.acceptor.async_accept([this, &l](const boost::system::error_code& ec, Stream::socket socket) {
     if (stopping.load() || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: retry shortly instead of spinning on the error.
-      accept_retry.expires_after(std::chrono::milliseconds(50));
-      accept_retry.async_wait([this](const boost::system::error_code& e) {
-        if (!e && !stopping.load()) DoAccept();
+      l.accept_retry.expires_after(std::chrono::milliseconds(50));
+      l.accept_retry.async_wait([this, &l](const boost::system::error_code& e) {
+        if (!e && !stopping.load()) DoAccept(l);
       });
       return;
     }
-    auto c = std::make_shared<ControlConnection>(*this, std::move(socket));
-    connections.insert(c);
-    ++pending;
-    if (pending > options.max_pending_connections) {
-      Reject(c, -1,
-             "too many unregistered connections (" +
-                 std::to_string(options.max_pending_connections) + ")");
-    } else {
-      c->Begin();
-    }
-    DoAccept();
+    Admit(l, std::make_shared<ControlConnection>(*this, l, std::move(socket)));
+    DoAccept(l);
   });
+}
+
+void ControlServerCore::Admit(Listener& l, const std::shared_ptr<ControlConnection>& c) {
+  // At the cap the oldest unregistered connection goes, not the new one: a real rank sends its
+  // hello right after connecting, so sockets held open and silent cannot keep it out.
+  if (static_cast<int>(l.unregistered.size()) >= options.max_pending_connections) {
+    const std::shared_ptr<ControlConnection> oldest = l.unregistered.front()->shared_from_this();
+    Reject(oldest, -1,
+           std::string("closed to make room: ") + std::to_string(options.max_pending_connections) +
+               " unregistered " + ControlTransportName(l.transport) +
+               " connections pending, this the oldest");
+  }
+  connections.insert(c);
+  c->EnterPending();
+  c->Begin();
+}
+
+Status ControlServerCore::Listen(Listener& l, const Stream::endpoint& ep,
+                                 const std::string& where) {
+  boost::system::error_code ec;
+  l.acceptor.open(ep.protocol(), ec);
+  if (!ec && l.transport == ControlTransport::kTcp) {
+    l.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  }
+  if (!ec) l.acceptor.bind(ep, ec);
+  if (!ec) l.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return IoError("control server: cannot listen on " + where + ": " + ec.message());
+  return Status::Ok();
 }
 
 void ControlServerCore::OnFrame(const std::shared_ptr<ControlConnection>& c,
@@ -239,6 +322,7 @@ void ControlServerCore::OnFrame(const std::shared_ptr<ControlConnection>& c,
   }
   ControlEvent e;
   e.rank = c->rank_;
+  e.transport = c->transport();
   e.peer = c->peer();
   e.time = Clock::now();
   {
@@ -308,10 +392,11 @@ void ControlServerCore::Authenticate(const std::shared_ptr<ControlConnection>& c
   }
   owner[h.rank] = c.get();
   c->rank_ = h.rank;
-  --pending;
+  c->LeavePending();
   ControlEvent e;
   e.kind = ControlEventKind::kRegistered;
   e.rank = h.rank;
+  e.transport = c->transport();
   e.peer = c->peer();
   e.time = Clock::now();
   {
@@ -321,6 +406,7 @@ void ControlServerCore::Authenticate(const std::shared_ptr<ControlConnection>& c
     s.ever_registered = true;
     s.pid = h.pid;
     s.host = h.host;
+    s.transport = c->transport();
     s.registered_at = e.time;
     s.said_bye = false;
     s.exit_code = -1;
@@ -336,11 +422,12 @@ void ControlServerCore::Reject(const std::shared_ptr<ControlConnection>& c, int 
     ++rejected;  // counted before the peer can observe the close
   }
   c->CloseSocket();
+  c->LeavePending();
   connections.erase(c);
-  --pending;
   ControlEvent e;
   e.kind = ControlEventKind::kRejected;
   e.rank = rank;
+  e.transport = c->transport();
   e.peer = c->peer();
   e.reason = std::move(reason);
   e.time = Clock::now();
@@ -355,6 +442,7 @@ void ControlServerCore::Disconnect(const std::shared_ptr<ControlConnection>& c,
   ControlEvent e;
   e.kind = ControlEventKind::kDisconnected;
   e.rank = c->rank_;
+  e.transport = c->transport();
   e.peer = c->peer();
   e.reason = std::move(reason);
   e.time = Clock::now();
@@ -370,8 +458,9 @@ void ControlServerCore::Disconnect(const std::shared_ptr<ControlConnection>& c,
 
 struct ControlServer::Impl : ControlServerCore {};
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerOptions& options,
-                                                            EventCallback on_event) {
+namespace {
+
+Status ValidateOptions(const ControlServerOptions& options) {
   if (options.run_id.empty()) return InvalidArgument("control server: run_id is empty");
   if (options.secret.empty() || options.secret.size() > kControlMaxSecretBytes) {
     return InvalidArgument("control server: secret must be 1.." +
@@ -388,6 +477,20 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   if (options.max_pending_connections < 1) {
     return InvalidArgument("control server: max_pending_connections < 1");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerOptions& options,
+                                                            EventCallback on_event) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  boost::system::error_code ec;
+  const asio::ip::address addr = asio::ip::make_address(options.bind_address, ec);
+  if (ec) {
+    return InvalidArgument("control server: bind address \"" + options.bind_address +
+                           "\" is not an IP address");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->on_event = std::move(on_event);
@@ -395,23 +498,24 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerO
   for (int r = 0; r < options.world_size; ++r) impl->ranks[r].rank = r;
   impl->owner.assign(options.world_size, nullptr);
 
-  boost::system::error_code ec;
-  const asio::ip::address addr = asio::ip::make_address(options.bind_address, ec);
-  if (ec) {
-    return InvalidArgument("control server: bind address \"" + options.bind_address +
-                           "\" is not an IP address");
+  // On any error below `impl` goes out of scope: its listeners close and its socket
+  // directory is removed, so a failed start leaves nothing behind.
+  if (!options.unix_socket_parent.empty()) {
+    ASSIGN_OR_RETURN(impl->socket_dir, PrivateSocketDir::Create(options.unix_socket_parent));
+    impl->unix_listener = std::make_unique<Listener>(impl->io, ControlTransport::kUnix);
+    impl->unix_path = impl->socket_dir.socket_path();
+    const Stream::endpoint unix_ep{local::endpoint(impl->unix_path)};
+    RETURN_IF_ERROR(impl->Listen(*impl->unix_listener, unix_ep, impl->unix_path));
   }
-  const tcp::endpoint ep(addr, options.port);
-  const std::string where = options.bind_address + ":" + std::to_string(options.port);
-  impl->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(ep, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return IoError("control server: cannot listen on " + where + ": " + ec.message());
-  impl->port = impl->acceptor.local_endpoint(ec).port();
+  const Stream::endpoint tcp_ep{tcp::endpoint(addr, options.port)};
+  RETURN_IF_ERROR(impl->Listen(impl->tcp_listener, tcp_ep,
+                               options.bind_address + ":" + std::to_string(options.port)));
+  const Stream::endpoint bound = impl->tcp_listener.acceptor.local_endpoint(ec);
   if (ec) return IoError("control server: " + ec.message());
+  impl->port = ToTcp(bound).port();
 
-  impl->DoAccept();
+  impl->DoAccept(impl->tcp_listener);
+  if (impl->unix_listener) impl->DoAccept(*impl->unix_listener);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
     try {
@@ -431,6 +535,8 @@ ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 ControlServer::~ControlServer() { Stop(); }
 
 uint16_t ControlServer::port() const { return impl_->port; }
+
+const std::string& ControlServer::unix_socket_path() const { return impl_->unix_path; }
 
 std::vector<RankState> ControlServer::Snapshot() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -468,13 +574,20 @@ void ControlServer::Stop() {
     // operation_aborted; nothing re-arms once `stopping` is set, so run() returns.
     asio::post(impl->io, [impl] {
       boost::system::error_code ec;
-      impl->acceptor.close(ec);
-      impl->accept_retry.cancel();
-      for (const auto& c : impl->connections) c->CloseSocket();
+      for (Listener* l : {&impl->tcp_listener, impl->unix_listener.get()}) {
+        if (l == nullptr) continue;
+        l->acceptor.close(ec);
+        l->accept_retry.cancel();
+      }
+      for (const auto& c : impl->connections) {
+        c->LeavePending();
+        c->CloseSocket();
+      }
       impl->connections.clear();
       impl->owner.assign(impl->owner.size(), nullptr);
     });
     if (impl->thread.joinable()) impl->thread.join();
+    impl->socket_dir.Remove();
   });
 }
 

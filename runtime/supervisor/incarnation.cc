@@ -123,6 +123,7 @@ Status Watch::Launch() {
   so.incarnation = k_;
   so.world_size = o_.num_ranks;
   so.secret = secret;
+  so.unix_socket_parent = o_.control_socket_parent;
   ASSIGN_OR_RETURN(server_, ControlServer::Start(so, [this](const ControlEvent& e) {
                      {
                        std::lock_guard<std::mutex> lock(mu_);
@@ -146,6 +147,9 @@ Status Watch::Launch() {
       {kEnvIncarnation, std::to_string(k_)},
       {kEnvHeartbeatMs, std::to_string(o_.heartbeat_ms)},
   };
+  if (!server_->unix_socket_path().empty()) {
+    spec.extra_env.emplace_back(kEnvControlSocket, server_->unix_socket_path());
+  }
   spec.extra_env.insert(spec.extra_env.end(), o_.extra_env.begin(), o_.extra_env.end());
   ASSIGN_OR_RETURN(MpirunCommand cmd, BuildMpirunCommand(spec));
   RETURN_IF_ERROR(MakeDirs(spec.log_dir));
@@ -234,10 +238,15 @@ bool Watch::Drain() {
       case ControlEventKind::kRegistered:
         // A stop is sticky: a rank that registers after it was sent gets it too.
         if (stop_sent_) server_->Broadcast(SupervisorCommand::kStop);
+        ++(e.transport == ControlTransport::kUnix ? end_.record.ranks_over_unix_socket
+                                                  : end_.record.ranks_over_tcp);
         if (++registered_ == o_.num_ranks) {
           log_.Emit(k_, "registered",
-                    StrFormat("all %d ranks connected in %.2f s", o_.num_ranks,
-                              std::chrono::duration<double>(e.time - launched_at_).count()));
+                    StrFormat("all %d ranks connected in %.2f s (%d over the Unix socket, %d "
+                              "over TCP)",
+                              o_.num_ranks,
+                              std::chrono::duration<double>(e.time - launched_at_).count(),
+                              end_.record.ranks_over_unix_socket, end_.record.ranks_over_tcp));
         }
         break;
       case ControlEventKind::kHeartbeat:

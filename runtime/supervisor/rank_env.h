@@ -1,8 +1,14 @@
 // runtime/supervisor/rank_env.h — the environment the supervisor hands to every rank.
 //
-// Owns: the names only. The supervisor (supervisor.cc) sets them for each incarnation; a rank
+// Owns: the names only. The supervisor (incarnation.cc) sets them for each incarnation; a rank
 // (tools/supervised_rank.cc) that finds kEnvControlPort set connects to the control plane and
 // is supervised; without it `tessera train` runs standalone and writes its own catalog.
+//
+// Which way a rank connects: to kEnvControlSocket, the supervisor's Unix socket, when it is set
+// and usable on the rank's host (a socket in a directory of the rank's own user that no other
+// user can enter, and connect succeeds: control_client.h); else over TCP to
+// kEnvControlAddress:kEnvControlPort. Every rank gets both; on the supervisor's host the socket
+// is there, on other hosts it is not and the rank uses TCP.
 //
 // The secret travels in the environment: readable only by the same user (and root) through
 // /proc/PID/environ, never on a command line (visible to everyone in ps).
@@ -21,6 +27,7 @@ namespace tessera {
 
 inline constexpr char kEnvControlAddress[] = "TESSERA_CONTROL_ADDRESS";  // IP literal
 inline constexpr char kEnvControlPort[] = "TESSERA_CONTROL_PORT";        // 1..65535
+inline constexpr char kEnvControlSocket[] = "TESSERA_CONTROL_SOCKET";    // optional, a path
 inline constexpr char kEnvControlSecret[] = "TESSERA_CONTROL_SECRET";
 inline constexpr char kEnvRunId[] = "TESSERA_RUN_ID";
 inline constexpr char kEnvIncarnation[] = "TESSERA_INCARNATION";          // >= 0

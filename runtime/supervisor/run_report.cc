@@ -120,6 +120,8 @@ JsonValue RunReportJson(const RunReport& report) {
         {"start_step", Int(inc.start_step)},
         {"last_step", Int(inc.last_step)},
         {"outcome", Str(inc.outcome)},
+        {"ranks_over_unix_socket", Int(inc.ranks_over_unix_socket)},
+        {"ranks_over_tcp", Int(inc.ranks_over_tcp)},
     }));
   }
   std::vector<JsonValue> failures;

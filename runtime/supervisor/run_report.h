@@ -50,6 +50,10 @@ struct IncarnationRecord {
   int64_t start_step = 0;   // step it resumed at (0 for a fresh run)
   int64_t last_step = -1;   // highest step it reported
   std::string outcome;      // e.g. "finished", "failed: stall", "stopped"
+  // Registrations by transport: over the supervisor's Unix socket (ranks on its host) and over
+  // TCP (ranks on other hosts, or a rank that could not use the socket).
+  int ranks_over_unix_socket = 0;
+  int ranks_over_tcp = 0;
 };
 
 struct StragglerRecord {

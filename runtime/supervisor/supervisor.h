@@ -49,6 +49,10 @@ struct SupervisorOptions {
   // The address the ranks connect to: empty = bind_address (which must then not be a
   // wildcard such as 0.0.0.0 or ::; Run refuses that).
   std::string advertise_address;
+  // Where each control server makes its private Unix socket directory (control_server.h,
+  // private_socket.h); the ranks on this host register there, out of reach of other users.
+  // `tessera launch` passes ControlSocketParent($TMPDIR). Empty: TCP only.
+  std::string control_socket_parent = "/tmp";
   int heartbeat_ms = 200;       // handed to the ranks
   DetectorOptions detector;
   RestartPolicyOptions restart;

@@ -4,6 +4,7 @@
 // hello / heartbeats / catalog records / commit / bye, stop -> exit 7 after a committed save,
 // and the fault hooks (crash: SIGKILL without bye; hang: heartbeats go on, the step stops).
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <filesystem>
@@ -39,19 +40,28 @@ std::string Env(int port, const std::string& extra = "") {
          " TESSERA_RUN_ID=" + kRunId + " TESSERA_INCARNATION=0 TESSERA_HEARTBEAT_MS=20 " + extra;
 }
 
-// Collects every event; optionally stops the rank once it reports `stop_at_step`.
+// Collects every event; optionally stops the rank once it reports `stop_at_step`, or kills it
+// (SIGKILL to the pid its hello named) after `kill_after` heartbeats at `kill_at_step`.
 struct Recorder {
   std::mutex mu;
   std::vector<ControlEvent> events;
   int64_t stop_at_step = -1;
   std::atomic<bool> stop_sent{false};
+  int64_t kill_at_step = -1;
+  int kill_after = 0;
+  int seen_at_kill_step = 0;  // guarded by mu
   ControlServer* server = nullptr;
 
   void On(const ControlEvent& e) {
+    bool kill_now = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       events.push_back(e);
+      if (e.kind == ControlEventKind::kHeartbeat && e.step == kill_at_step) {
+        kill_now = ++seen_at_kill_step == kill_after;
+      }
     }
+    if (kill_now) ::kill(static_cast<pid_t>(server->Snapshot()[e.rank].pid), SIGKILL);
     if (stop_at_step >= 0 && e.kind == ControlEventKind::kHeartbeat && e.step >= stop_at_step &&
         !stop_sent.exchange(true)) {
       server->Broadcast(SupervisorCommand::kStop);
@@ -67,11 +77,14 @@ struct Recorder {
   }
 };
 
-std::unique_ptr<ControlServer> StartServer(Recorder& rec, int world_size = 1) {
+// `socket_parent` non-empty: the server listens on a Unix socket there too, as under launch.
+std::unique_ptr<ControlServer> StartServer(Recorder& rec, int world_size = 1,
+                                           const std::string& socket_parent = "") {
   ControlServerOptions o;
   o.run_id = kRunId;
   o.secret = kSecret;
   o.world_size = world_size;
+  o.unix_socket_parent = socket_parent;
   auto s = ControlServer::Start(o, [&rec](const ControlEvent& e) { rec.On(e); });
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   rec.server = s->get();
@@ -92,6 +105,7 @@ TEST(SupervisedRank, BadEnvironmentFailsNamingTheVariable) {
       {Env(5000, "TESSERA_HEARTBEAT_MS=0"), "TESSERA_HEARTBEAT_MS"},
       {Env(5000, "TESSERA_FAULT_HANG=3"), "TESSERA_FAULT_HANG"},
       {Env(5000, "TESSERA_FAULT_CRASH=a:1"), "TESSERA_FAULT_CRASH"},
+      {Env(5000, "TESSERA_CONTROL_SOCKET=relative/control.sock"), "TESSERA_CONTROL_SOCKET"},
   };
   for (const Case& c : cases) {
     CommandResult r = RunCommand(TrainCmd(c.env, dir.str(), 1));
@@ -129,6 +143,51 @@ TEST(SupervisedRank, ReportsToTheSupervisorAndStopsAfterACommittedSave) {
   auto byes = rec.Of(ControlEventKind::kBye);
   ASSERT_EQ(byes.size(), 1u);
   EXPECT_EQ(byes[0].exit_code, 7);
+}
+
+TEST(SupervisedRank, RegistersOverTheUnixSocketTheEnvironmentNames) {
+  TempDir dir("supervised_unix");
+  Recorder rec;
+  rec.stop_at_step = 1;
+  auto server = StartServer(rec, 1, dir.str());
+  CommandResult r = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=" + server->unix_socket_path()), dir.str(), 300));
+  server->Stop();
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  auto registered = rec.Of(ControlEventKind::kRegistered);
+  ASSERT_EQ(registered.size(), 1u) << r.output;
+  EXPECT_EQ(registered[0].transport, ControlTransport::kUnix);
+  EXPECT_EQ(registered[0].peer.rfind("unix:pid=", 0), 0u) << registered[0].peer;
+  EXPECT_EQ(rec.Of(ControlEventKind::kBye).size(), 1u);
+  EXPECT_EQ(r.output.find("not using the supervisor's Unix socket"), std::string::npos) << r.output;
+}
+
+TEST(SupervisedRank, FallsBackToTcpWhenTheSocketIsNotHereAndSaysWhyWhenItIsUnsafe) {
+  TempDir dir("supervised_fallback");
+  Recorder rec;
+  rec.stop_at_step = 1;
+  auto server = StartServer(rec, 1);
+  // Another host: no such path. Quietly TCP.
+  CommandResult r = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=/nonexistent-tessera/control.sock"), dir.str(), 300));
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_EQ(r.output.find("not using the supervisor's Unix socket"), std::string::npos) << r.output;
+  // A path in a directory others can enter: refused with the reason, and still TCP.
+  const std::string open_dir = dir / "open";
+  std::filesystem::create_directory(open_dir);
+  std::filesystem::permissions(open_dir, std::filesystem::perms(0755));
+  rec.stop_sent = false;
+  CommandResult r2 = RunCommand(TrainCmd(
+      Env(server->port(), "TESSERA_CONTROL_SOCKET=" + open_dir + "/control.sock"), dir.str() + "/2", 300));
+  server->Stop();
+  EXPECT_EQ(r2.exit_code, 7) << r2.output;
+  EXPECT_NE(r2.output.find("not using the supervisor's Unix socket (control socket: " + open_dir +
+                           " is mode 0755"),
+            std::string::npos)
+      << r2.output;
+  auto registered = rec.Of(ControlEventKind::kRegistered);
+  ASSERT_EQ(registered.size(), 2u);
+  for (const auto& e : registered) EXPECT_EQ(e.transport, ControlTransport::kTcp);
 }
 
 TEST(SupervisedRank, TwoRanksAgreeOnTheStopAndBothSayBye) {
@@ -169,8 +228,11 @@ TEST(SupervisedRank, HangHookStopsTheStepWhileHeartbeatsGoOn) {
   TempDir dir("supervised_hang");
   Recorder rec;
   auto server = StartServer(rec);
-  // The hung rank never ends by itself: `timeout` kills it after 3 s.
-  CommandResult r = RunCommand("timeout -s KILL 3 env " +
+  // The hung rank never ends by itself: killed once it has heartbeated 10 times at the hung
+  // step (however long a loaded machine takes to get there), `timeout` as the backstop.
+  rec.kill_at_step = 2;
+  rec.kill_after = 10;
+  CommandResult r = RunCommand("timeout -s KILL 120 env " +
                                TrainCmd(Env(server->port(), "TESSERA_FAULT_HANG=0:2"), dir.str(), 50));
   server->Stop();
   EXPECT_EQ(r.exit_code, 128 + 9) << r.output;

@@ -30,16 +30,22 @@ and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
   crashloop  the same crash with --crash-loop 2: gives up (no new checkpoint between them)
   badconfig  -n not matching the config, and a malformed hostfile: exit 3 before launch, the
              message naming the problem (hostfile:line)
+  flood      another local user (nobody, from a forked child) holds 640 idle TCP connections to
+             the supervisor's control port from the moment it listens, reconnecting the ones
+             it closes: the 4 ranks still register, all over the Unix socket, within about a
+             second of the reference's registration time; the socket's directory is 0700,
+             refuses that user (EACCES) and is gone when the run ends; bit-identical weights
+The reference run checks that its 4 local ranks registered over the Unix socket too.
 Timings are generous bounds (a loaded 2-core machine), never asserted tight; the measured
 detection latencies are printed by the supervisor's report.
 """
-import json, os, re, shutil, signal, subprocess, sys, time
+import errno, json, os, pwd, re, shutil, signal, socket, stat, subprocess, sys, time
 
 from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
 cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
-                         "corrupt", "ckptnow", "nockpt", "budget", "crashloop"]
+                         "corrupt", "ckptnow", "nockpt", "budget", "crashloop", "flood"]
 STEPS = 48
 COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
           "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
@@ -126,6 +132,19 @@ def rank_pids(out):
     return pids
 
 
+def rank_env(out, rank, name):
+    """The value of `name` in the environment of this run's rank `rank` (None if not found)."""
+    pid = rank_pids(out).get(rank)
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if pid else []
+    except OSError:
+        return None
+    for kv in env:
+        if kv.startswith(name.encode() + b"="):
+            return kv.split(b"=", 1)[1].decode()
+    return None
+
+
 def report(out):
     with open(os.path.join(out, "launch", "report.json")) as f:
         return json.load(f)
@@ -159,6 +178,116 @@ def signal_ranks(name, out, p, ranks, sig, at_step=10):
     print(f"  {name}: sent signal {sig} to ranks {ranks} at step >= {at_step}")
 
 
+def events(out):
+    with open(os.path.join(out, "launch", "events.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def event_s(out, kind, incarnation=0):
+    """When the first `kind` event of `incarnation` happened (s after the supervisor started;
+    None if there was none), from events.jsonl."""
+    return next((e["t_s"] for e in events(out) if e["incarnation"] == incarnation and e["kind"] == kind), None)
+
+
+def seconds(t):
+    return "never" if t is None else f"{t:.2f} s"
+
+
+def registration_s(out, incarnation=0):
+    """Launch of `incarnation` -> all its ranks registered, s (None if they never were)."""
+    launch, registered = event_s(out, "launch", incarnation), event_s(out, "registered", incarnation)
+    return None if launch is None or registered is None else registered - launch
+
+
+def listening_ports(pid):
+    """TCP ports process `pid` listens on: its socket inodes matched in /proc/net/tcp{,6}."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return []
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.append(int(fields[1].split(":")[1], 16))
+    return ports
+
+
+def as_other_user(body):
+    """Forks a child that becomes `nobody` (when we are root) and runs body(); returns its pid."""
+    "127.0.0.1".encode("idna")  # socket calls load this codec lazily, unreadable to nobody here
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                nobody = pwd.getpwnam("nobody")
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+            code = body()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def idle_tcp_flood(port, count):
+    """Another local user's flood: `count` idle connections to the port, the closed ones reopened
+    (at most 100 every 20 ms, so the flood does not take a core from the job), until killed.
+    Returns (pid, fd): the flooder writes the wall-clock time it had every connection open to fd."""
+    ready_r, ready_w = os.pipe()
+
+    def body():
+        os.close(ready_r)
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+        os.write(ready_w, repr(time.time()).encode())
+        while True:
+            time.sleep(0.02)
+            reopened = 0
+            for i, s in enumerate(socks):
+                if reopened >= 100:
+                    break
+                s.setblocking(False)
+                try:
+                    closed = s.recv(1) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if closed:
+                    s.close()
+                    try:
+                        socks[i] = socket.create_connection(("127.0.0.1", port))
+                    except OSError:
+                        pass
+                    reopened += 1
+    pid = as_other_user(body)
+    os.close(ready_w)
+    return pid, ready_r
+
+
+def connect_errno_as_other_user(path):
+    """errno of connect() to the Unix socket `path` by nobody (0: it connected)."""
+    def body():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return 0
+        except OSError as e:
+            return e.errno & 0xff
+    pid = as_other_user(body)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 shutil.rmtree(work, ignore_errors=True)  # every run starts fresh (a stale checkpoint would resume)
 os.makedirs(work)
 t_all = time.time()
@@ -180,6 +309,10 @@ print("reference run (no fault)")
 ref, p, logname = start("reference")
 text = finish("reference", p, logname)
 check(f"finished" in text and report(ref)["failures"] == [], "reference: finished with no failure")
+inc0 = report(ref)["incarnations"][0]
+check(inc0["ranks_over_unix_socket"] == 4 and inc0["ranks_over_tcp"] == 0,
+      f"reference: the 4 local ranks registered over the Unix socket ({inc0['ranks_over_unix_socket']} unix, "
+      f"{inc0['ranks_over_tcp']} tcp)")
 
 if "crash" in cases:
     out, p, logname = start("crash")
@@ -304,6 +437,56 @@ if "crashloop" in cases:
     r = report(out)
     check(r["outcome"] == "gave_up" and "checkpoint" in r["outcome_detail"],
           f"crash loop guard gave up ({r['outcome_detail']})")
+
+if "flood" in cases:
+    FLOOD = 640  # 2.5x the control server's pending cap
+    out, p, logname = start("flood")
+    flooder = ready = None
+    t0 = time.time()
+    while flooder is None and p.poll() is None and time.time() - t0 < 60:
+        ports = listening_ports(p.pid)
+        if ports:
+            flooder, ready = idle_tcp_flood(ports[0], FLOOD)
+        else:
+            time.sleep(0.001)
+    check(flooder is not None, "flood: found the supervisor's control port")
+    socket_dir = None
+    if flooder is not None and wait_steps(out, 4, p):
+        path = rank_env(out, 0, "TESSERA_CONTROL_SOCKET")
+        socket_dir = os.path.dirname(path) if path else None
+        check(socket_dir is not None, "flood: the ranks were handed the Unix socket")
+        if socket_dir is not None:
+            st = os.lstat(socket_dir)
+            check(stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid(),
+                  f"flood: {socket_dir} is a directory of ours with mode 0700 ({oct(st.st_mode)})")
+            if os.geteuid() == 0:
+                code = connect_errno_as_other_user(os.path.join(socket_dir, "control.sock"))
+                check(code == errno.EACCES, f"flood: nobody cannot connect to the socket (errno {code})")
+    text = finish("flood", p, logname)
+    if flooder is not None:
+        os.kill(flooder, signal.SIGKILL)
+        os.waitpid(flooder, 0)
+    r = report(out)
+    ready_text = os.read(ready, 64) if ready is not None else b""
+    if ready_text:
+        flood_at = float(ready_text) - r["start_unix_s"]
+        registered_at = event_s(out, "registered")
+        check(registered_at is not None and flood_at < registered_at,
+              f"flood: {FLOOD} idle connections open before the ranks registered (at {flood_at:.2f} s; "
+              f"registered at {seconds(registered_at)})")
+    else:
+        check(False, "flood: the flooder opened its connections")
+    inc = r["incarnations"][0]
+    check(inc["ranks_over_unix_socket"] == 4 and inc["ranks_over_tcp"] == 0,
+          f"flood: all 4 ranks registered over the Unix socket ({inc['ranks_over_unix_socket']} unix, {inc['ranks_over_tcp']} tcp)")
+    check("control connection(s) refused" in text, "flood: the supervisor saw the flood (connections refused)")
+    ref_s, flood_s = registration_s(ref), registration_s(out)
+    print(f"  flood: launch -> all registered {seconds(flood_s)} under the flood, {seconds(ref_s)} without")
+    check(flood_s is not None and ref_s is not None and flood_s <= ref_s + 1.0,
+          "flood: registration delayed by at most about a second")
+    check(r["failures"] == [], f"flood: no failure ({failure_kinds(out)})")
+    check(socket_dir is not None and not os.path.exists(socket_dir), "flood: the socket directory is gone after the run")
+    same_bits(ref, out, "flood: final weights", failures)
 
 if figures:
     print("\nfigures (from each run's launch/report.json; not asserted):")

@@ -126,6 +126,13 @@ TEST(RunReportTest, JsonKeysRoundTrip) {
   const JsonValue& inc = v.Find("incarnations")->items()[1];
   EXPECT_EQ(inc.Find("start_step")->as_int(), 30);
   EXPECT_EQ(inc.Find("outcome")->as_string(), "failed: stall");
+  // How its ranks registered (set on the copy of the example below).
+  RunReport with_transports = Example();
+  with_transports.incarnations[1].ranks_over_unix_socket = 3;
+  with_transports.incarnations[1].ranks_over_tcp = 1;
+  const JsonValue t = RunReportJson(with_transports).Find("incarnations")->items()[1];
+  EXPECT_EQ(t.Find("ranks_over_unix_socket")->as_int(), 3);
+  EXPECT_EQ(t.Find("ranks_over_tcp")->as_int(), 1);
   const JsonValue& totals = *v.Find("totals");
   for (const char* key : {"failures", "recovered", "failures_by_kind", "detection_median_s",
                           "detection_max_s", "recovery_median_s", "recovery_max_s", "steps_lost",
