@@ -1,9 +1,11 @@
-// tools/cmd_data.cc — `tessera data tokenize`: text files -> token shards.
+// tools/cmd_data.cc — `tessera data tokenize` (text files -> token shards and their index) and
+// `tessera data index` (the completion index for shards written by other tools).
 #include <cstdio>
 #include <cstdlib>
 
 #include "runtime/core/exit_codes.h"
 #include "runtime/train/data/byte_tokenizer.h"
+#include "runtime/train/data/token_shard_index.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -13,37 +15,31 @@ namespace {
 void PrintDataHelp() {
   std::printf(
       "usage: tessera data tokenize --input FILE [--input FILE ...] --out DIR\n"
-      "                             [--val-fraction F] [--shard-tokens N]\n\n"
-      "Turns text into token shards with the byte-level tokenizer (one token per byte,\n"
+      "                             [--val-fraction F] [--shard-tokens N]\n"
+      "       tessera data index DIR\n\n"
+      "tokenize: turns text into token shards with the byte-level tokenizer (one token per byte,\n"
       "vocabulary 256: train it with model.vocab_size >= 256). Inputs are concatenated in the\n"
       "order given; the last F of the stream becomes the held-out split.\n\n"
       "  --input FILE        a text file (repeatable; also accepts several files after one flag)\n"
-      "  --out DIR           writes DIR/train_000000.bin ... and DIR/val_000000.bin\n"
+      "  --out DIR           writes DIR/train_000000.bin ... and DIR/val_000000.bin, each through\n"
+      "                      a temporary file, fsync and rename, and last DIR/index.json\n"
       "  --val-fraction F    fraction held out for evaluation, 0 <= F < 1 (default 0.05)\n"
       "  --shard-tokens N    tokens per shard file at most (default 100000000)\n\n"
       "Then train on it (configs/tiny.yaml has vocab_size 256 already):\n"
       "  tessera train configs/tiny.yaml --set data.source=shards \\\n"
       "      --set 'data.train=DIR/train_*.bin' --set 'data.val=DIR/val_*.bin'\n"
       "(data.train and data.val take a file, a pattern, or a directory: every *.bin in it,\n"
-      "sorted — which in DIR would mix the val shards into training.)\n");
+      "sorted — which in DIR would mix the val shards into training.)\n\n"
+      "index: writes DIR/index.json for every *.bin token shard in DIR (the format of\n"
+      "runtime/train/data/README.md), after reading each whole: its header, size and CRC-32C.\n"
+      "Training refuses shards whose directory has no index.json, or whose index disagrees with\n"
+      "them (a file missing, added, resized or with other bytes): the index is the mark that a\n"
+      "tokenize run finished. Run `data index` for shards written by your own tools, or after\n"
+      "changing a shard set on purpose. It accepts the bytes as they are now, so do not use it\n"
+      "to silence a checksum mismatch you cannot explain: re-create those shards instead.\n");
 }
 
-}  // namespace
-
-int RunData(const Args& args) {
-  if (args.empty() || (args[0] != "tokenize" && WantsHelp(args))) {
-    PrintDataHelp();
-    return args.empty() ? kExitUsage : kExitOk;
-  }
-  if (args[0] != "tokenize") {
-    std::fprintf(stderr, "tessera data: unknown subcommand '%s' (see tessera data --help)\n", args[0].c_str());
-    return kExitUsage;
-  }
-  Args rest(args.begin() + 1, args.end());
-  if (WantsHelp(rest)) {
-    PrintDataHelp();
-    return kExitOk;
-  }
+int RunTokenize(const Args& rest) {
   auto parsed = ParseArgs(rest, "data tokenize", {"--input", "--out", "--val-fraction", "--shard-tokens"}, {});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
@@ -80,7 +76,55 @@ int RunData(const Args& args) {
               static_cast<long long>(stats.val_tokens));
   for (const auto& f : stats.train_files) std::printf("  %s\n", f.c_str());
   for (const auto& f : stats.val_files) std::printf("  %s\n", f.c_str());
+  std::printf("  %s/%s (completion index)\n", parsed->Get("--out").c_str(), kTokenShardIndexName);
   return kExitOk;
+}
+
+int RunIndex(const Args& rest) {
+  auto parsed = ParseArgs(rest, "data index", {}, {});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+    return kExitUsage;
+  }
+  if (parsed->positional.size() != 1) {
+    std::fprintf(stderr, "tessera data index: expected exactly one DIR (see tessera data --help)\n");
+    return kExitUsage;
+  }
+  const std::string& dir = parsed->positional[0];
+  Result<TokenShardIndex> index = IndexTokenShardDirectory(dir);
+  if (!index.ok()) {
+    std::fprintf(stderr, "tessera data index: %s\n", index.status().ToString().c_str());
+    return ExitCodeFor(index.status());
+  }
+  int64_t tokens = 0;
+  for (const TokenShardIndexEntry& e : index->files) {
+    std::printf("  %s  %lld tokens  crc32c %08x\n", e.name.c_str(),
+                static_cast<long long>(e.num_tokens), e.crc32c);
+    tokens += e.num_tokens;
+  }
+  std::printf("indexed %zu shard(s), %lld tokens: %s/%s\n", index->files.size(),
+              static_cast<long long>(tokens), dir.c_str(), kTokenShardIndexName);
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunData(const Args& args) {
+  const bool known = !args.empty() && (args[0] == "tokenize" || args[0] == "index");
+  if (args.empty() || (!known && WantsHelp(args))) {
+    PrintDataHelp();
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  if (!known) {
+    std::fprintf(stderr, "tessera data: unknown subcommand '%s' (see tessera data --help)\n", args[0].c_str());
+    return kExitUsage;
+  }
+  Args rest(args.begin() + 1, args.end());
+  if (WantsHelp(rest)) {
+    PrintDataHelp();
+    return kExitOk;
+  }
+  return args[0] == "tokenize" ? RunTokenize(rest) : RunIndex(rest);
 }
 
 }  // namespace tessera::cli

@@ -158,7 +158,8 @@ int RunEval(const Args& args) {
         "                     (default: the config's init_from, else <train.out_dir>/model.safetensors)\n"
         "  --data PATH        token shards to evaluate on: a file, a directory of *.bin files, or\n"
         "                     a pattern such as data/book/val_*.bin (default: data.val, or the\n"
-        "                     built-in corpus's held-out split)\n"
+        "                     built-in corpus's held-out split); their directory needs the\n"
+        "                     index.json that `tessera data tokenize` or `data index` writes\n"
         "  --batches N        micro-batches to average over (default: train.eval_batches)\n"
         "  --set key=value    override config keys, as for train\n");
     return kExitOk;

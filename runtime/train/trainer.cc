@@ -269,7 +269,7 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
   data.Reset();
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    data.NextBatch(B, inputs.data(), targets.data());
+    RETURN_IF_ERROR(data.NextBatch(B, inputs.data(), targets.data()));
     sum += model.Forward(inputs.data(), targets.data());
     if (after_batch) RETURN_IF_ERROR(after_batch());
   }
@@ -283,7 +283,8 @@ Result<double> Trainer::Evaluate(int64_t batches) {
     val_data_->Reset();
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      val_data_->NextBatch(config_.train.micro_batch_size, inputs_.data(), targets_.data());
+      RETURN_IF_ERROR(
+          val_data_->NextBatch(config_.train.micro_batch_size, inputs_.data(), targets_.data()));
       ASSIGN_OR_RETURN(const double loss, pipeline_->Forward(inputs_.data(), targets_.data()));
       sum += loss;
     }
@@ -316,8 +317,8 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
     step_inputs_.resize(static_cast<size_t>(accum * tokens));
     step_targets_.resize(static_cast<size_t>(accum * tokens));
     for (int64_t micro = 0; micro < accum; ++micro) {
-      train_data_->NextBatch(B, step_inputs_.data() + micro * tokens,
-                             step_targets_.data() + micro * tokens);
+      RETURN_IF_ERROR(train_data_->NextBatch(B, step_inputs_.data() + micro * tokens,
+                                             step_targets_.data() + micro * tokens));
     }
     Phase(TrainPhase::kForward);
     ASSIGN_OR_RETURN(loss_sum, pipeline_->TrainStep(step_inputs_.data(), step_targets_.data(),
@@ -326,7 +327,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
     for (int64_t micro = 0; micro < accum; ++micro) {
       Phase(TrainPhase::kForward);  // backward: reported by phase_store_ when it starts
       shards_->BeginMicroBatch(micro);
-      train_data_->NextBatch(B, inputs_.data(), targets_.data());
+      RETURN_IF_ERROR(train_data_->NextBatch(B, inputs_.data(), targets_.data()));
       loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
       RETURN_IF_ERROR(shards_->status());
       RETURN_IF_ERROR(model_->comm_status());

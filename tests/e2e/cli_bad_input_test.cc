@@ -55,8 +55,8 @@ TEST_F(BadInput, UsageErrors) {
 }
 
 TEST_F(BadInput, EveryCommandHasHelp) {
-  for (const char* cmd : {"train", "eval", "export", "data", "data tokenize", "bench",
-                          "bench optimizer", "bench comm", "env"}) {
+  for (const char* cmd : {"train", "eval", "export", "data", "data tokenize", "data index",
+                          "bench", "bench optimizer", "bench comm", "env"}) {
     auto r = Tessera(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.output;
     EXPECT_NE(r.output.find("usage: tessera"), std::string::npos) << cmd;
@@ -100,15 +100,21 @@ TEST_F(BadInput, MissingTruncatedAndForeignDataFiles) {
   WriteFile(dir_ / "version.bin", ShardBytes(5000, 64, "TSRTOKEN", 99));
   ExpectFailure(Tessera(Train(shards + (dir_ / "version.bin"))), "version.bin");
 
-  WriteFile(dir_ / "vocab.bin", ShardBytes(5000, 1000));  // ids up to 999 > vocab 64
-  ExpectFailure(Tessera(Train(shards + (dir_ / "vocab.bin"))), "vocab.bin");
-
-  WriteFile(dir_ / "short.bin", ShardBytes(10, 64));  // fewer tokens than one sequence
-  ExpectFailure(Tessera(Train(shards + (dir_ / "short.bin"))), "short.bin");
-
-  WriteFile(dir_ / "ok.bin", ShardBytes(5000, 64));
-  ExpectFailure(Tessera(Train(shards + (dir_ / "ok.bin") + " --set data.val=" + (dir_ / "gone.bin"))),
+  // Well-formed shards (indexed, so the index is not what refuses them) that do not fit.
+  std::filesystem::create_directories(dir_ / "sane");
+  WriteFile(dir_ / "sane/vocab.bin", ShardBytes(5000, 1000));  // ids up to 999 > vocab 64
+  WriteFile(dir_ / "sane/short.bin", ShardBytes(10, 64));      // fewer tokens than one sequence
+  WriteFile(dir_ / "sane/ok.bin", ShardBytes(5000, 64));
+  auto indexed = Tessera("data index " + (dir_ / "sane"));
+  ASSERT_EQ(indexed.exit_code, 0) << indexed.output;
+  ExpectFailure(Tessera(Train(shards + (dir_ / "sane/vocab.bin"))), "vocab.bin");
+  ExpectFailure(Tessera(Train(shards + (dir_ / "sane/short.bin"))), "short.bin");
+  ExpectFailure(Tessera(Train(shards + (dir_ / "sane/ok.bin") + " --set data.val=" +
+                              (dir_ / "gone.bin"))),
                 "gone.bin");
+  // The same shard without its directory's index: refused, with the fix.
+  WriteFile(dir_ / "unindexed.bin", ShardBytes(5000, 64));
+  ExpectFailure(Tessera(Train(shards + (dir_ / "unindexed.bin"))), "tessera data index");
 }
 
 TEST_F(BadInput, MalformedSafetensors) {

@@ -123,6 +123,8 @@ void CheckAgainstReference(const std::string& cfg, const std::string& family, in
   auto t = Tessera("train " + Repo(cfg) + set + " --set train.steps=40 --set train.out_dir=" + dir / "run");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   WriteEvalShard(dir / "eval.bin", B, T, 64);
+  auto indexed = Tessera("data index " + dir.str());  // a shard from another writer needs one
+  ASSERT_EQ(indexed.exit_code, 0) << indexed.output;
   // The shard holds exactly B windows, so one eval batch covers each once, in any order.
   auto e = Tessera("eval " + Repo(cfg) + set + " --batches 1 --data " + dir / "eval.bin" +
                    " --init-from " + dir / "run/model.safetensors");

@@ -15,6 +15,7 @@
 #include "runtime/train/data/data_loader.h"
 #include "runtime/train/data/markov_chain.h"
 #include "runtime/train/data/token_shard.h"
+#include "runtime/train/data/token_shard_index.h"
 
 namespace tessera {
 namespace {
@@ -202,12 +203,13 @@ TEST(TokenShard, RoundTripsTwoAndFourByteTokens) {
     ASSERT_TRUE(WriteTokenShard(path, tokens, token_bytes, 0).ok());
     EXPECT_FALSE(fs::exists(path + ".tmp"));
     EXPECT_EQ(static_cast<int64_t>(fs::file_size(path)), 32 + 1000 * token_bytes);
-    Result<std::unique_ptr<TokenShardSet>> set = TokenShardSet::Open(path);
+    ASSERT_TRUE(IndexTokenShardDirectory(dir).ok());
+    Result<std::unique_ptr<TokenShardSet>> set = TokenShardSet::Open(path, 0);
     ASSERT_TRUE(set.ok()) << set.status().message();
     ASSERT_EQ((*set)->num_tokens(), 1000);
     EXPECT_EQ((*set)->files()[0].token_bytes, token_bytes);
     std::vector<int32_t> back(1000);
-    (*set)->Read(0, 1000, back.data());
+    EXPECT_TRUE((*set)->Read(0, 1000, back.data()).ok());
     EXPECT_EQ(back, tokens);
   }
   // The header bytes, exactly.
@@ -236,13 +238,13 @@ TEST(TokenShard, CorruptAndMissingFilesGiveClearErrors) {
 
   const std::string bad_magic = dir + "/bad_magic.bin";
   WriteBytes(bad_magic, "NOTATOKEN" + bytes.substr(9));
-  Status s = TokenShardSet::Open(bad_magic).status();
+  Status s = TokenShardSet::Open(bad_magic, 0).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), bad_magic + ": not a Tessera token shard (bad magic)");
 
   const std::string truncated = dir + "/truncated.bin";
   WriteBytes(truncated, bytes.substr(0, bytes.size() - 3));
-  s = TokenShardSet::Open(truncated).status();
+  s = TokenShardSet::Open(truncated, 0).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(s.message(),
             truncated + ": truncated: header says 8 tokens (48 bytes) but file has 45 bytes");
@@ -251,26 +253,25 @@ TEST(TokenShard, CorruptAndMissingFilesGiveClearErrors) {
   v2[8] = 2;
   const std::string wrong_version = dir + "/v2.bin";
   WriteBytes(wrong_version, v2);
-  s = TokenShardSet::Open(wrong_version).status();
+  s = TokenShardSet::Open(wrong_version, 0).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_TRUE(Contains(s, wrong_version + ": unsupported token shard version 2")) << s.message();
 
-  s = TokenShardSet::Open(dir + "/nope.bin").status();
+  s = TokenShardSet::Open(dir + "/nope.bin", 0).status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_TRUE(Contains(s, dir + "/nope.bin")) << s.message();
 
-  // Token ids checked against the model's vocabulary: header vocab too big, then a stray id.
-  Result<std::unique_ptr<TokenShardSet>> set = TokenShardSet::Open(good);
-  ASSERT_TRUE(set.ok());
-  EXPECT_TRUE((*set)->ValidateTokenIds(16).ok());
-  s = (*set)->ValidateTokenIds(8);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s, good + ": shard vocab_size 16 exceeds")) << s.message();
+  // Token ids checked against the model's vocabulary at open: header vocab too big, then a
+  // stray id in a shard whose header says nothing about its vocabulary.
   const std::string stray = dir + "/stray.bin";
   ASSERT_TRUE(WriteTokenShard(stray, {{0, 1, 2, 300, 4}}, 2, 0).ok());
-  set = TokenShardSet::Open(stray);
-  ASSERT_TRUE(set.ok());
-  s = (*set)->ValidateTokenIds(256);
+  ASSERT_TRUE(WriteTokenShardIndex(dir, {"good.bin", "stray.bin"}).ok());
+  EXPECT_TRUE(TokenShardSet::Open(good, 16).ok());
+  s = TokenShardSet::Open(good, 8).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s, good + ": shard vocab_size 16 exceeds")) << s.message();
+  EXPECT_TRUE(TokenShardSet::Open(stray, 301).ok());
+  s = TokenShardSet::Open(stray, 256).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), stray + ": token id 300 at position 3 is >= vocab_size 256");
 
@@ -287,22 +288,23 @@ TEST(TokenShard, DirectoryAndPatternConcatenateSortedFiles) {
   ASSERT_TRUE(WriteTokenShard(dir + "/c.bin", {}, 2, 0).ok());  // empty shards are fine
   ASSERT_TRUE(WriteTokenShard(dir + "/d.bin", {{20, 21, 22, 23}}, 2, 0).ok());
   WriteBytes(dir + "/notes.txt", "ignored");
-  Result<std::unique_ptr<TokenShardSet>> set = TokenShardSet::Open(dir);
+  ASSERT_TRUE(IndexTokenShardDirectory(dir).ok());
+  Result<std::unique_ptr<TokenShardSet>> set = TokenShardSet::Open(dir, 0);
   ASSERT_TRUE(set.ok()) << set.status().message();
   EXPECT_EQ((*set)->files().size(), 4u);
   std::vector<int32_t> all(9);
-  (*set)->Read(0, 9, all.data());
+  EXPECT_TRUE((*set)->Read(0, 9, all.data()).ok());
   EXPECT_EQ(all, (std::vector<int32_t>{0, 1, 10, 11, 12, 20, 21, 22, 23}));
   std::vector<int32_t> middle(4);
-  (*set)->Read(1, 4, middle.data());  // crosses a, b and (empty) c into d
+  EXPECT_TRUE((*set)->Read(1, 4, middle.data()).ok());  // crosses a, b and (empty) c into d
   EXPECT_EQ(middle, (std::vector<int32_t>{1, 10, 11, 12}));
 
-  set = TokenShardSet::Open(dir + "/[ab]*.bin");  // no file matches this literal pattern
+  set = TokenShardSet::Open(dir + "/[ab]*.bin", 0);  // no file matches this literal pattern
   EXPECT_EQ(set.status().code(), StatusCode::kNotFound);
-  set = TokenShardSet::Open(dir + "/*d.bin");
+  set = TokenShardSet::Open(dir + "/*d.bin", 0);
   ASSERT_TRUE(set.ok());
   EXPECT_EQ((*set)->num_tokens(), 4);
-  EXPECT_EQ(TokenShardSet::Open(TempDir("empty_dir")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(TokenShardSet::Open(TempDir("empty_dir"), 0).status().code(), StatusCode::kNotFound);
 }
 
 // ---- Byte tokenizer ------------------------------------------------------------------------
@@ -326,14 +328,13 @@ TEST(ByteTokenizer, RoundTripsBytesAndSplitsValidation) {
   EXPECT_TRUE(fs::exists(out + "/train_000002.bin"));
 
   const std::string all = text_a + text_b;
-  Result<std::unique_ptr<TokenShardSet>> train = TokenShardSet::Open(out + "/train_*.bin");
-  Result<std::unique_ptr<TokenShardSet>> val = TokenShardSet::Open(out + "/val_*.bin");
-  ASSERT_TRUE(train.ok() && val.ok());
-  EXPECT_TRUE((*train)->ValidateTokenIds(kByteVocabSize).ok());
+  Result<std::unique_ptr<TokenShardSet>> train = TokenShardSet::Open(out + "/train_*.bin", kByteVocabSize);
+  Result<std::unique_ptr<TokenShardSet>> val = TokenShardSet::Open(out + "/val_*.bin", kByteVocabSize);
+  ASSERT_TRUE(train.ok() && val.ok()) << train.status().message() << val.status().message();
   EXPECT_EQ((*train)->files()[0].vocab_size, 256u);
   std::vector<int32_t> tokens(90), val_tokens(10);
-  (*train)->Read(0, 90, tokens.data());
-  (*val)->Read(0, 10, val_tokens.data());
+  EXPECT_TRUE((*train)->Read(0, 90, tokens.data()).ok());
+  EXPECT_TRUE((*val)->Read(0, 10, val_tokens.data()).ok());
   EXPECT_EQ(DecodeBytes(tokens.data(), 90), all.substr(0, 90));
   EXPECT_EQ(DecodeBytes(val_tokens.data(), 10), all.substr(90));
 
@@ -407,7 +408,7 @@ TEST(DataLoader, TargetsAreInputsShiftedByOne) {
   EXPECT_EQ(loader->num_windows(), 100);
   EXPECT_EQ(loader->tokens_per_epoch(), 1000);
   std::vector<int32_t> in(4 * 10), tgt(4 * 10);
-  loader->NextBatch(4, in.data(), tgt.data());
+  EXPECT_TRUE(loader->NextBatch(4, in.data(), tgt.data()).ok());
   for (int b = 0; b < 4; ++b) {
     EXPECT_EQ(in[static_cast<size_t>(b * 10)] % 10, 0);  // windows start on the stride
     for (int t = 0; t < 10; ++t) {
@@ -424,7 +425,7 @@ TEST(DataLoader, EachEpochIsAPermutationAndEpochsDiffer) {
   std::vector<std::vector<int32_t>> starts;
   for (int epoch = 0; epoch < 2; ++epoch) {
     EXPECT_EQ(loader->position(), (DataPosition{epoch, 0}));
-    loader->NextBatch(37, in.data(), tgt.data());
+    EXPECT_TRUE(loader->NextBatch(37, in.data(), tgt.data()).ok());
     std::vector<int32_t> s;
     for (int b = 0; b < 37; ++b) s.push_back(in[static_cast<size_t>(b * 8)] / 8);
     std::vector<int32_t> sorted = s;
@@ -439,7 +440,7 @@ TEST(DataLoader, EachEpochIsAPermutationAndEpochsDiffer) {
   // A batch straddling the epoch boundary continues into the next epoch's order.
   loader->Reset();
   loader->Skip(35);
-  loader->NextBatch(4, in.data(), tgt.data());
+  EXPECT_TRUE(loader->NextBatch(4, in.data(), tgt.data()).ok());
   EXPECT_EQ(in[0] / 8, starts[0][35]);
   EXPECT_EQ(in[8] / 8, starts[0][36]);
   EXPECT_EQ(in[16] / 8, starts[1][0]);
@@ -460,26 +461,26 @@ TEST(DataLoader, SeekResumesTheExactSameStream) {
   std::vector<std::vector<int32_t>> inputs, targets;
   std::vector<int32_t> in(B * T), tgt(B * T);
   for (int i = 0; i < 14; ++i) {
-    full->NextBatch(B, in.data(), tgt.data());
+    EXPECT_TRUE(full->NextBatch(B, in.data(), tgt.data()).ok());
     inputs.push_back(in);
     targets.push_back(tgt);
   }
   EXPECT_EQ(full->position().epoch, 1);
 
   std::unique_ptr<DataLoader> first = open(5);
-  for (int i = 0; i < 4; ++i) first->NextBatch(B, in.data(), tgt.data());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(first->NextBatch(B, in.data(), tgt.data()).ok());
   const DataPosition saved = first->position();
   first.reset();
   std::unique_ptr<DataLoader> resumed = open(5);
   ASSERT_TRUE(resumed->Seek(saved).ok());
   for (int i = 4; i < 14; ++i) {
-    resumed->NextBatch(B, in.data(), tgt.data());
+    EXPECT_TRUE(resumed->NextBatch(B, in.data(), tgt.data()).ok());
     EXPECT_EQ(in, inputs[static_cast<size_t>(i)]) << "batch " << i;
     EXPECT_EQ(tgt, targets[static_cast<size_t>(i)]) << "batch " << i;
   }
   // A different sampling seed gives a different order over the same tokens.
   std::unique_ptr<DataLoader> other = open(6);
-  other->NextBatch(B, in.data(), tgt.data());
+  EXPECT_TRUE(other->NextBatch(B, in.data(), tgt.data()).ok());
   EXPECT_NE(in, inputs[0]);
   EXPECT_EQ(resumed->Seek({0, resumed->num_windows()}).code(), StatusCode::kInvalidArgument);
 }
@@ -493,7 +494,7 @@ TEST(DataLoader, ValSplitIsTheSameWhetherItsChainWasBuiltOrHandedOver) {
   config.synthetic.branching = 3;
   auto batch = [](DataLoader& loader) {
     std::vector<int32_t> in(4 * 8), tgt(4 * 8);
-    loader.NextBatch(4, in.data(), tgt.data());
+    EXPECT_TRUE(loader.NextBatch(4, in.data(), tgt.data()).ok());
     return in;
   };
   Result<std::unique_ptr<DataLoader>> alone = DataLoader::Open(config, Split::kVal, 40, 8, 3);
@@ -528,8 +529,8 @@ TEST(DataLoader, OpensSyntheticAndShardSplits) {
   EXPECT_NE(description.find("order 2"), std::string::npos);
   EXPECT_NE(description.find("nats/token"), std::string::npos);
   std::vector<int32_t> a(8), b(8), c(8), d(8);
-  (*train)->NextBatch(1, a.data(), b.data());
-  (*val)->NextBatch(1, c.data(), d.data());
+  EXPECT_TRUE((*train)->NextBatch(1, a.data(), b.data()).ok());
+  EXPECT_TRUE((*val)->NextBatch(1, c.data(), d.data()).ok());
   EXPECT_NE(a, c);  // different streams
   EXPECT_TRUE(DataLoader::HasSplit(config, Split::kVal));
   EXPECT_EQ(DataLoader::Open(config, Split::kTrain, 32, 5000, 1).status().code(),
@@ -539,6 +540,7 @@ TEST(DataLoader, OpensSyntheticAndShardSplits) {
   std::vector<int32_t> tokens(300);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 50);
   ASSERT_TRUE(WriteTokenShard(dir + "/train.bin", tokens, 2, 50).ok());
+  ASSERT_TRUE(IndexTokenShardDirectory(dir).ok());
   DataConfig shards;
   shards.source = DataSource::kShards;
   shards.train_path = dir + "/train.bin";

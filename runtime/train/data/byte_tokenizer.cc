@@ -1,6 +1,7 @@
 // runtime/train/data/byte_tokenizer.cc — streams input files through a fixed buffer into
-// train/val token shards (see byte_tokenizer.h). Memory use is O(buffer), not O(input).
-// All or nothing: a call that fails removes every shard it wrote.
+// train/val token shards (see byte_tokenizer.h), then writes the completion index last.
+// Memory use is O(buffer), not O(input). All or nothing: a call that fails removes every shard
+// it wrote (and the index, if its write failed after the rename).
 #include "runtime/train/data/byte_tokenizer.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/file_util.h"
 #include "runtime/train/data/token_shard.h"
+#include "runtime/train/data/token_shard_index.h"
 
 namespace tessera {
 namespace {
@@ -105,17 +107,29 @@ Status WriteShards(const std::vector<std::string>& inputs, const std::string& ou
 Status RemoveShards(const std::string& out_dir, const TokenizeStats& s, Status cause) {
   FileSystem& file_system = DefaultFileSystem();
   std::string leftovers;
-  for (const std::vector<std::string>* files : {&s.train_files, &s.val_files}) {
-    for (const std::string& file : *files) {
-      Status removed = file_system.Remove(file);
-      if (!removed.ok()) leftovers += "; " + removed.message();
-    }
+  // The completion mark first, so no moment leaves an index over a partial set.
+  std::vector<std::string> files = {(fs::path(out_dir) / kTokenShardIndexName).string()};
+  files.insert(files.end(), s.train_files.begin(), s.train_files.end());
+  files.insert(files.end(), s.val_files.begin(), s.val_files.end());
+  for (const std::string& file : files) {
+    Status removed = file_system.Remove(file);
+    if (!removed.ok()) leftovers += "; " + removed.message();
   }
   Status synced = file_system.SyncDir(out_dir);
   if (!synced.ok()) leftovers += "; " + synced.message();
   if (leftovers.empty()) return cause;
   return Status(cause.code(), cause.message() + " (cleanup of partial shards failed" + leftovers +
                                   ")");
+}
+
+// The completion mark, written last: index.json listing every shard this call committed (each
+// read back whole for its CRC-32C, so the index vouches for the bytes on disk).
+Status WriteIndex(const std::string& out_dir, const TokenizeStats& s) {
+  std::vector<std::string> names;
+  for (const std::vector<std::string>* files : {&s.train_files, &s.val_files}) {
+    for (const std::string& file : *files) names.push_back(fs::path(file).filename().string());
+  }
+  return WriteTokenShardIndex(out_dir, names).status();
 }
 
 }  // namespace
@@ -151,8 +165,10 @@ Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& 
   if (ec) return IoError(out_dir + ": cannot create directory: " + ec.message());
   for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool ours = (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
-                      name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    // The index too: this call writes (and on failure removes) out_dir/index.json.
+    const bool ours = ((name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0) &&
+                       name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) ||
+                      name == kTokenShardIndexName;
     if (ours) {
       return FailedPrecondition(out_dir + ": already holds token shards (" + name +
                                 "); remove them or choose another directory");
@@ -164,6 +180,7 @@ Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& 
   TokenizeStats& s = stats != nullptr ? *stats : local;
   s = TokenizeStats();
   Status st = WriteShards(inputs, out_dir, total_bytes, train_tokens, shard_tokens, s);
+  if (st.ok()) st = WriteIndex(out_dir, s);
   if (!st.ok()) {
     st = RemoveShards(out_dir, s, std::move(st));
     s = TokenizeStats();

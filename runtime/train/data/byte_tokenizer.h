@@ -29,12 +29,15 @@ struct TokenizeStats {
 //   out_dir/train_000000.bin, train_000001.bin, ...  the first part of the stream
 //   out_dir/val_000000.bin, ...                       the last floor(val_fraction * bytes) tokens
 // Each shard holds at most shard_tokens tokens. No val shard is written when the val part is
-// empty (val_fraction 0 or a tiny input). out_dir is created if needed. Point data.train at
+// empty (val_fraction 0 or a tiny input). out_dir is created if needed. Every shard is written
+// through temp + fsync + rename; last, out_dir/index.json (token_shard_index.h) lists them with
+// sizes, counts and CRC-32C: training refuses a directory without it, so a run killed before
+// the end leaves shards nobody trains on by accident. Point data.train at
 // "out_dir/train_*.bin" and data.val at "out_dir/val_*.bin" (a bare out_dir would mean every
 // *.bin in it, val included).
 // Errors: kNotFound naming a missing input; kInvalidArgument for val_fraction outside [0, 1),
 // shard_tokens < 1, no input bytes or an empty train part; kFailedPrecondition if out_dir
-// already holds train_*.bin / val_*.bin shards (never mixes runs); kIoError from the OS or when
+// already holds train_*.bin / val_*.bin shards or an index.json (never mixes runs); kIoError from the OS or when
 // an input's size changed while it was read. All or nothing: on any error the shards this call
 // wrote are removed again (and *stats reset), so a retry is not refused. `stats` may be null.
 Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& out_dir,

@@ -105,8 +105,7 @@ Result<std::unique_ptr<DataLoader>> OpenShards(const DataConfig& config, Split s
                                  "or directory")
                : FailedPrecondition("data.val is empty: shard data has no validation split");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<TokenShardSet> shards, TokenShardSet::Open(path));
-  RETURN_IF_ERROR(shards->ValidateTokenIds(vocab_size));
+  ASSIGN_OR_RETURN(std::unique_ptr<TokenShardSet> shards, TokenShardSet::Open(path, vocab_size));
   if (shards->num_tokens() < seq_len + 1) {
     return InvalidArgument(path + ": " + std::to_string(shards->num_tokens()) +
                            " tokens is too few for one window of seq_len + 1 = " +
@@ -118,9 +117,10 @@ Result<std::unique_ptr<DataLoader>> OpenShards(const DataConfig& config, Split s
 
 }  // namespace
 
-void InMemoryTokenSource::Read(int64_t begin, int64_t count, int32_t* out) const {
+Status InMemoryTokenSource::Read(int64_t begin, int64_t count, int32_t* out) const {
   TESSERA_CHECK(begin >= 0 && count >= 0 && begin + count <= num_tokens());
   std::memcpy(out, tokens_.data() + begin, static_cast<size_t>(count) * sizeof(int32_t));
+  return Status::Ok();
 }
 
 std::string ShardTokenSource::Describe() const {
@@ -185,15 +185,17 @@ int64_t DataLoader::WindowStart(int64_t epoch, int64_t index) const {
   return static_cast<int64_t>(x) * seq_len_;
 }
 
-void DataLoader::NextBatch(int64_t batch_size, int32_t* inputs, int32_t* targets) {
+Status DataLoader::NextBatch(int64_t batch_size, int32_t* inputs, int32_t* targets) {
   TESSERA_CHECK(batch_size >= 0);
   const size_t T = static_cast<size_t>(seq_len_);
   for (int64_t b = 0; b < batch_size; ++b) {
-    source_->Read(WindowStart(position_.epoch, position_.index), seq_len_ + 1, window_.data());
+    RETURN_IF_ERROR(source_->Read(WindowStart(position_.epoch, position_.index), seq_len_ + 1,
+                                  window_.data()));
     std::memcpy(inputs + b * seq_len_, window_.data(), T * sizeof(int32_t));
     std::memcpy(targets + b * seq_len_, window_.data() + 1, T * sizeof(int32_t));
     Skip(1);
   }
+  return Status::Ok();
 }
 
 void DataLoader::Skip(int64_t samples) {

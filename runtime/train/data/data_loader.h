@@ -1,8 +1,14 @@
 // runtime/train/data/data_loader.h — token sources and the deterministic, resumable batch
 // loader the trainer reads from.
 //
-// Owns: TokenSource (a split's tokens: a synthetic stream in memory, or memory-mapped shards)
-// and DataLoader (training windows in a seeded, per-epoch permuted order).
+// Owns: TokenSource (a split's tokens: a synthetic stream in memory, or shard files read with
+// pread and checked on every read) and DataLoader (training windows in a seeded, per-epoch
+// permuted order).
+//
+// Errors while reading. A shard truncated, rewritten or otherwise changed after it was verified
+// at open makes NextBatch return kDataLoss naming the file and token position (token_shard.h);
+// the caller ends the run with it (`tessera train` exits 4). The position has then advanced by
+// the windows read before the failing one: a failed loader is not used again.
 //
 // Sampling. A source of N tokens has W = (N - 1) / seq_len non-overlapping windows; window w
 // covers tokens [w * seq_len, w * seq_len + seq_len] (seq_len + 1 tokens): inputs are its first
@@ -41,7 +47,8 @@ class TokenSource {
   virtual ~TokenSource() = default;
   virtual int64_t num_tokens() const = 0;
   // Copies tokens [begin, begin + count) into out; requires the range inside [0, num_tokens()).
-  virtual void Read(int64_t begin, int64_t count, int32_t* out) const = 0;
+  // Errors: kDataLoss / kIoError from the files behind the source (shards), naming them.
+  virtual Status Read(int64_t begin, int64_t count, int32_t* out) const = 0;
   // One line, e.g. "token shards data/tiny/train_*.bin (3 files, 1200000 tokens)".
   virtual std::string Describe() const = 0;
 };
@@ -52,7 +59,7 @@ class InMemoryTokenSource final : public TokenSource {
   InMemoryTokenSource(std::vector<int32_t> tokens, std::string description)
       : tokens_(std::move(tokens)), description_(std::move(description)) {}
   int64_t num_tokens() const override { return static_cast<int64_t>(tokens_.size()); }
-  void Read(int64_t begin, int64_t count, int32_t* out) const override;
+  Status Read(int64_t begin, int64_t count, int32_t* out) const override;
   std::string Describe() const override { return description_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
 
@@ -61,13 +68,13 @@ class InMemoryTokenSource final : public TokenSource {
   std::string description_;
 };
 
-// Memory-mapped shard files.
+// Shard files (TokenShardSet: verified at open, every read checked).
 class ShardTokenSource final : public TokenSource {
  public:
   explicit ShardTokenSource(std::unique_ptr<TokenShardSet> shards) : shards_(std::move(shards)) {}
   int64_t num_tokens() const override { return shards_->num_tokens(); }
-  void Read(int64_t begin, int64_t count, int32_t* out) const override {
-    shards_->Read(begin, count, out);
+  Status Read(int64_t begin, int64_t count, int32_t* out) const override {
+    return shards_->Read(begin, count, out);
   }
   std::string Describe() const override;
 
@@ -95,12 +102,13 @@ class DataLoader {
   // Opens `split` of the configured data for a model of `vocab_size` tokens and windows of
   // seq_len. Synthetic: builds the chain (vocab = the model's vocab_size) and generates
   // data.synthetic.num_tokens tokens of the split; the chain is handed to the next Open with
-  // the same chain settings and vocab (the train/val pair builds it once; data_loader.cc). Shards: opens data.train / data.val and
-  // checks every token id < vocab_size. A non-empty data.val is opened as shards for either
+  // the same chain settings and vocab (the train/val pair builds it once; data_loader.cc).
+  // Shards: opens data.train / data.val through TokenShardSet::Open (index.json, checksums and
+  // every token id < vocab_size verified). A non-empty data.val is opened as shards for either
   // source (no entropy floor then). `seed` keys the sampling order (train.seed).
   // Errors: kInvalidArgument (bad settings, token id out of range, too few tokens for one
-  // window: names the path and numbers), kNotFound / kDataLoss / kIoError from the shard files,
-  // kFailedPrecondition for Split::kVal of shard data without data.val (see HasSplit).
+  // window: names the path and numbers), kNotFound / kDataLoss / kIoError from the shard files
+  // and their index, kFailedPrecondition for Split::kVal of shard data without data.val.
   static Result<std::unique_ptr<DataLoader>> Open(const DataConfig& config, Split split,
                                                   int64_t vocab_size, int64_t seq_len,
                                                   uint64_t seed);
@@ -110,9 +118,10 @@ class DataLoader {
                                                         std::optional<double> entropy_floor);
 
   // Fills inputs and targets, each [batch_size * seq_len] row-major (B, T), with the next
-  // batch_size windows, and advances the position by batch_size.
-  void NextBatch(int64_t batch_size, int32_t* inputs, int32_t* targets);
-  // Advances the position by `samples` windows without reading them.
+  // batch_size windows, and advances the position by batch_size. Errors: those of
+  // TokenSource::Read (kDataLoss naming the shard file and token position).
+  [[nodiscard]] Status NextBatch(int64_t batch_size, int32_t* inputs, int32_t* targets);
+  // Advances the position by `samples` windows without reading them (so it cannot fail).
   void Skip(int64_t samples);
 
   DataPosition position() const { return position_; }

@@ -1,5 +1,6 @@
 // runtime/train/data/token_shard.h — token shard files: writing them atomically and reading
-// them (memory-mapped, read-only, validated) as one logical token stream.
+// them (positional reads of exactly the windows asked for, every read checked) as one logical
+// token stream.
 //
 // File format (version 1), little-endian:
 //   offset  size  field
@@ -15,13 +16,26 @@
 //
 // A shard path names one file, a directory (all `*.bin` files in it, sorted by name,
 // concatenated), or a directory plus a file pattern with `*` wildcards ("data/train_*.bin"; the
-// matching files sorted by name). Errors name the file: DataLoss "FILE: ..." for bad bytes,
-// NotFound naming the path for missing files.
+// matching files sorted by name). The directory must hold the completion index `index.json`
+// (token_shard_index.h) that lists every selected file with its size, header fields and
+// CRC-32C; Open refuses a set the index does not vouch for.
+//
+// What is checked when:
+//   Open      every selected file: a regular file, its header and size, listed in the index and
+//             equal to its entry, then one read of the whole file: CRC-32C against the index and
+//             every token id against the vocabulary.
+//   Read      (every window, after Open) exactly the bytes of the window are read with pread
+//             (no mapping: a file truncated underneath is an error, never SIGBUS), every token id
+//             is checked against the vocabulary again, and the file must be unchanged since Open
+//             (same header bytes, size and modification time; for files reopened per read, the
+//             same inode). Any difference is kDataLoss naming the file and the token position.
+// Errors name the file: kDataLoss "FILE: ..." for bad or changed bytes, kNotFound naming the
+// path for missing files.
 //
 // Writers produce `path.tmp`, fsync it, rename it over `path` and fsync the directory
 // (AtomicFileWriter, runtime/core/file_util.h), so a reader never sees a half-written shard.
 // Thread-safety: TokenShardWriter is single-owner. TokenShardSet is immutable after Open and
-// its const methods may be called concurrently.
+// its const methods (Read included: pread only) may be called concurrently.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +48,8 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
+
+struct TokenShardIndexEntry;  // token_shard_index.h
 
 inline constexpr char kTokenShardMagic[8] = {'T', 'S', 'R', 'T', 'O', 'K', 'E', 'N'};
 inline constexpr uint32_t kTokenShardVersion = 1;
@@ -80,40 +96,77 @@ struct TokenShardInfo {
   uint32_t vocab_size = 0;  // 0 = unknown
 };
 
-// One or more shard files, memory-mapped and concatenated into one logical token stream.
+// What one full read of a shard file found (ScanTokenShard).
+struct TokenShardScan {
+  TokenShardInfo info;
+  int64_t file_bytes = 0;
+  uint32_t crc32c = 0;  // of the whole file, header included (checkpoint/crc32c.h)
+};
+
+// Reads the shard at `path` whole: validates header and size, checks every token id against the
+// header's vocab_size (when non-zero) and computes the file's CRC-32C. For index writers
+// (token_shard_index.h). kDataLoss for a malformed file or an id >= the header's vocab_size.
+Result<TokenShardScan> ScanTokenShard(const std::string& path,
+                                      FileSystem& fs = DefaultFileSystem());
+
+// One or more shard files, concatenated into one logical token stream. Files stay open (up to
+// kMaxHeldShardFiles; files past that are reopened for each read) and are read with pread.
 class TokenShardSet {
  public:
-  // `path`: file, directory or pattern (see top). Validates every header and file size.
+  static constexpr size_t kMaxHeldShardFiles = 256;  // descriptors one set keeps open
+
+  // `path`: file, directory or pattern (see top). `vocab_size`: the model's vocabulary; token
+  // ids must be below it (and below a non-zero header vocab_size); 0 = no model bound.
+  // Verifies every selected file as described at the top (one full read of each file).
   // kNotFound: the path does not exist, or a directory/pattern matches no file.
-  // kDataLoss: bad magic, unsupported version or token_bytes, non-zero reserved, wrong size.
-  // kIoError: the OS refused to open or map a file.
-  static Result<std::unique_ptr<TokenShardSet>> Open(const std::string& path);
+  // kDataLoss: bad magic, unsupported version or token_bytes, non-zero reserved, wrong size;
+  //   index.json missing, malformed, not listing a selected file, listing a matching file that
+  //   is gone, or disagreeing with a file (size, header field, CRC-32C); an id >= the header's
+  //   vocab_size. The message says how to fix it (`tessera data index DIR`, or re-tokenize).
+  // kInvalidArgument: a header vocab_size above `vocab_size`, or (header vocab_size 0) an id
+  //   >= `vocab_size`: the data does not fit the model.
+  // kIoError: the OS refused to open or read a file.
+  static Result<std::unique_ptr<TokenShardSet>> Open(const std::string& path, int64_t vocab_size,
+                                                     FileSystem& fs = DefaultFileSystem());
   ~TokenShardSet();
   TokenShardSet(const TokenShardSet&) = delete;
   TokenShardSet& operator=(const TokenShardSet&) = delete;
 
-  // Checks that every token id is < vocab_size (one pass over all tokens, memory bandwidth;
-  // a header vocab_size larger than vocab_size is rejected without scanning).
-  // kInvalidArgument "FILE: token id X at position P (of that file) is >= vocab_size V".
-  Status ValidateTokenIds(int64_t vocab_size) const;
-
   int64_t num_tokens() const { return total_tokens_; }
   const std::vector<TokenShardInfo>& files() const { return infos_; }
   const std::string& path() const { return path_; }
-  // Copies tokens [begin, begin + count) of the logical stream into out as int32 (crossing
-  // file boundaries as needed). Requires 0 <= begin, begin + count <= num_tokens().
-  void Read(int64_t begin, int64_t count, int32_t* out) const;
+  // Copies tokens [begin, begin + count) of the logical stream into out as int32 (crossing file
+  // boundaries as needed), reading exactly those bytes; `out` is the only buffer. Requires
+  // 0 <= begin, begin + count <= num_tokens(). kDataLoss "FILE: ... token position P ..." when a
+  // file was truncated, holds an id out of range, or changed since Open; kIoError from the OS.
+  Status Read(int64_t begin, int64_t count, int32_t* out) const;
 
  private:
-  struct Mapping {
-    const unsigned char* base = nullptr;  // start of the mapping (the header)
-    size_t bytes = 0;
+  // What Open saw of one file; Read insists that it still holds.
+  struct OpenFile {
+    int fd = -1;  // held open, or -1 for files past kMaxHeldShardFiles (reopened per read)
+    int64_t file_bytes = 0;
+    int64_t mtime_ns = 0;
+    uint64_t device = 0, inode = 0;
+    unsigned char header[kTokenShardHeaderBytes] = {};
+    int64_t id_limit = 0;  // every token id is < this
+    bool vocab_from_header = false;  // id_limit is the header's vocab_size (else the model's)
   };
   TokenShardSet() = default;
+  Status OpenOne(const std::string& file);
+  Status CheckAgainstIndex(size_t f, const TokenShardIndexEntry& e, const std::string& index_path,
+                           const std::string& fix) const;
+  Status VerifyContents(size_t f, int64_t vocab_size, uint32_t index_crc,
+                        const std::string& index_path);
+  Result<int> Descriptor(size_t f) const;
+  Status ReadFromFile(size_t f, int64_t local, int64_t n, int32_t* out) const;
+  Status Truncated(size_t f, int fd, int64_t local, int64_t n) const;
+  Status CheckUnchanged(size_t f, int fd, int64_t local) const;
 
+  FileSystem* fs_ = nullptr;
   std::string path_;
   std::vector<TokenShardInfo> infos_;
-  std::vector<Mapping> maps_;
+  std::vector<OpenFile> open_;
   std::vector<int64_t> starts_;  // [files + 1] first logical token of each file, then total
   int64_t total_tokens_ = 0;
 };
