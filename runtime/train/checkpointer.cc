@@ -105,7 +105,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     for (int k = 0; k < 3; ++k) c->tensor_index_[kKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
   if (c->enabled() && c->rank_ == 0) {
-    RETURN_IF_ERROR(MakeDirs(c->root_, fs));
+    RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
     if (external_catalog != nullptr) {
       // Under a supervisor, the catalog's single writer: opening ours would contend for its
       // lock, and repairing a damaged one is the owner's job.
@@ -506,6 +506,13 @@ std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& 
 }
 
 Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards) {
+  // The coordinator first repairs what a crash left (commit.h SweepRoot: a crash between the two
+  // renames of a re-run's commit leaves that committed checkpoint as step_<N>.old, which the
+  // listing would skip for an older one); the gather keeps every rank from listing before that.
+  if (rank_ == 0) {
+    if (Status s = SweepRoot(root_, fs_); !s.ok()) Event("sweep_failed", s.ToString());
+  }
+  RETURN_IF_ERROR(Gather({1.0}).status());
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
   const std::vector<std::string> unusable = UnusableDirs(steps);
   std::string unusable_list;
