@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "checkpoint/commit.h"
 #include "runtime/core/json.h"
 
 namespace tessera {
@@ -285,7 +286,9 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& root, bool rea
 }
 
 Result<OpenedCatalog> OpenCatalogForWriting(const std::string& root, FileSystem& fs) {
-  RETURN_IF_ERROR(MakeDirs(root, fs));
+  // Durably: the first to create the root may be the catalog's writer (a supervisor), and a
+  // root whose own entry was never synced loses every checkpoint later committed in it.
+  RETURN_IF_ERROR(MakeDirsDurably(root, fs));
   OpenedCatalog out;
   auto catalog = Catalog::Open(root, /*read_only=*/false);
   if (!catalog.ok() && catalog.status().code() == StatusCode::kDataLoss) {

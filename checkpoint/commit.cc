@@ -8,10 +8,12 @@
 //   step_<N>.deleting   being removed; may be partial, so nothing ever reads it
 // A directory is removed only after it has been renamed to .deleting (and the rename made
 // durable), so a crash in the middle of a removal never leaves a partial directory under a
-// name that looks committed or restorable. PrepareStaging sweeps what a crash left behind:
-// .deleting is removed, and a .old is removed if its step_<N> exists or renamed back to
-// step_<N> if it does not (the crash fell between "step_<N> -> .old" and ".tmp -> step_<N>").
-// The sweep assumes no commit is in flight on the root (one coordinator per root).
+// name that looks committed or restorable. SweepRoot (PrepareStaging starts with it) cleans up
+// what a crash left behind: .deleting and .tmp are removed, and a .old is removed if its
+// step_<N> exists or renamed back to step_<N> if it does not (the crash fell between
+// "step_<N> -> .old" and ".tmp -> step_<N>"). The sweep assumes no save or commit is in flight
+// on the root (one coordinator per root, which prepares a save only once the previous one is
+// committed or abandoned).
 #include "checkpoint/commit.h"
 
 #include <algorithm>
@@ -25,6 +27,7 @@ namespace {
 
 constexpr std::string_view kOldSuffix = ".old";
 constexpr std::string_view kDeletingSuffix = ".deleting";
+constexpr std::string_view kTmpSuffix = ".tmp";
 
 std::string Join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
@@ -66,12 +69,21 @@ Status Discard(const std::string& root, const std::string& name, int64_t step, F
   return fs.RemoveTree(deleting);
 }
 
-// Cleans up after crashes (see the file comment).
-Status Sweep(const std::string& root, FileSystem& fs) {
-  ASSIGN_OR_RETURN(const std::vector<std::string> names, fs.ListDir(root));
+}  // namespace
+
+Result<std::vector<std::string>> SweepRoot(const std::string& root, FileSystem& fs) {
+  Result<std::vector<std::string>> listed = fs.ListDir(root);
+  if (!listed.ok() && listed.status().code() == StatusCode::kNotFound) {
+    return std::vector<std::string>{};
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, std::move(listed));
+  std::vector<std::string> removed_staging;
   for (const std::string& name : names) {
-    if (ParseSuffixed(name, kDeletingSuffix) >= 0) {
+    // A .tmp of any step is a save that died before its commit (none is in flight): without
+    // this, one of a step never saved again would hold a checkpoint's worth of disk forever.
+    if (ParseSuffixed(name, kDeletingSuffix) >= 0 || ParseSuffixed(name, kTmpSuffix) >= 0) {
       RETURN_IF_ERROR(fs.RemoveTree(Join(root, name)));
+      if (ParseSuffixed(name, kTmpSuffix) >= 0) removed_staging.push_back(name);
       continue;
     }
     const int64_t step = ParseSuffixed(name, kOldSuffix);
@@ -83,10 +95,8 @@ Status Sweep(const std::string& root, FileSystem& fs) {
       RETURN_IF_ERROR(fs.SyncDir(root));
     }
   }
-  return Status::Ok();
+  return removed_staging;
 }
-
-}  // namespace
 
 std::string StepDirName(int64_t step) {
   TESSERA_CHECK(step >= 0);
@@ -95,7 +105,7 @@ std::string StepDirName(int64_t step) {
   return buf;
 }
 
-std::string StagingDirName(int64_t step) { return StepDirName(step) + ".tmp"; }
+std::string StagingDirName(int64_t step) { return StepDirName(step) + std::string(kTmpSuffix); }
 
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem& fs) {
   Result<std::vector<std::string>> names = fs.ListDir(root);
@@ -136,27 +146,21 @@ Result<std::vector<std::string>> StrayStepNames(const std::string& root, FileSys
   return stray;
 }
 
-Result<std::vector<std::string>> SweepStaging(const std::string& root, FileSystem& fs) {
-  Result<std::vector<std::string>> names = fs.ListDir(root);
-  if (!names.ok()) {
-    if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
-    return names.status();
-  }
-  RETURN_IF_ERROR(Sweep(root, fs));
-  std::vector<std::string> removed;
-  for (const std::string& name : *names) {
-    if (ParseSuffixed(name, ".tmp") < 0) continue;
-    RETURN_IF_ERROR(fs.RemoveTree(Join(root, name)));
-    removed.push_back(name);
-  }
-  if (!removed.empty()) RETURN_IF_ERROR(fs.SyncDir(root));
-  return removed;
+Status MakeDirsDurably(const std::string& dir, FileSystem& fs) {
+  // Exists: nothing to do (the common case, one listing). Else the parents first, top down.
+  Result<std::vector<std::string>> listed = fs.ListDir(dir);
+  if (listed.ok()) return Status::Ok();
+  if (listed.status().code() != StatusCode::kNotFound) return listed.status();
+  const std::string parent = ParentDir(dir);
+  if (parent != dir) RETURN_IF_ERROR(MakeDirsDurably(parent, fs));
+  RETURN_IF_ERROR(fs.MakeDir(dir));
+  return fs.SyncDir(parent);
 }
 
 Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs) {
   if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
-  RETURN_IF_ERROR(MakeDirs(root, fs));
-  RETURN_IF_ERROR(Sweep(root, fs));
+  RETURN_IF_ERROR(MakeDirsDurably(root, fs));
+  RETURN_IF_ERROR(SweepRoot(root, fs).status());
   const std::string staging = Join(root, StagingDirName(step));
   RETURN_IF_ERROR(fs.RemoveTree(staging));  // a stale one from a failed or crashed save
   return fs.MakeDir(staging);

@@ -8,9 +8,12 @@
 // manifest.json into the .tmp directory (temp + fsync + rename + fsync dir), rename
 // step_<N>.tmp -> step_<N>, fsync the root. A crash or an error anywhere before the final
 // rename leaves at most a .tmp directory, which no loader looks at: the previous committed
-// checkpoint is untouched, and the next save of the same step starts by removing the stale
-// .tmp. A step directory that already exists (a re-run) is replaced only after the new one is
+// checkpoint is untouched, and the next save (of any step) starts by removing the stale .tmp.
+// A step directory that already exists (a re-run) is replaced only after the new one is
 // complete: it is renamed aside to step_<N>.old first and removed after the commit.
+// Durability: the root is created durably (MakeDirsDurably), the commit's last fsync is the
+// root's, after the rename; tests/fault/power_loss_checkpoint_test.cc cuts the power at every
+// operation of a save + commit and checks what survives.
 // Thread-safety: functions over a FileSystem; one coordinator per root.
 #pragma once
 
@@ -40,17 +43,24 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
 Result<std::vector<std::string>> StrayStepNames(const std::string& root,
                                                 FileSystem& fs = DefaultFileSystem());
 
-// The single writer's sweep at start (the coordinator, before its first save): removes every
-// step_<N>.tmp (a save that never committed: a crash, a kill, a failed write), and what
-// PrepareStaging's sweep handles (.deleting, .old). Returns the .tmp names removed, for the
-// log. Assumes no save is in flight on the root.
-Result<std::vector<std::string>> SweepStaging(const std::string& root,
-                                              FileSystem& fs = DefaultFileSystem());
+// Creates `dir` and its missing parents durably: after each mkdir, the new directory's parent
+// is fsynced, since a directory entry survives a power loss only once its directory is synced
+// (without it, a root created by this run could vanish with every checkpoint committed in it).
+// A directory that exists already is left as it is. Errors name the directory.
+Status MakeDirsDurably(const std::string& dir, FileSystem& fs = DefaultFileSystem());
 
-// Creates <root> (if needed) and a fresh, empty <root>/step_<N>.tmp for the shard writers.
-// First sweeps what a crash left in the root: *.deleting is removed; a step_<M>.old is
-// removed if step_<M> exists, else renamed back to step_<M> (a crash between the two renames
-// of a re-run's commit; an .old is always a complete committed directory).
+// Repairs what a crash left in `root` (OK if there is no root): every step_<M>.deleting and
+// step_<M>.tmp is removed; a step_<M>.old is removed if step_<M> exists, else renamed back to
+// step_<M> (a crash between the two renames of a re-run's commit; an .old is always a complete
+// committed directory). Only while no save is in flight: the coordinator calls it when it
+// starts (saying what it removed: the step_<M>.tmp names returned), when it prepares a save
+// and before a resume lists the committed steps (until then, after such a crash, step_<M> is
+// missing and its catalog record says committed).
+Result<std::vector<std::string>> SweepRoot(const std::string& root,
+                                           FileSystem& fs = DefaultFileSystem());
+
+// Creates <root> (if needed, durably), runs SweepRoot, and creates a fresh, empty
+// <root>/step_<N>.tmp for the shard writers.
 Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());
 
 // The commit sequence above for manifest `m` (m.step names the directories). On error nothing

@@ -139,15 +139,15 @@ SafetensorsFile::~SafetensorsFile() {
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0) {
-    int err = errno;
-    if (err == ENOENT) return NotFound(path + ": safetensors file not found");
-    return IoError(path + ": cannot open: " + ErrnoText(err));
+  // Non-blocking, regular files only (file_util.h): a FIFO named as weights cannot hang.
+  Result<int> fd = OpenRegularFileForRead(path);
+  if (!fd.ok()) {
+    if (fd.status().code() == StatusCode::kNotFound) return NotFound(path + ": safetensors file not found");
+    return fd.status();
   }
+  f->fd_ = *fd;
   struct stat st;
   if (::fstat(f->fd_, &st) != 0) return IoError(path + ": fstat failed: " + ErrnoText(errno));
-  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
   f->file_bytes_ = static_cast<uint64_t>(st.st_size);
   if (f->file_bytes_ < 8) {
     return DataLoss(path + ": file is " + std::to_string(f->file_bytes_) +

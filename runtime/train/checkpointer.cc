@@ -90,7 +90,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
   if (c->enabled() && c->rank_ == 0) {
-    RETURN_IF_ERROR(MakeDirs(c->root_, fs));
+    RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
     if (external_catalog != nullptr) {
       // Under a supervisor, the catalog's single writer: opening ours would contend for its
       // lock, and repairing a damaged one is the owner's job.
@@ -102,9 +102,11 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
       c->sink_ = c->owned_catalog_.get();
       if (!opened.recreated.empty()) c->Event("catalog_recreated", opened.recreated);
     }
-    // The single writer's sweep: what an earlier run left half-written (a save killed or
-    // failed midway) never lingers, and the log says it was there.
-    Result<std::vector<std::string>> swept = SweepStaging(c->root_, fs);
+    // The single writer's sweep (commit.h SweepRoot): what an earlier run left half-written (a
+    // save killed or failed midway) never lingers, and the log says it was there; a crash
+    // between the two renames of a re-run's commit leaves that committed checkpoint as
+    // step_<N>.old, which a resume listing would otherwise skip for an older one.
+    Result<std::vector<std::string>> swept = SweepRoot(c->root_, fs);
     if (!swept.ok()) {
       c->Event("sweep_failed", swept.status().ToString());
     } else if (!swept->empty()) {
@@ -113,6 +115,8 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
       c->Event("swept", "removed " + names + " (saves that never committed)");
     }
   }
+  // No rank lists the root (resume) before the coordinator's sweep is done.
+  if (c->enabled()) RETURN_IF_ERROR(c->Gather({1.0}).status());
   return c;
 }
 

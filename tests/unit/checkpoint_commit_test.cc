@@ -1,8 +1,9 @@
 // tests/unit/checkpoint_commit_test.cc — the directory protocol of a checkpoint root: staging,
 // commit, re-run of a committed step, abandon, delete, what CommittedSteps ignores, the sweep
-// after a crash, and the fault matrix: every write, fsync, rename and mkdir of a save+commit
-// failed in turn (FaultyFileSystem) leaves the previous checkpoint committed and verified and
-// the new one absent or complete — never a step directory without a valid manifest.
+// after a crash (stale .tmp of any step included), and the fault matrix: every write, fsync,
+// rename and mkdir of a save+commit failed in turn (FaultyFileSystem) leaves the previous
+// checkpoint committed and verified and the new one absent or complete — never a step
+// directory without a valid manifest.
 // links: tessera_checkpoint
 #include <gtest/gtest.h>
 
@@ -202,8 +203,10 @@ TEST(CheckpointCommit, SweepRepairsCrashLeftovers) {
   ASSERT_TRUE(Save(root, 6, 0, DefaultFileSystem()).ok());
   // A crash between "step_3 -> step_3.old" and ".tmp -> step_3" of a re-run of step 3.
   fs::rename(root + "/step_00000003", root + "/step_00000003.old");
-  // A crash inside a removal, and a crash after a re-run of step 6 committed.
+  // A crash inside a removal, a save of step 2 that died before its commit (a step the run may
+  // never save again), and a crash after a re-run of step 6 committed.
   fs::create_directories(root + "/step_00000001.deleting/junk");
+  fs::create_directories(root + "/step_00000002.tmp/junk");
   fs::copy(root + "/step_00000006", root + "/step_00000006.old");
   EXPECT_EQ(Steps(root), (std::vector<int64_t>{6}));
 

@@ -153,7 +153,7 @@ TEST(TokenShardSet, RefusesAShardSetWithoutAnIndexAndSaysHowToMakeOne) {
   ASSERT_EQ(::mkfifo((dir + "/index.json").c_str(), 0644), 0);
   Status s = TokenShardSet::Open(dir, 64).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(Contains(s, "index.json: not a regular file")) << s.message();
+  EXPECT_TRUE(Contains(s, "index.json: is a FIFO, not a regular file")) << s.message();
   fs::remove(dir + "/index.json");
   ASSERT_TRUE(IndexTokenShardDirectory(dir).ok());
   EXPECT_TRUE(TokenShardSet::Open(dir, 64).ok());

@@ -4,6 +4,8 @@
 // it wrote (and the index, if its write failed after the rename).
 #include "runtime/train/data/byte_tokenizer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -77,8 +79,14 @@ Status WriteShards(const std::vector<std::string>& inputs, const std::string& ou
   std::vector<int32_t> tokens(bytes.size());
   int64_t position = 0;  // in the concatenated stream
   for (const std::string& input : inputs) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(input.c_str(), "rb"), &std::fclose);
-    if (f == nullptr) return IoError(input + ": cannot open for reading: " + std::strerror(errno));
+    // Non-blocking and regular files only (file_util.h): a FIFO swapped in after the size
+    // check cannot hang the tokenizer.
+    ASSIGN_OR_RETURN(const int fd, OpenRegularFileForRead(input));
+    std::unique_ptr<FILE, int (*)(FILE*)> f(::fdopen(fd, "rb"), &std::fclose);
+    if (f == nullptr) {
+      ::close(fd);
+      return IoError(input + ": cannot open for reading: " + std::strerror(errno));
+    }
     while (true) {
       const size_t n = std::fread(bytes.data(), 1, bytes.size(), f.get());
       if (n == 0) {
