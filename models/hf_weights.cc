@@ -113,10 +113,21 @@ Status CopyIntoParam(const LoadItem& item, std::vector<float>& scratch) {
   const SafetensorsFile& file = *item.entry->file;
   const SafetensorsTensorInfo& info = *item.entry->info;
   Parameter& p = *item.param;
-  if (!p.hf_transposed) return file.ReadAsF32(info, p.value.f32());
+  // NaN/Inf weights would train to NaN at the first step (or silently poison a fine-tune).
+  auto finite = [&](const float* values) -> Status {
+    const int64_t bad = FirstNonFinite(values, info.shape.numel(), DType::kF32);
+    if (bad < 0) return Status::Ok();
+    return DataLoss(file.path() + ": tensor " + Quote(info.name) + " holds a NaN or Inf (element " +
+                    std::to_string(bad) + "): refusing non-finite weights");
+  };
+  if (!p.hf_transposed) {
+    RETURN_IF_ERROR(file.ReadAsF32(info, p.value.f32()));
+    return finite(p.value.f32());
+  }
   const int64_t in = info.shape[0], out = info.shape[1];  // HF Conv1D layout (in, out)
   scratch.resize(static_cast<size_t>(in * out));
   RETURN_IF_ERROR(file.ReadAsF32(info, scratch.data()));
+  RETURN_IF_ERROR(finite(scratch.data()));
   float* dst = p.value.f32();  // (out, in)
   for (int64_t i = 0; i < in; ++i) {
     for (int64_t o = 0; o < out; ++o) dst[o * in + i] = scratch[static_cast<size_t>(i * out + o)];

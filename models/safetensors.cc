@@ -371,6 +371,30 @@ bool IsSafeRelativePath(const std::string& s) {
   return true;
 }
 
+// A shard's real location (symlinks resolved) must stay inside the index's directory: a
+// name that passes IsSafeRelativePath can still be a link planted to lead elsewhere. One
+// layout is allowed beyond it: the Hugging Face hub cache, where <repo>/snapshots/<rev>/NAME
+// links to <repo>/blobs/<hash> (the files of the same repository, as the hub stores them).
+Status CheckShardStaysInside(const std::string& index_path, const std::filesystem::path& dir,
+                             const std::string& shard) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(dir.empty() ? fs::path(".") : dir, ec);
+  if (ec) return IoError(index_path + ": cannot resolve its directory: " + ec.message());
+  const fs::path target = fs::weakly_canonical(base / shard, ec);
+  if (ec) return IoError(index_path + ": cannot resolve shard " + Quote(shard) + ": " + ec.message());
+  auto inside = [](const fs::path& p, const fs::path& root) {
+    const fs::path rel = p.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != ".." && !rel.is_absolute();
+  };
+  if (inside(target, base)) return Status::Ok();
+  const bool hub_snapshot = base.parent_path().filename() == "snapshots";
+  if (hub_snapshot && inside(target, base.parent_path().parent_path() / "blobs")) return Status::Ok();
+  return DataLoss(index_path + ": shard " + Quote(shard) + " resolves to " + target.string() +
+                  ", outside the index's directory " + base.string() +
+                  " (a symbolic link out of it?): refused");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
@@ -405,6 +429,7 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
   const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
   std::vector<std::string> file_shard_names;  // parallel to ckpt->files_
   for (const std::string& shard : shard_names) {
+    RETURN_IF_ERROR(CheckShardStaysInside(index_path, dir, shard));
     Result<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open((dir / shard).string());
     if (!file.ok()) return file.status().WithPrefix(index_path + ": shard " + Quote(shard));
     ckpt->files_.push_back(std::move(file).value());

@@ -29,8 +29,10 @@
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/memory.h"
 #include "runtime/train/config.h"
+#include "runtime/train/saved_state.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/output_path.h"
 
 namespace tessera::cli {
 namespace {
@@ -270,6 +272,19 @@ int RunLs(const ParsedArgs& p) {
 
 // ---- verify ------------------------------------------------------------------------------------
 
+// ParseSavedState, and the saved step within the train.steps of the config saved with it (a
+// run never saves beyond its end). A config that this build cannot load is not checked.
+Status CheckSavedStateAsSaved(const Manifest& m, const std::string& where) {
+  ASSIGN_OR_RETURN(SavedTrainerState state, ParseSavedState(m.state, m.step, where));
+  auto config = LoadConfigFromText(m.config_yaml, where + " config_yaml");
+  if (config.ok() && state.step > config->train.steps) {
+    return DataLoss(where + ": state.step " + std::to_string(state.step) +
+                    " is beyond the train.steps=" + std::to_string(config->train.steps) +
+                    " of the config saved with it");
+  }
+  return Status::Ok();
+}
+
 int RunVerify(const ParsedArgs& p) {
   const std::string root = p.positional[0];
   auto step = PickStep(root, p);
@@ -292,6 +307,12 @@ int RunVerify(const ParsedArgs& p) {
     return corrupt ? kExitCorruptCheckpoint : ExitCodeFor(bytes.status());
   }
   const Manifest& m = (*reader)->manifest();
+  // The metadata as a resume reads it: the trainer's state (saved_state.h) must be one a run
+  // could have saved, and consistent with the config the checkpoint was saved under.
+  if (Status st = CheckSavedStateAsSaved(m, dir + "/manifest.json"); !st.ok()) {
+    std::fprintf(stderr, "tessera ckpt verify: CORRUPT: %s\n", st.ToString().c_str());
+    return kExitCorruptCheckpoint;
+  }
   size_t segments = 0;
   for (const auto& sh : m.shards) segments += sh.segments.size();
   std::printf("verified %s: %zu tensors, %zu shard file(s), %zu segments, %s in %.3f s (%.1f MB/s): OK\n",
@@ -340,6 +361,9 @@ int RunExportCkpt(const ParsedArgs& p) {
     return Usage("tessera ckpt export: --dtype must be f32, bf16 or f16");
   }
   const std::string root = p.positional[0];
+  if (Status s = CheckOutputPath(p.Get("--out"), {root}); !s.ok()) {
+    return Fail("export", s, kExitBadInput);
+  }
   auto step = PickStep(root, p);
   if (!step.ok()) return Fail("export", step.status(), kExitBadInput);
   const std::string dir = root + "/" + StepDirName(*step);

@@ -138,10 +138,25 @@ int RunLaunch(const Args& raw) {
   // Everything that can be checked before a process starts is checked here, so a config that
   // cannot work costs no launch (and no restart loop).
   std::vector<std::string> sets = p.All("--set");
+  // checkpoint.dir first, before resume=auto (which needs it) makes the config say so less
+  // plainly.
+  auto as_given = LoadConfig(p.positional[0], sets);
   sets.push_back("resume=auto");
-  auto config = LoadConfig(p.positional[0], sets);
+  auto config = as_given.ok() && !as_given->checkpoint.dir.empty() ? LoadConfig(p.positional[0], sets)
+                                                                   : as_given;
   if (!config.ok()) {
     std::fprintf(stderr, "tessera launch: %s\n", config.status().ToString().c_str());
+    return kExitBadConfig;
+  }
+  if (config->checkpoint.dir.empty()) {
+    // A supervised run recovers by restarting from its newest checkpoint: without a
+    // checkpoint root every restart would silently redo the run from step 0.
+    std::fprintf(stderr,
+                 "tessera launch: %s: checkpoint.dir is not set, and tessera launch needs one: it "
+                 "restarts a failed job from its newest checkpoint (e.g. --set "
+                 "checkpoint.dir=runs/ckpt --set checkpoint.interval_steps=100; tessera train "
+                 "runs without)\n",
+                 config->path.c_str());
     return kExitBadConfig;
   }
   const int world = config->parallel.world_size();
@@ -225,11 +240,6 @@ int RunLaunch(const Args& raw) {
                  "supervisor: warning: comm.timeout_s (%g s) is not above the stall timeout (%g s): "
                  "a hang ends as a collective timeout in the ranks before the supervisor sees it\n",
                  static_cast<double>(config->comm.timeout_s), stall_s);
-  }
-  if (o.checkpoint_root.empty()) {
-    std::fprintf(stdout,
-                 "supervisor: warning: checkpoint.dir is not set: a restart starts over from step 0 "
-                 "(set checkpoint.dir and checkpoint.interval_steps)\n");
   }
 
   Supervisor supervisor(o);

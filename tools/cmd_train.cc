@@ -12,6 +12,7 @@
 #include "runtime/train/world.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/output_path.h"
 #include "tools/signal_link.h"
 #include "tools/supervised_rank.h"
 
@@ -225,6 +226,11 @@ int RunExport(const Args& args) {
   if (auto bad = PositionalError(*parsed, "export")) return FailUsage("export", *bad);
   auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return Fail("export", config.status(), Phase::kConfig);
+  std::vector<std::string> inputs = WeightsInputs(parsed->Get("--init-from"));
+  inputs.push_back(parsed->positional[0]);  // the config
+  if (Status s = CheckOutputPath(parsed->Get("--out"), inputs); !s.ok()) {
+    return Fail("export", s, Phase::kInput);
+  }
   cpu::SetNumThreads(config->train.threads);
   MemoryTracker memory;
   auto model = BuildModel(*config, &memory, parsed->Get("--init-from"));

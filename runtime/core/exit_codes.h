@@ -31,6 +31,18 @@ inline bool IsFinalExitCode(int code) {
          code == kExitCorruptCheckpoint || code == kExitNonFinite;
 }
 
+// Why a final code is final, for the supervisor's messages and report.
+inline const char* FinalExitReason(int code) {
+  switch (code) {
+    case kExitUsage: return "bad command line";
+    case kExitBadConfig: return "bad config";
+    case kExitBadInput: return "bad config or input";
+    case kExitCorruptCheckpoint: return "no usable checkpoint";
+    case kExitNonFinite: return "non-finite training: NaN/Inf loss or gradient norm";
+    default: return "a failure a restart may cure";
+  }
+}
+
 // Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {

@@ -124,7 +124,14 @@ class PosixFileSystem final : public FileSystem {
     const int err = errno;
     struct stat st {};
     if (err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
-    return IoError(path + ": cannot create directory: " + ErrnoText(err));
+    // A path that can never be a directory — a file in the way, a component that is a file,
+    // no permission, a read-only file system, a name too long — is the caller's input, not a
+    // failure a retry could cure (a full disk or an I/O error might be).
+    const bool permanent = err == EEXIST || err == ENOTDIR || err == EACCES || err == EPERM ||
+                           err == EROFS || err == ENAMETOOLONG || err == ELOOP;
+    const std::string what = path + ": cannot create directory: " + ErrnoText(err) +
+                             (err == EEXIST ? " (a file is in the way)" : "");
+    return permanent ? InvalidArgument(what) : IoError(what);
   }
 
   Status RemoveTree(const std::string& path) override {

@@ -61,6 +61,8 @@ class FileSystem {
 
   // Directories and positional reads (checkpoint/ uses these).
   // Creates one directory (mode 0755); OK if it already exists as a directory.
+  // kInvalidArgument when the path can never be one (a file in the way, a component that is a
+  // file, no permission, read-only): a bad path, not a failure a restart may cure.
   virtual Status MakeDir(const std::string& path) = 0;
   // Removes `path` and everything below it (no symlink is followed); OK if missing.
   virtual Status RemoveTree(const std::string& path) = 0;

@@ -339,13 +339,14 @@ void Watch::Fail(Failure f, bool mpirun_knows) {
 
 bool Watch::Decide(Clock::time_point now) {
   if (final_bye_ && !stop_sent_) {
-    // A rank says the job cannot work (bad config or input, no usable checkpoint): its peers,
-    // killed by mpirun next, are not failures, and no restart can help.
+    // A rank says the job cannot work (bad config or input, no usable checkpoint, training
+    // gone non-finite): its peers, killed by mpirun next, are not failures, and no restart can
+    // help.
     const int code = final_bye_->exit_code;
     StopJob(StrFormat("rank %d exited with code %d", final_bye_->rank, code), /*mpirun_knows=*/true);
     Finish(IncarnationEnd::Kind::kFinalError, code,
            StrFormat("rank %d exited with code %d (%s): a restart cannot help; see %s", final_bye_->rank,
-                     code, code == kExitCorruptCheckpoint ? "no usable checkpoint" : "bad config or input",
+                     code, FinalExitReason(code),
                      end_.job_log.c_str()));
     return true;
   }
@@ -389,7 +390,7 @@ bool Watch::Decide(Clock::time_point now) {
       } else {
         Finish(IncarnationEnd::Kind::kFinalError, code,
                StrFormat("the ranks exited with code %d (%s): a restart cannot help; see %s", code,
-                         code == kExitCorruptCheckpoint ? "no usable checkpoint" : "bad config or input",
+                         FinalExitReason(code),
                          end_.job_log.c_str()));
       }
       return true;

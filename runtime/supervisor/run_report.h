@@ -64,7 +64,8 @@ struct StragglerRecord {
 
 struct RunReport {
   std::string run_id;
-  std::string outcome;  // "finished" | "gave_up" | "stopped" | "bad_config" | "failed"
+  std::string outcome;  // "finished" | "gave_up" | "stopped" | "bad_config" | "failed" (no
+                        //   usable checkpoint) | "diverged" (training went non-finite)
   std::string outcome_detail;
   double wall_s = 0;
   double start_unix_s = 0;  // wall clock when the supervisor started: every *_s time above is

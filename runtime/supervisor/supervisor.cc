@@ -146,7 +146,9 @@ Result<SupervisorOutcome> Supervisor::Run() {
       break;
     }
     if (end.kind == IncarnationEnd::Kind::kFinalError) {
-      report.outcome = end.exit_code == kExitCorruptCheckpoint ? "failed" : "bad_config";
+      report.outcome = end.exit_code == kExitCorruptCheckpoint ? "failed"
+                       : end.exit_code == kExitNonFinite         ? "diverged"
+                                                                 : "bad_config";
       report.outcome_detail = end.detail;
       outcome.exit_code = end.exit_code;
       break;

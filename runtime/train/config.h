@@ -80,8 +80,9 @@ struct TrainConfig {
   int64_t spike_window = 128;  // train.spike_window: steps in that window, 2..65536; the test
                              //   starts once the window is full
   SpikeAction spike_action = SpikeAction::kReport;  // train.spike_action: report | skip —
-                             //   skip also leaves that step's update out (the loss then stays
-                             //   out of the window)
+                             //   skip also leaves that step's update out (its loss still joins
+                             //   the window, so a lasting change of level stops counting as a
+                             //   spike after spike_window steps)
 };
 
 // How the world's ranks are laid out (comm/device_mesh.h: pp x dp x ep x tp, tp fastest).

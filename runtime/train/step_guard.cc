@@ -65,16 +65,19 @@ StepGuard::Decision StepGuard::Decide(double loss, double grad_norm,
                  "mean " + Num(mean) + " of the last " + std::to_string(window_.size()) + " steps";
     }
   }
+  // Every finite loss joins the window, skipped or not: after a genuine change of level the
+  // window follows within spike_window steps (a window that kept spikes out would freeze and
+  // skip every later step).
+  if (SpikeDetection()) {
+    window_.push_back(loss);
+    if (window_.size() > window_size_) window_.pop_front();
+  }
   if (d.spike && spike_action_ == SpikeAction::kSkip) {
     d.verdict = Verdict::kSkipSpike;
     d.reason += ": update skipped (train.spike_action: skip)";
     return d;
   }
   if (d.verdict == Verdict::kApply) streak_ = 0;
-  if (SpikeDetection()) {
-    window_.push_back(loss);
-    if (window_.size() > window_size_) window_.pop_front();
-  }
   return d;
 }
 

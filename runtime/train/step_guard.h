@@ -12,9 +12,10 @@
 //     update is skipped; more than max_nonfinite_skips in a row is kStop.
 //   - Spike (finite, window full, spike_zscore > 0): z = (loss - mean) / std over the window
 //     (population statistics, summed in window order: deterministic). z > spike_zscore is
-//     reported; with spike_action skip the update is skipped too and the loss stays out of
-//     the window (one spike must not widen the window's spread). Otherwise the loss joins the
-//     window, evicting the oldest.
+//     reported; with spike_action skip the update is skipped too. Every finite loss then joins
+//     the window, evicting the oldest — spikes too, as llm.c's detector does: after a genuine
+//     change of level the window follows within spike_window steps instead of freezing and
+//     skipping every later step.
 // Every rank sees the same loss and norm (both are reduced before this), so every rank reaches
 // the same verdict with no communication. Pure logic, no clock, no I/O; single-threaded.
 #pragma once

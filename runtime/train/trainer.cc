@@ -81,6 +81,28 @@ class PhaseReportingStore final : public ParamStore {
   RunLink& link_;
 };
 
+// Before any work: train.out_dir exists (rank 0 creates it; a path that can never be a
+// directory is bad input, exit 4), and init_from is not the file this run will replace
+// (Run removes <out_dir>/model.safetensors at its start, so the input weights would be lost
+// if the run then failed).
+Status CheckOutputs(const Config& config, bool root) {
+  namespace fs = std::filesystem;
+  if (root) {
+    if (Status s = MakeDirs(config.train.out_dir); !s.ok()) return s.WithPrefix("train.out_dir");
+  }
+  if (config.init_from.empty()) return Status::Ok();
+  const fs::path output = fs::path(config.train.out_dir) / "model.safetensors";
+  std::error_code ec;
+  for (const fs::path& input : {fs::path(config.init_from), fs::path(config.init_from) / "model.safetensors"}) {
+    if (fs::exists(output, ec) && fs::exists(input, ec) && fs::equivalent(input, output, ec)) {
+      return InvalidArgument("init_from " + config.init_from + " is this run's own output " +
+                             output.string() + ", which the run replaces: copy it elsewhere "
+                             "first, or set another train.out_dir");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
@@ -117,6 +139,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     t->agree_comm_ = world->world();
   }
   t->guard_.emplace(config.train);
+  RETURN_IF_ERROR(CheckOutputs(config, t->is_root()));
   RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
@@ -444,9 +467,7 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
   const bool root = is_root();
   std::unique_ptr<MetricsFile> metrics;
   if (root) {
-    std::error_code ec;
-    std::filesystem::create_directories(tc.out_dir, ec);
-    if (ec) return IoError(tc.out_dir + ": cannot create output directory: " + ec.message());
+    std::error_code ec;  // out_dir exists: Create made it (CheckOutputs)
     // Weights of an earlier run in the same directory must not outlive its metrics: a run
     // that is interrupted leaves no model.safetensors rather than one of another run.
     std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);

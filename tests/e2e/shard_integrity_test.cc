@@ -22,61 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A `tessera train` started in the background (stdout and stderr to a log file), so the test
-// can damage its data mid-run. The destructor kills a job that is still running.
-class BackgroundRun {
- public:
-  BackgroundRun(const std::string& args, const std::string& log) : log_(log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string cmd = "exec " + std::string(TESSERA_BINARY) + " " + args + " >" + log +
-                              " 2>&1";
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~BackgroundRun() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Pauses the job (every thread) so the test's damage lands between two of its reads.
-  bool Stop() {
-    if (kill(pid_, SIGSTOP) != 0) return false;
-    int status = 0;
-    return waitpid(pid_, &status, WUNTRACED) == pid_ && WIFSTOPPED(status);
-  }
-  void Continue() { kill(pid_, SIGCONT); }
-  // The exit code (128 + signal for a signal), or -1 when it still runs after `limit`.
-  int Wait(std::chrono::seconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
-  }
-  bool Running() {
-    int status = 0;
-    if (reaped_ || waitpid(pid_, &status, WNOHANG) != 0) {
-      reaped_ = true;
-      return false;
-    }
-    return true;
-  }
-  std::string Output() const { return ReadFile(log_); }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
 class ShardIntegrity : public ::testing::Test {
  protected:
   TempDir dir_{"shard_integrity"};

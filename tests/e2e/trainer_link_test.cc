@@ -16,6 +16,7 @@
 #include "checkpoint/commit.h"
 #include "runtime/train/trainer.h"
 #include "tests/e2e/cli_util.h"
+#include "tests/fault/faulty_file_system.h"
 
 namespace tessera {
 namespace {
@@ -62,12 +63,14 @@ class FakeLink : public RunLink {
   }
   bool StopRequested() override { return stop; }
   CatalogSink* catalog() override { return &sink; }
+  FileSystem* checkpoint_file_system() override { return &file_system; }
 
   int64_t checkpoint_at = -1, stop_at = -1;
   bool checkpoint_pending = false, stop = false;
   std::vector<int64_t> steps;
   std::set<TrainPhase> phases;
   FakeCatalog sink;
+  testing::FaultyFileSystem file_system;  // fails nothing unless a test arms it
 };
 
 Config TinyConfig(const std::string& out_dir, const std::string& ckpt_dir, int64_t steps,
@@ -129,6 +132,25 @@ TEST(TrainerLink, StopSavesCommitsAndResumeEndsBitIdentical) {
   const std::string b = ReadFile(dir / "run/model.safetensors");
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "stop + resume changed the final weights";
+}
+
+// The run's final checkpoint (at_end) is its last word: when it cannot be committed, the run
+// has not finished — Run returns the error (exit 1: a restart resumes and saves again) and the
+// final weights are not exported as if all had gone well.
+TEST(TrainerLink, AFinalCheckpointThatFailsFailsTheRun) {
+  TempDir dir("trainer_link_final");
+  const std::string root = dir / "ckpt";
+  Config c = TinyConfig(dir / "run", root, 3);
+  c.checkpoint.at_end = true;
+  FakeLink link;
+  link.file_system.fail_write_at = 1;  // the final save is the only one: its first write fails
+  auto s = Train(c, &link);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kIoError) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("the final checkpoint (step 3) was not committed"),
+            std::string::npos) << s.status().ToString();
+  EXPECT_TRUE(Committed(root).empty());
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/model.safetensors"));
 }
 
 TEST(TrainerLink, CheckpointRequestSavesAndTheRunGoesOn) {

@@ -23,6 +23,12 @@ and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
              and still ends bit-identical
   ckptnow    SIGUSR1 to the supervisor with checkpoint.interval_steps=100: every rank agrees on a
              step and a checkpoint off the interval commits; the run goes on and finishes
+  manifest   like corrupt, but the newest checkpoint's manifest is edited by hand (one digit of
+             the data position): the metadata checksum refuses it, the restart falls back and
+             still ends bit-identical (never resumes from the edited position)
+  nonfinite  a learning rate that drives the loss to NaN at step 2: the ranks stop with exit 10
+             (train.on_nonfinite: stop) and the supervisor ends with 10 at once, outcome
+             "diverged", no restart loop, no checkpoint of the poisoned state
   nockpt     every committed checkpoint of a finished run damaged, then a relaunch: the ranks
              find none usable and exit 5; the supervisor ends with 5 at once (no restart loop)
   budget     a crash on every incarnation (TESSERA_FAULT_CRASH) with --max-restarts 1: the
@@ -45,7 +51,8 @@ from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
 cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
-                         "corrupt", "ckptnow", "nockpt", "budget", "crashloop", "flood"]
+                         "corrupt", "manifest", "nonfinite", "ckptnow", "nockpt", "budget",
+                         "crashloop", "flood"]
 STEPS = 48
 COMMON = ["parallel.dp=4", "parallel.zero=1", "train.micro_batch_size=2", "train.seq_len=16",
           "train.log_interval=8", "train.eval_batches=1", "train.eval_interval=0",
@@ -401,6 +408,39 @@ if "corrupt" in cases:
     text = finish("corrupt", p, logname)
     check("ckpt_corrupt" in text, "the restart found the damaged checkpoint and said so")
     same_bits(ref, out, "corrupt newest + crash: final weights", failures)
+
+if "manifest" in cases:
+    out, p, logname = start("manifest", extra=["--backoff", "0.5"])
+    if wait_steps(out, 14, p):
+        pids = rank_pids(out)
+        os.kill(pids[1], signal.SIGSTOP)
+        time.sleep(0.3)
+        ckpt = os.path.join(out, "ckpt")
+        newest = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))[-1]
+        path = os.path.join(ckpt, newest, "manifest.json")
+        with open(path, "r+b") as f:
+            text = f.read()
+            at = text.index(b'"data_index":') + len(b'"data_index":')
+            f.seek(at)
+            f.write(b"1" if text[at:at + 1] != b"1" else b"2")
+        print(f"  manifest: edited the data position in {newest}/manifest.json")
+        os.kill(pids[2], signal.SIGKILL)
+        os.kill(pids[1], signal.SIGCONT)
+    text = finish("manifest", p, logname)
+    check("metadata checksum mismatch" in text, "the restart refused the edited manifest and said why")
+    same_bits(ref, out, "edited manifest + crash: final weights", failures)
+
+if "nonfinite" in cases:
+    t0 = time.time()
+    out, p, logname = start("nonfinite", sets=["optimizer.lr=1e9", "schedule.warmup_steps=0",
+                                               "checkpoint.interval_steps=1"])
+    text = finish("nonfinite", p, logname, expect=10)
+    r = report(out)
+    check(r["outcome"] == "diverged" and r["failures"] == [] and time.time() - t0 < 120,
+          f"non-finite: exit 10 without a restart ({r['outcome']}, {len(r['failures'])} failures)")
+    check("non-finite training" in text, "the report says why no restart can help")
+    committed = [d for d in os.listdir(os.path.join(out, "ckpt")) if re.fullmatch(r"step_\d{8}", d)]
+    check(committed == ["step_00000001"], f"only the healthy step-1 checkpoint committed ({committed})")
 
 if "ckptnow" in cases:
     out, p, logname = start("ckptnow", sets=["checkpoint.interval_steps=100"])

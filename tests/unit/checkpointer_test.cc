@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -864,6 +865,44 @@ ResumeOutcome ResumeFresh(const std::string& root, const ModelConfig& mc) {
   out.result = ck->Resume(*r->shards);
   out.loaded = std::make_unique<FlatState>(Snapshot(*r->shards, NumParams(mc)));
   return out;
+}
+
+// A diverged update leaves NaN in the optimizer state: the writer refuses it on the pass that
+// checksums it, the save is not committed, the run is told (kNonFinite: it stops), and the
+// newest committed checkpoint stays the newest, so retention never deletes it for a poisoned
+// one.
+TEST(Checkpointer, NonFiniteStateIsNeverCommittedAndRetentionKeepsTheHealthyOne) {
+  cpu::SetNumThreads(1);
+  const ModelConfig mc = TinyModel();
+  ScopedTempDir tmp("ckpt_nonfinite");
+  const std::string root = tmp / "ckpt";
+  Config cfg = MakeConfig(root, mc);
+  cfg.checkpoint.keep_last = 1;
+  auto r = Build(mc, 0, DType::kF32, nullptr);
+  auto ck = MakeCheckpointer(cfg);
+  ASSERT_NE(ck, nullptr);
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_TRUE(TrainStep(*r, step).ok());
+    SaveAndCommit(*ck, step, *r->shards);
+  }
+  ASSERT_EQ(Committed(root), (std::vector<int64_t>{2}));
+  // Poison one second moment, as a diverged update would (the spans are the live state).
+  const auto spans = r->shards->SaveSpans();
+  ASSERT_FALSE(spans.empty());
+  const_cast<float*>(spans.back().exp_avg_sq)[0] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(ck->Save(3, *r->shards, State(3, *r->shards), Layout(1, 0)).ok());
+  Status st = ck->Poll(/*block=*/true);
+  EXPECT_EQ(st.code(), StatusCode::kNonFinite) << st.ToString();
+  EXPECT_NE(st.message().find("checkpoint of step 3 refused"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("is NaN or Inf"), std::string::npos) << st.ToString();
+  EXPECT_EQ(Committed(root), (std::vector<int64_t>{2}));
+  EXPECT_FALSE(fs::exists(root + "/" + StagingDirName(3)));
+  ExpectVerified(root, 2);
+  ck.reset();
+  auto cat = ReadCatalog(root);
+  ASSERT_NE(cat, nullptr);
+  EXPECT_EQ(CatalogStatus(*cat, 2), "committed");
+  EXPECT_EQ(CatalogStatus(*cat, 3), "failed");
 }
 
 TEST(CheckpointerResume, FallsBackPastCorruptAndTruncatedCheckpoints) {

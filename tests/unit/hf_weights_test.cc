@@ -5,6 +5,8 @@
 #include "models/hf_weights.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <unistd.h>
 
 #include <cstring>
@@ -285,6 +287,29 @@ TEST_F(HfWeightsTest, MissingPathsAndMalformedFilesAreErrors) {
   std::ofstream(Path("bad.safetensors")) << "xyz";
   st = LoadHfWeights(Path("bad.safetensors"), Gpt2Config(), ps.params);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+}
+
+// NaN or Inf in imported weights would train to NaN at the first step: refused, naming the
+// tensor, whatever the file's dtype.
+TEST_F(HfWeightsTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    ParamSet ps;
+    AddGpt2Params(ps);
+    std::vector<HfTensor> file = Gpt2HfTensors();
+    file[3].values[5] = std::numeric_limits<float>::quiet_NaN();  // h.0.attn.c_attn.weight
+    Write(Path("nan.safetensors"), file, dtype);
+    Status st = LoadHfWeights(Path("nan.safetensors"), Gpt2Config(), ps.params);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+    EXPECT_NE(st.message().find("tensor 'h.0.attn.c_attn.weight' holds a NaN or Inf"), std::string::npos)
+        << st.message();
+    file[3].values[5] = 1.0f;
+    file[0].values[0] = std::numeric_limits<float>::infinity();  // wte.weight
+    Write(Path("inf.safetensors"), file, dtype);
+    st = LoadHfWeights(Path("inf.safetensors"), Gpt2Config(), ps.params);
+    EXPECT_NE(st.message().find("tensor 'wte.weight' holds a NaN or Inf"), std::string::npos)
+        << st.message();
+  }
 }
 
 TEST_F(HfWeightsTest, LlamaNamesAndRotaryBufferIgnored) {

@@ -419,5 +419,41 @@ TEST_F(ShardedTest, DuplicateUnlistedAndUnsafeEntriesRejected) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+// Names in an index are plain relative names, but a name can be a symbolic link planted to
+// lead out of the index's directory: the resolved path must stay inside it. The Hugging Face
+// hub cache (snapshots/<rev>/NAME -> ../../blobs/<hash>) is the one layout allowed beyond it.
+TEST_F(ShardedTest, ShardsThatResolveOutsideTheIndexDirectoryAreRefused) {
+  WriteShards();
+  fs::create_directories(Path("elsewhere"));
+  fs::rename(Path("model-00002-of-00002.safetensors"), Path("elsewhere/c.safetensors"));
+  fs::create_directories(Path("idx"));
+  fs::rename(Path("model-00001-of-00002.safetensors"), Path("idx/model-00001-of-00002.safetensors"));
+  fs::create_symlink(Path("elsewhere/c.safetensors"), Path("idx/model-00002-of-00002.safetensors"));
+  WriteBytes(Path("idx/model.safetensors.index.json"),
+             R"({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
+                 "c": "model-00002-of-00002.safetensors"}})");
+  auto escaped = SafetensorsCheckpoint::OpenIndex(Path("idx/model.safetensors.index.json"));
+  ASSERT_FALSE(escaped.ok());
+  EXPECT_EQ(escaped.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(escaped.status().message().find("outside the index's directory"), std::string::npos)
+      << escaped.status().message();
+  // A link that stays inside is fine.
+  fs::remove(Path("idx/model-00002-of-00002.safetensors"));
+  fs::rename(Path("elsewhere/c.safetensors"), Path("idx/real-c.safetensors"));
+  fs::create_symlink("real-c.safetensors", Path("idx/model-00002-of-00002.safetensors"));
+  EXPECT_TRUE(SafetensorsCheckpoint::OpenIndex(Path("idx/model.safetensors.index.json")).ok());
+  // The hub cache layout: repo/snapshots/<rev>/* -> repo/blobs/*.
+  const std::string repo = Path("models--x"), snap = repo + "/snapshots/abc";
+  fs::create_directories(snap);
+  fs::create_directories(repo + "/blobs");
+  fs::rename(Path("idx/model-00001-of-00002.safetensors"), repo + "/blobs/1111");
+  fs::rename(Path("idx/real-c.safetensors"), repo + "/blobs/2222");
+  fs::create_symlink("../../blobs/1111", snap + "/model-00001-of-00002.safetensors");
+  fs::create_symlink("../../blobs/2222", snap + "/model-00002-of-00002.safetensors");
+  fs::copy_file(Path("idx/model.safetensors.index.json"), snap + "/model.safetensors.index.json");
+  auto hub = SafetensorsCheckpoint::OpenIndex(snap + "/model.safetensors.index.json");
+  EXPECT_TRUE(hub.ok()) << hub.status().ToString();
+}
+
 }  // namespace
 }  // namespace tessera
