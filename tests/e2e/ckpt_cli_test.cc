@@ -15,6 +15,7 @@
 #include "models/hf_weights.h"
 #include "models/param_layout.h"
 #include "runtime/train/config.h"
+#include "runtime/train/saved_state.h"
 #include "tests/e2e/cli_util.h"
 
 namespace tessera::testing {
@@ -74,6 +75,10 @@ class CkptCli : public ::testing::Test {
     auto r1 = (*w1)->Finish();
     ASSERT_TRUE(r0.ok() && r1.ok());
     m.shards = {*r0, *r1};
+    SavedTrainerState state;  // what a trainer saves (verify checks it like a resume does)
+    state.step = step;
+    state.adamw_step = step;
+    m.state = SavedStateJson(state);
     m.layout = JsonValue::Object({{"dp", JsonValue::Integer(2)},
                                   {"zero", JsonValue::Integer(1)},
                                   {"precision", JsonValue::String("fp32")}});

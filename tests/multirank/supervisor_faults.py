@@ -386,47 +386,48 @@ if "early" in cases:
     finish("early (resumed)", p2, logname2)
     same_bits(ref, out, "early stop + relaunch: final weights", failures)
 
-if "corrupt" in cases:
-    # Stop rank 1 so the job is held still, damage the newest committed checkpoint, then kill
-    # rank 2: the supervisor restarts, the ranks must find the damage and fall back.
-    out, p, logname = start("corrupt", extra=["--backoff", "0.5"])
+def damage_newest_then_crash(name, damage):
+    """Holds the job still (rank 1 stopped), damages the newest committed checkpoint with
+    damage(dir_path, step_name), then kills rank 2: the supervisor restarts and the ranks must
+    find the damage and fall back. Returns the run's output text and directory."""
+    out, p, logname = start(name, extra=["--backoff", "0.5"])
     if wait_steps(out, 14, p):
         pids = rank_pids(out)
         os.kill(pids[1], signal.SIGSTOP)
         time.sleep(0.3)  # a save in flight commits or not; nothing moves after that
         ckpt = os.path.join(out, "ckpt")
         newest = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))[-1]
-        shard = os.path.join(ckpt, newest, "shard_0.bin")
-        with open(shard, "r+b") as f:
-            f.seek(100)
-            b = f.read(1)
-            f.seek(100)
-            f.write(bytes([b[0] ^ 0x40]))
-        print(f"  corrupt: flipped a bit of {newest}/shard_0.bin")
+        damage(os.path.join(ckpt, newest), newest)
         os.kill(pids[2], signal.SIGKILL)
         os.kill(pids[1], signal.SIGCONT)
-    text = finish("corrupt", p, logname)
+    return finish(name, p, logname), out
+
+
+def flip_shard_bit(step_dir, newest):
+    with open(os.path.join(step_dir, "shard_0.bin"), "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0x40]))
+    print(f"  corrupt: flipped a bit of {newest}/shard_0.bin")
+
+
+def edit_data_position(step_dir, newest):
+    with open(os.path.join(step_dir, "manifest.json"), "r+b") as f:
+        text = f.read()
+        at = text.index(b'"data_index":') + len(b'"data_index":')
+        f.seek(at)
+        f.write(b"1" if text[at:at + 1] != b"1" else b"2")
+    print(f"  manifest: edited the data position in {newest}/manifest.json")
+
+
+if "corrupt" in cases:
+    text, out = damage_newest_then_crash("corrupt", flip_shard_bit)
     check("ckpt_corrupt" in text, "the restart found the damaged checkpoint and said so")
     same_bits(ref, out, "corrupt newest + crash: final weights", failures)
 
 if "manifest" in cases:
-    out, p, logname = start("manifest", extra=["--backoff", "0.5"])
-    if wait_steps(out, 14, p):
-        pids = rank_pids(out)
-        os.kill(pids[1], signal.SIGSTOP)
-        time.sleep(0.3)
-        ckpt = os.path.join(out, "ckpt")
-        newest = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))[-1]
-        path = os.path.join(ckpt, newest, "manifest.json")
-        with open(path, "r+b") as f:
-            text = f.read()
-            at = text.index(b'"data_index":') + len(b'"data_index":')
-            f.seek(at)
-            f.write(b"1" if text[at:at + 1] != b"1" else b"2")
-        print(f"  manifest: edited the data position in {newest}/manifest.json")
-        os.kill(pids[2], signal.SIGKILL)
-        os.kill(pids[1], signal.SIGCONT)
-    text = finish("manifest", p, logname)
+    text, out = damage_newest_then_crash("manifest", edit_data_position)
     check("metadata checksum mismatch" in text, "the restart refused the edited manifest and said why")
     same_bits(ref, out, "edited manifest + crash: final weights", failures)
 

@@ -17,6 +17,11 @@ tp=2 x dp=2 run is compared with one rank at grad_accum_steps 2). Checks:
     6.0e-5 (tp=2 x dp=2, any ZeRO stage); llama-tiny 2.5e-6 (tp=2), 2.2e-6 (tp=2 x dp=2). A
     missing or doubled gradient (e.g. a tp-duplicated norm gradient counted twice in the grad
     norm, which grad_clip=1.0 makes visible) moves weights by ~lr = 3e-3 per step.
+    tp=2 x dp=2 adds the accumulation of two micro-batches in another order, and on an AMD
+    Zen 3 (whose OpenBLAS kernels sum differently) a handful of elements with near-zero
+    gradients reach 2.3e-4 (8 of 437760 above 1e-4; AdamW's per-element normalisation turns
+    their rounding into a step): there the check is RMS diff <= 1e-3 * RMS(w) (observed
+    3.3e-5 * RMS(w)) and max |diff| <= 1e-3, a third of one update at the peak learning rate.
   * per-step loss and gradient norm (metrics.jsonl) within a relative 5e-5 of the one-rank
     curve at every step. Observed at most 5.6e-6 (tiny tp=2 x dp=2), 1.6e-6 (tiny tp=2),
     <= 1.1e-7 on llama-tiny.
@@ -182,7 +187,7 @@ else:
 for zero in (1, 2, 3):
     name = f"tp2_dp2_zero{zero}"
     out, _ = run(name, 4, ["parallel.tp=2", "parallel.dp=2", f"parallel.zero={zero}"])
-    close(ref2, out, f"tp=2 x dp=2 zero {zero}")
+    tr.close_adam(ref2, out, f"tp=2 x dp=2 zero {zero}", failures)
     curve(ref2, out, f"tp=2 x dp=2 zero {zero}")
     layout(ref2, out, f"tp=2 x dp=2 zero {zero}", 2, 2, zero)
 
