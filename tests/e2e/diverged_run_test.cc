@@ -3,10 +3,13 @@
 // thousands) computes with subnormal floats flushed on the trainer thread and on every thread
 // of the kernel pool, whatever mode the process started in: the trainer sets the pool up
 // (runtime/kernels/cpu/threads.h), so no caller of the library can forget it. Its kernels'
-// outputs on such values are counted in tests/kernels/diverged_values_test.cc.
+// outputs on such values are counted in tests/kernels/diverged_values_test.cc. And `tessera
+// bench diverged` shows the same thing from outside: subnormal gradients only in the diverged
+// model computed under IEEE rules.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <regex>
 #include <string>
 
 #include "runtime/core/float_mode.h"
@@ -19,6 +22,7 @@ namespace {
 
 using testing::Repo;
 using testing::TempDir;
+using testing::Tessera;
 
 TEST(DivergedRun, TrainerComputesWithSubnormalsFlushedOnEveryPoolThread) {
   // A process that never chose a mode (a library user, a test): IEEE everywhere.
@@ -44,6 +48,23 @@ TEST(DivergedRun, TrainerComputesWithSubnormalsFlushedOnEveryPoolThread) {
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();
   EXPECT_GT(summary->final_loss, 100.0) << "the run did not diverge";
   EXPECT_TRUE(cpu::PoolFlushesSubnormals());
+}
+
+// The share of subnormal gradients the bench prints for one (weights, mode) row, or -1.
+double SubnormalGradPercent(const std::string& output, const std::string& weights,
+                            const std::string& mode) {
+  std::smatch m;
+  const std::regex row("\\n  " + weights + " +" + mode + "[^\\n]*? ([0-9.]+)%");
+  return std::regex_search(output, m, row) ? std::stod(m[1]) : -1.0;
+}
+
+TEST(DivergedRun, BenchShowsSubnormalGradientsOnlyWhenTheyAreKept) {
+  auto r = Tessera("bench diverged --steps 1 --threads 2 --diverge-steps 40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(SubnormalGradPercent(r.output, "healthy", "flushed"), 0.0) << r.output;
+  EXPECT_EQ(SubnormalGradPercent(r.output, "healthy", "IEEE"), 0.0) << r.output;
+  EXPECT_EQ(SubnormalGradPercent(r.output, "diverged", "flushed"), 0.0) << r.output;
+  EXPECT_GT(SubnormalGradPercent(r.output, "diverged", "IEEE"), 1.0) << r.output;
 }
 
 }  // namespace
