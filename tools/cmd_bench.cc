@@ -2,7 +2,7 @@
 // printed beside it (sgemm peak, memory bandwidth), so a figure can be judged, not just read.
 // Also the helpers shared with the subcommands (cmd_bench.h) and their dispatch:
 // `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc),
-// `tessera bench ckpt` (cmd_bench_ckpt.cc).
+// `tessera bench ckpt` (cmd_bench_ckpt.cc), `tessera bench diverged` (cmd_bench_diverged.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -147,6 +147,7 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "ckpt") return RunBenchCkpt(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "pipeline") return RunBenchPipeline(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "tp") return RunBenchTp(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "diverged") return RunBenchDiverged(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n"
@@ -154,7 +155,8 @@ int RunBench(const Args& args) {
         "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n"
         "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n"
         "       tessera bench pipeline [--layers 8] [--micro 8] ...   (under mpirun, P stages)\n"
-        "       tessera bench tp [--config FILE]\n\n"
+        "       tessera bench tp [--config FILE]\n"
+        "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
         "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
@@ -175,7 +177,9 @@ int RunBench(const Args& args) {
         "  pipeline    measured pipeline bubble of gpipe, 1f1b and interleaved beside the\n"
         "              theoretical (p-1)/(m+p-1)\n"
         "  tp          activation memory per tensor-parallel rank with and without sequence\n"
-        "              parallelism\n");
+        "              parallelism\n"
+        "  diverged    step time of a diverged model beside the healthy one, with subnormal\n"
+        "              floats flushed (as training runs) and kept (IEEE)\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
@@ -184,7 +188,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

@@ -49,5 +49,7 @@ int RunBenchCkpt(const Args& args);
 // `tessera bench pipeline ...` and `tessera bench tp ...` (cmd_bench_parallel.cc).
 int RunBenchPipeline(const Args& args);
 int RunBenchTp(const Args& args);
+// `tessera bench diverged ...` (cmd_bench_diverged.cc).
+int RunBenchDiverged(const Args& args);
 
 }  // namespace tessera::cli

@@ -6,6 +6,7 @@
 
 #include "comm/mpi.h"
 #include "runtime/core/exit_codes.h"
+#include "runtime/core/float_mode.h"
 #include "tools/commands.h"
 
 namespace tessera::cli {
@@ -54,6 +55,11 @@ bool WantsHelp(const Args& args) {
 
 int main(int argc, char** argv) {
   using namespace tessera::cli;
+  // Before any thread exists, so that every thread of the process starts in this mode (a new
+  // thread copies its creator's): the OpenMP pool, the communicators' progress threads, the
+  // checkpoint writer. Kernels would also get it from cpu::SetNumThreads; the communicators'
+  // reductions only get it here. See runtime/core/float_mode.h.
+  tessera::SetFlushSubnormals(true);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     PrintUsage(argc < 2 ? stderr : stdout);

@@ -122,6 +122,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
                                                   RunLink* link) {
   std::unique_ptr<Trainer> t(new Trainer(config));
   cpu::SetNumThreads(config.train.threads);
+  // Subnormals flushed on this thread and the whole pool, whatever the caller chose before: a
+  // diverging run must be seen diverging, not crawl through subnormal arithmetic (threads.h).
+  cpu::SetFlushSubnormals(true);
   if (world != nullptr && world->dense_dp() != nullptr && world->dense_dp()->size() > 1) {
     t->dp_ = world->dense_dp();
     t->dp_rank_ = t->dp_->rank();
