@@ -15,6 +15,7 @@
 #include <set>
 
 #include "models/quote.h"
+#include "runtime/core/check.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
 
@@ -136,6 +137,74 @@ SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+Result<uint64_t> ParseSafetensorsPrefix(std::span<const unsigned char> first_bytes,
+                                        uint64_t file_bytes, const std::string& path) {
+  if (file_bytes < 8) {
+    return DataLoss(path + ": file is " + std::to_string(file_bytes) +
+                    " bytes, shorter than the 8-byte header length prefix");
+  }
+  TESSERA_CHECK(first_bytes.size() >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | first_bytes[i];
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return DataLoss(path + ": header length " + std::to_string(n) +
+                    " is absurd (limit 100 MiB): corrupt file");
+  }
+  if (n > file_bytes - 8) {
+    return DataLoss(path + ": header length " + std::to_string(n) + " exceeds the " +
+                    std::to_string(file_bytes - 8) + " bytes after the prefix: file truncated "
+                    "or corrupt");
+  }
+  return n;
+}
+
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t data_bytes,
+                                                 const std::string& path) {
+  Result<JsonValue> parsed = ParseJson(json);
+  if (!parsed.ok()) {
+    return DataLoss(path + ": header is not valid JSON: " + parsed.status().message());
+  }
+  if (!parsed->is_object()) return DataLoss(path + ": header is not a JSON object");
+
+  SafetensorsHeader h;
+  for (const auto& [key, value] : parsed->members()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) return DataLoss(path + ": __metadata__ is not a JSON object");
+      for (const auto& [mk, mv] : value.members()) {
+        if (!mv.is_string()) {
+          return DataLoss(path + ": __metadata__ value for " + Quote(mk) +
+                          " is not a string (must be a map of strings)");
+        }
+        h.metadata[mk] = mv.as_string();
+      }
+      continue;
+    }
+    SafetensorsTensorInfo info;
+    RETURN_IF_ERROR(ParseTensorEntry(path, key, value, data_bytes, &info));
+    h.tensors.push_back(std::move(info));
+  }
+
+  // Overlap: sort non-empty ranges by begin; each must start at or after the furthest end so far.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    if (h.tensors[i].nbytes() > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return h.tensors[a].data_begin < h.tensors[b].data_begin;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const SafetensorsTensorInfo& prev = h.tensors[order[k - 1]];
+    const SafetensorsTensorInfo& cur = h.tensors[order[k]];
+    if (cur.data_begin < prev.data_end) {
+      return DataLoss(path + ": tensors " + Quote(prev.name) + " [" +
+                      std::to_string(prev.data_begin) + ", " + std::to_string(prev.data_end) +
+                      ") and " + Quote(cur.name) + " [" + std::to_string(cur.data_begin) + ", " +
+                      std::to_string(cur.data_end) + ") overlap");
+    }
+  }
+  return h;
+}
+
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
@@ -149,69 +218,17 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
   struct stat st;
   if (::fstat(f->fd_, &st) != 0) return IoError(path + ": fstat failed: " + ErrnoText(errno));
   f->file_bytes_ = static_cast<uint64_t>(st.st_size);
-  if (f->file_bytes_ < 8) {
-    return DataLoss(path + ": file is " + std::to_string(f->file_bytes_) +
-                    " bytes, shorter than the 8-byte header length prefix");
-  }
-  uint8_t prefix[8];
-  RETURN_IF_ERROR(f->ReadBytes(0, 8, prefix));
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];
-  if (n > kSafetensorsMaxHeaderBytes) {
-    return DataLoss(path + ": header length " + std::to_string(n) +
-                    " is absurd (limit 100 MiB): corrupt file");
-  }
-  if (n > f->file_bytes_ - 8) {
-    return DataLoss(path + ": header length " + std::to_string(n) + " exceeds the " +
-                    std::to_string(f->file_bytes_ - 8) + " bytes after the prefix: file truncated "
-                    "or corrupt");
-  }
+  unsigned char prefix[8] = {};
+  if (f->file_bytes_ >= 8) RETURN_IF_ERROR(f->ReadBytes(0, 8, prefix));
+  ASSIGN_OR_RETURN(const uint64_t n, ParseSafetensorsPrefix(prefix, f->file_bytes_, path));
   f->header_bytes_ = n;
   std::string header(n, '\0');
   RETURN_IF_ERROR(f->ReadBytes(8, n, header.data()));
-  Result<JsonValue> parsed = ParseJson(header);
-  if (!parsed.ok()) {
-    return DataLoss(path + ": header is not valid JSON: " + parsed.status().message());
-  }
-  if (!parsed->is_object()) return DataLoss(path + ": header is not a JSON object");
-
-  const uint64_t data_bytes = f->file_bytes_ - 8 - n;
-  for (const auto& [key, value] : parsed->members()) {
-    if (key == "__metadata__") {
-      if (!value.is_object()) return DataLoss(path + ": __metadata__ is not a JSON object");
-      for (const auto& [mk, mv] : value.members()) {
-        if (!mv.is_string()) {
-          return DataLoss(path + ": __metadata__ value for " + Quote(mk) +
-                          " is not a string (must be a map of strings)");
-        }
-        f->metadata_[mk] = mv.as_string();
-      }
-      continue;
-    }
-    SafetensorsTensorInfo info;
-    RETURN_IF_ERROR(ParseTensorEntry(path, key, value, data_bytes, &info));
-    f->index_[key] = f->tensors_.size();
-    f->tensors_.push_back(std::move(info));
-  }
-
-  // Overlap: sort non-empty ranges by begin; each must start at or after the furthest end so far.
-  std::vector<size_t> order;
-  for (size_t i = 0; i < f->tensors_.size(); ++i) {
-    if (f->tensors_[i].nbytes() > 0) order.push_back(i);
-  }
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return f->tensors_[a].data_begin < f->tensors_[b].data_begin;
-  });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const SafetensorsTensorInfo& prev = f->tensors_[order[k - 1]];
-    const SafetensorsTensorInfo& cur = f->tensors_[order[k]];
-    if (cur.data_begin < prev.data_end) {
-      return DataLoss(path + ": tensors " + Quote(prev.name) + " [" +
-                      std::to_string(prev.data_begin) + ", " + std::to_string(prev.data_end) +
-                      ") and " + Quote(cur.name) + " [" + std::to_string(cur.data_begin) + ", " +
-                      std::to_string(cur.data_end) + ") overlap");
-    }
-  }
+  ASSIGN_OR_RETURN(SafetensorsHeader h, ParseSafetensorsHeader(header, f->file_bytes_ - 8 - n, path));
+  f->tensors_ = std::move(h.tensors);
+  f->metadata_ = std::move(h.metadata);
+  // Names are unique: the JSON parser refuses duplicate keys.
+  for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }
 
@@ -397,9 +414,8 @@ Status CheckShardStaysInside(const std::string& index_path, const std::filesyste
 
 }  // namespace
 
-Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
-    const std::string& index_path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path, kSafetensorsMaxHeaderBytes));
+Result<std::map<std::string, std::string, std::less<>>> ParseSafetensorsIndex(
+    std::string_view text, const std::string& index_path) {
   Result<JsonValue> parsed = ParseJson(text);
   if (!parsed.ok()) {
     return DataLoss(index_path + ": index is not valid JSON: " + parsed.status().message());
@@ -414,15 +430,22 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
     return DataLoss(index_path + ": missing or non-object \"weight_map\"");
   }
   std::map<std::string, std::string, std::less<>> weight_map;  // tensor -> shard file name
-  std::set<std::string> shard_names;
   for (const auto& [tensor, shard] : map->members()) {
     if (!shard.is_string() || !IsSafeRelativePath(shard.as_string())) {
       return DataLoss(index_path + ": weight_map entry " + Quote(tensor) +
                       " must be a relative file name inside the index's directory");
     }
     weight_map[tensor] = shard.as_string();
-    shard_names.insert(shard.as_string());
   }
+  return weight_map;
+}
+
+Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::OpenIndex(
+    const std::string& index_path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path, kSafetensorsMaxHeaderBytes));
+  ASSIGN_OR_RETURN(const auto weight_map, ParseSafetensorsIndex(text, index_path));
+  std::set<std::string> shard_names;
+  for (const auto& [tensor, shard] : weight_map) shard_names.insert(shard);
 
   auto ckpt = std::make_unique<SafetensorsCheckpoint>();
   ckpt->path_ = index_path;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,24 @@ struct SafetensorsTensorInfo {
   int64_t numel() const { return shape.numel(); }
   uint64_t nbytes() const { return data_end - data_begin; }
 };
+
+// What a validated header says. Open fills a SafetensorsFile with it; the functions below run
+// the same checks on bytes in memory (tests/fuzz feeds them arbitrary bytes).
+struct SafetensorsHeader {
+  std::vector<SafetensorsTensorInfo> tensors;  // in header order
+  std::map<std::string, std::string> metadata;
+};
+
+// N, the header length, from the first min(8, file_bytes) bytes of a file of `file_bytes`
+// bytes. kDataLoss naming `path` when the file is shorter than the prefix, N exceeds
+// kSafetensorsMaxHeaderBytes or N exceeds what follows the prefix.
+Result<uint64_t> ParseSafetensorsPrefix(std::span<const unsigned char> first_bytes,
+                                        uint64_t file_bytes, const std::string& path);
+// Validates the N header bytes `json` against a data section of `data_bytes` bytes (the file
+// size - 8 - N): the Reader contract above. kDataLoss naming `path` (kInvalidArgument for a
+// dtype the format defines that Tessera does not read).
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t data_bytes,
+                                                 const std::string& path);
 
 class SafetensorsFile {
  public:
@@ -102,6 +121,12 @@ struct SafetensorsTensorOut {
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
                         const std::map<std::string, std::string>& metadata,
                         FileSystem& fs = DefaultFileSystem());
+
+// The weight_map of a model.safetensors.index.json (OpenIndex below): tensor -> shard file name,
+// each name relative and without "..". kDataLoss naming `index_path` for malformed JSON, a
+// non-object "metadata", a missing or non-object "weight_map", or a bad shard name.
+Result<std::map<std::string, std::string, std::less<>>> ParseSafetensorsIndex(
+    std::string_view text, const std::string& index_path);
 
 // A set of tensors spread over one or more safetensors files, with one name lookup.
 class SafetensorsCheckpoint {

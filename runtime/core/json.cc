@@ -297,7 +297,15 @@ class Parser {
       long long v = std::strtoll(text.c_str(), nullptr, 10);
       if (errno != ERANGE) { *out = JsonValue::Integer(v); return Status::Ok(); }
     }
-    *out = JsonValue::Number(std::strtod(text.c_str(), nullptr));
+    const double v = std::strtod(text.c_str(), nullptr);
+    // 1e999 would read as infinity, which the writer can only write back as null: a number
+    // that does not fit a double is refused rather than turned into another value.
+    if (!std::isfinite(v)) {
+      pos_ = start;
+      return Error("number " + (text.size() > 40 ? text.substr(0, 40) + "..." : text) +
+                   " is outside the range of a double");
+    }
+    *out = JsonValue::Number(v);
     return Status::Ok();
   }
 
@@ -359,6 +367,8 @@ JsonWriter& JsonWriter::Int(int64_t v) { BeforeValue(); out_ += std::to_string(v
 JsonWriter& JsonWriter::Double(double v) {
   BeforeValue();
   if (!std::isfinite(v)) { out_ += "null"; return *this; }
+  // "-0" would read back as the integer 0: negative zero keeps its sign as a fraction.
+  if (v == 0 && std::signbit(v)) { out_ += "-0.0"; return *this; }
   char buf[40];
   for (int prec = 6; prec <= 17; ++prec) {  // shortest that round-trips
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);

@@ -62,7 +62,8 @@ class JsonValue {
 };
 
 // Parses exactly one JSON value (surrounding whitespace allowed). Errors are kDataLoss with
-// "JSON error at byte N: ...". Duplicate object keys are an error (ambiguous headers).
+// "JSON error at byte N: ...". Duplicate object keys are an error (ambiguous headers), and so
+// is a number beyond the range of a double (1e999: it could not be written back).
 // At most `max_values` values (each ~200 bytes in memory): a hostile 100 MiB header of
 // "[0,0,0,..." must fail with a message, not exhaust memory.
 inline constexpr size_t kJsonDefaultMaxValues = size_t{1} << 20;
@@ -78,7 +79,8 @@ class JsonWriter {
   JsonWriter& Key(std::string_view k);
   JsonWriter& String(std::string_view s);
   JsonWriter& Int(int64_t v);
-  // Shortest text that reads back to the same double (%.17g, trimmed); NaN/inf become null.
+  // Shortest text that reads back to the same double (%.17g, trimmed; -0.0 as "-0.0", since
+  // "-0" reads back as the integer 0); NaN/inf become null.
   JsonWriter& Double(double v);
   JsonWriter& Bool(bool b);
   JsonWriter& Null();

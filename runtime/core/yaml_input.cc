@@ -96,12 +96,12 @@ YamlProblem AtOffset(std::string_view text, size_t offset, std::string problem) 
   return {line, column, std::move(problem)};
 }
 
-// Offset of the first byte that is not printable UTF-8 text (a control character other than
-// tab, newline and carriage return, DEL, or a malformed UTF-8 sequence), or npos. YAML text
-// must be printable Unicode; yaml-cpp's reader stops at a NUL as if the text ended there and
-// passes malformed bytes into strings, which the resolved config would then write back as
-// something else.
-size_t FirstNonText(std::string_view text) {
+}  // namespace
+
+// YAML text must be printable Unicode; yaml-cpp's reader stops at a NUL as if the text ended
+// there and passes malformed bytes into strings, which the resolved config would then write
+// back as something else.
+size_t FirstNonTextByte(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
@@ -125,10 +125,8 @@ size_t FirstNonText(std::string_view text) {
   return std::string_view::npos;
 }
 
-}  // namespace
-
 std::optional<YamlProblem> FindYamlProblem(std::string_view text) {
-  if (const size_t bad = FirstNonText(text); bad != std::string_view::npos) {
+  if (const size_t bad = FirstNonTextByte(text); bad != std::string_view::npos) {
     char byte[8];
     std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[bad]));
     return AtOffset(text, bad,

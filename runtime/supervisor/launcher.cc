@@ -32,9 +32,14 @@ std::string Where(const std::string& path, int line) {
 Result<std::vector<HostfileEntry>> ParseHostfile(const std::string& path) {
   Result<std::string> text = ReadFileToString(path, kMaxHostfileBytes);
   if (!text.ok()) return text.status().WithPrefix("hostfile");
+  return ParseHostfileText(*text, path);
+}
+
+Result<std::vector<HostfileEntry>> ParseHostfileText(std::string_view text,
+                                                     const std::string& path) {
   std::vector<HostfileEntry> entries;
   std::set<std::string> seen;
-  std::istringstream lines(*text);
+  std::istringstream lines{std::string(text)};
   std::string raw;
   int line_no = 0;
   while (std::getline(lines, raw)) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct HostfileEntry {
 // kNotFound: missing file; kIoError: unreadable; kInvalidArgument "FILE:LINE: why" for a line
 // that does not parse, a duplicate host, or a file with no host at all.
 Result<std::vector<HostfileEntry>> ParseHostfile(const std::string& path);
+// The same rules over a hostfile's text already in memory; `path` names it in messages.
+Result<std::vector<HostfileEntry>> ParseHostfileText(std::string_view text,
+                                                     const std::string& path);
 
 // Validates `spec` (see the contract above) and builds the command. kInvalidArgument for a
 // bad spec or a hostfile with fewer slots than ranks ("FILE: 3 slots for 4 ranks"), plus the

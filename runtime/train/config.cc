@@ -290,14 +290,25 @@ class Section {
     return Status::Ok();
   }
 
-  // Any scalar is taken as written; null (`key:` with no value) is the empty string.
+  // Any scalar of printable text is taken as written; null (`key:` with no value) is the empty
+  // string. Escapes in a quoted scalar can spell bytes the file itself may not hold
+  // (yaml_input.h): a NUL would cut a path short where the OS reads it, and a DEL would be
+  // written raw into the resolved config, which would then not load. Both are refused.
   Status String(const std::string& key, std::string* out) {
     const Entry* e = Lookup(key);
     if (e == nullptr) return Status::Ok();
     if (e->value.IsNull()) {
       out->clear();
     } else if (e->value.IsScalar()) {
-      *out = e->value.Scalar();
+      const std::string& text = e->value.Scalar();
+      if (const size_t bad = FirstNonTextByte(text); bad != std::string::npos) {
+        char byte[8];
+        std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[bad]));
+        return Error(*e, std::string("byte ") + byte + " at offset " + std::to_string(bad) +
+                             " of the value is a control character or not UTF-8 (write "
+                             "printable text)");
+      }
+      *out = text;
     } else {
       return TypeError(*e, "a string");
     }

@@ -300,6 +300,25 @@ TEST(ConfigFile, BinaryBytesAndDeepNestingAreRefused) {
   EXPECT_NE(ErrorAt("x: " + deep + "\n").find("nested more than 64 levels deep"), std::string::npos);
 }
 
+// Escapes spell bytes the file may not hold: a NUL would cut the path short where the OS reads
+// it; a DEL was written back raw into the resolved config, which then did not load (found by
+// tests/fuzz/config_fuzz.cc; tests/fuzz/regressions/config).
+TEST(ConfigFile, ControlCharactersSpelledByEscapesAreRefusedInStrings) {
+  EXPECT_EQ(ErrorAt("train:\n  out_dir: \"runs/a\\0b\"\n"),
+            "F:2:12: train.out_dir: byte 0x00 at offset 6 of the value is a control character or "
+            "not UTF-8 (write printable text)");
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint:\n  dir: \"ck\\x7f\"\n"),
+                     "F:2:8: checkpoint.dir: byte 0x7f at offset 2 of the value");
+  EXPECT_STARTS_WITH(ErrorAt("init_from: \"a\\x01\"\n"), "F:1:12: init_from: byte 0x01");
+  // Printable escapes are text like any other, and round-trip through the resolved config.
+  Result<Config> ok = LoadConfigFromText("train:\n  out_dir: \"caf\\xe9\\t\\\"x\"\n", "F");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->train.out_dir, "caf\xc3\xa9\t\"x");
+  Result<Config> again = LoadConfigFromText(ok->resolved_yaml, "F");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->train.out_dir, ok->train.out_dir);
+}
+
 // A value that is inside its range as written but outside it as the float training uses.
 TEST(ConfigFile, AValueThatRoundsOutOfItsRangeIsRefused) {
   EXPECT_EQ(ErrorAt("optimizer:\n  beta1: 0.99999999999\n"),

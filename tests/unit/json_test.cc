@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -52,10 +53,40 @@ TEST(Json, ValueCountIsBoundedAndHugeNumbersAreNotIntegers) {
   auto many = ParseJson("[0,0,0,0,0]", 4);
   ASSERT_FALSE(many.ok());
   EXPECT_NE(many.status().message().find("more than 4 values"), std::string::npos);
-  auto huge = ParseJson("[1e999, 99999999999999999999999]");
+  auto huge = ParseJson("[1e300, 99999999999999999999999]");
   ASSERT_TRUE(huge.ok());
   EXPECT_FALSE(huge->items()[0].is_integer());
   EXPECT_FALSE(huge->items()[1].is_integer());  // past int64: a double, never a wrapped int
+}
+
+// 1e999 used to read as infinity, which the writer writes as null: a manifest's "state" or
+// "stall_seconds" changed value when rewritten (found by tests/fuzz/manifest_fuzz.cc).
+TEST(Json, NumbersBeyondTheRangeOfADoubleAreRefusedWhereTheyStart) {
+  for (const char* text : {"[1, 1e999]", "[1, -1e999]", "[1, 1e+400]"}) {
+    auto r = ParseJson(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("JSON error at byte 4: number "), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("outside the range of a double"), std::string::npos);
+  }
+  // Tiny numbers underflow towards zero, which is still a value that can be written back.
+  auto tiny = ParseJson("1e-400");
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->as_double(), 0.0);
+}
+
+// Negative zero was written "-0", which reads back as the integer 0: the sign was lost and a
+// control-protocol frame re-encoded differently (found by tests/fuzz/control_frame_fuzz.cc).
+TEST(Json, NegativeZeroReadsBackAsNegativeZero) {
+  JsonWriter w;
+  w.BeginArray().Double(-0.0).Double(0.0).Double(-2.0).EndArray();
+  EXPECT_EQ(w.str(), "[-0.0,0,-2]");
+  auto r = ParseJson(w.str());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->items()[0].is_integer());
+  EXPECT_TRUE(std::signbit(r->items()[0].as_double()));
+  EXPECT_TRUE(r->items()[1].is_integer());
 }
 
 TEST(Json, WriterRoundTrips) {

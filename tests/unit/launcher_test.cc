@@ -173,6 +173,21 @@ TEST(MpirunCommandTest, HostfileErrorsFailBeforeLaunch) {
   EXPECT_EQ(few.status().message(), "hostfile " + spec.hostfile + ": 3 slots for 4 ranks");
 }
 
+TEST(MpirunCommandTest, HostfileTextParsesLikeAFileAndNamesTheLine) {
+  Result<std::vector<HostfileEntry>> hosts =
+      ParseHostfileText("# cluster\nnode-a slots=4 max_slots=8\n\nnode-b\tslots=2 # half\n", "hf");
+  ASSERT_TRUE(hosts.ok()) << hosts.status().ToString();
+  ASSERT_EQ(hosts->size(), 2u);
+  EXPECT_EQ((*hosts)[0].host, "node-a");
+  EXPECT_EQ((*hosts)[0].slots, 4);
+  EXPECT_EQ((*hosts)[1].host, "node-b");
+  EXPECT_EQ((*hosts)[1].line, 4);
+  Result<std::vector<HostfileEntry>> bad = ParseHostfileText("a slots=1\nb slots=0\n", "hf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind("hf:2: ", 0), 0u) << bad.status().message();
+}
+
 TEST(MpirunCommandTest, BadSpecsRejected) {
   MpirunSpec spec;
   spec.log_dir = "logs";

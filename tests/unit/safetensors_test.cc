@@ -275,6 +275,61 @@ TEST_F(SafetensorsTest, MissingFileIsNotFoundAndEdgeLayoutsAreAccepted) {
   EXPECT_EQ((*ok)->Find("x")->numel(), 1);  // a scalar
 }
 
+TEST_F(SafetensorsTest, HeaderChecksRunOnBytesInMemoryExactlyAsOpenRunsThem) {
+  std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  const std::string path = Path("mem.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", Shape{3}, a.data()},
+                                      {"b", Shape{2}, b.data(), DType::kF32, DType::kBF16}},
+                               {{"format", "pt"}})
+                  .ok());
+  const std::string bytes = ReadBytes(path);
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  Result<uint64_t> n = ParseSafetensorsPrefix({u, 8}, bytes.size(), "mem");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, (*file)->header_bytes());
+  Result<SafetensorsHeader> h = ParseSafetensorsHeader(
+      std::string_view(bytes).substr(8, *n), bytes.size() - 8 - *n, "mem");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->metadata, (*file)->metadata());
+  ASSERT_EQ(h->tensors.size(), (*file)->tensors().size());
+  for (size_t i = 0; i < h->tensors.size(); ++i) {
+    EXPECT_EQ(h->tensors[i].name, (*file)->tensors()[i].name);
+    EXPECT_EQ(h->tensors[i].data_begin, (*file)->tensors()[i].data_begin);
+    EXPECT_EQ(h->tensors[i].data_end, (*file)->tensors()[i].data_end);
+  }
+  // The data section is what the header is checked against: one byte short is truncation.
+  Result<SafetensorsHeader> short_data = ParseSafetensorsHeader(
+      std::string_view(bytes).substr(8, *n), bytes.size() - 8 - *n - 1, "mem");
+  ASSERT_FALSE(short_data.ok());
+  EXPECT_NE(short_data.status().message().find("mem: tensor 'b'"), std::string::npos)
+      << short_data.status().message();
+  // A prefix shorter than 8 bytes, or one whose length exceeds the file, names the file.
+  Result<uint64_t> tiny = ParseSafetensorsPrefix({u, 5}, 5, "mem");
+  EXPECT_EQ(tiny.status().code(), StatusCode::kDataLoss);
+  Result<uint64_t> past = ParseSafetensorsPrefix({u, 8}, 8 + *n - 1, "mem");
+  EXPECT_NE(past.status().message().find("mem: header length"), std::string::npos);
+}
+
+TEST_F(SafetensorsTest, IndexTextParsesToItsWeightMapAndRefusesPathsThatLeaveTheDirectory) {
+  auto map = ParseSafetensorsIndex(
+      R"({"metadata":{"total_size":8},"weight_map":{"a":"m-1.safetensors","b":"sub/m-2.safetensors"}})",
+      "idx.json");
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->size(), 2u);
+  EXPECT_EQ(map->at("b"), "sub/m-2.safetensors");
+  for (const char* bad : {R"({"weight_map":{"a":"../m.safetensors"}})",
+                          R"({"weight_map":{"a":"/etc/m.safetensors"}})",
+                          R"({"weight_map":{"a":3}})", R"({"metadata":3,"weight_map":{}})",
+                          R"({"weight_map":[]})", "[1]", "{"}) {
+    auto r = ParseSafetensorsIndex(bad, "idx.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << bad;
+    EXPECT_EQ(r.status().message().rfind("idx.json: ", 0), 0u) << r.status().message();
+  }
+}
+
 TEST_F(SafetensorsTest, RandomCorruptionNeverCrashes) {
   std::vector<float> a(37), b(12);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * static_cast<float>(i);

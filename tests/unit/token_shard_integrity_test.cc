@@ -139,6 +139,29 @@ std::string IndexedSet(const std::string& name) {
   return dir;
 }
 
+TEST(TokenShardHeader, ChecksOnBytesInMemoryAgainstTheFileSizeAsOpenDoes) {
+  const std::string dir = TempDir("header");
+  const std::string path = dir + "/train_000000.bin";
+  ASSERT_TRUE(WriteTokenShard(path, Iota(10, 50), 2, 50).ok());
+  const std::string bytes = ReadBytes(path);
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  Result<TokenShardInfo> info =
+      ParseTokenShardHeader({u, kTokenShardHeaderBytes}, static_cast<int64_t>(bytes.size()), "s");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->num_tokens, 10);
+  EXPECT_EQ(info->token_bytes, 2);
+  EXPECT_EQ(info->vocab_size, 50u);
+  // One byte more or less than the header promises, and a file too short to hold the magic.
+  for (int64_t size : {int64_t{51}, int64_t{53}}) {
+    Result<TokenShardInfo> r = ParseTokenShardHeader({u, kTokenShardHeaderBytes}, size, "s");
+    ASSERT_FALSE(r.ok()) << size;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(Contains(r.status(), "s: ")) << r.status().message();
+  }
+  Result<TokenShardInfo> tiny = ParseTokenShardHeader({u, 5}, 5, "s");
+  EXPECT_TRUE(Contains(tiny.status(), "bad magic")) << tiny.status().message();
+}
+
 TEST(TokenShardSet, RefusesAShardSetWithoutAnIndexAndSaysHowToMakeOne) {
   const std::string dir = IndexedSet("no_index");
   ASSERT_TRUE(TokenShardSet::Open(dir + "/train_*.bin", 64).ok());

@@ -98,51 +98,6 @@ Result<ShardSelection> ResolveShardSelection(const std::string& path) {
 std::string FileName(const std::string& path) { return fs::path(path).filename().string(); }
 std::string IndexPath(const std::string& dir) { return (fs::path(dir) / kTokenShardIndexName).string(); }
 
-// Validates a header (the first min(32, file_bytes) bytes of `file`) against the file size.
-Result<TokenShardInfo> ParseHeader(const std::string& file, const unsigned char* bytes,
-                                   int64_t file_bytes) {
-  if (file_bytes < 8 || std::memcmp(bytes, kTokenShardMagic, 8) != 0) {
-    return DataLoss(file + ": not a Tessera token shard (bad magic)");
-  }
-  if (file_bytes < kTokenShardHeaderBytes) {
-    return DataLoss(file + ": truncated: " + std::to_string(file_bytes) +
-                    " bytes is shorter than the 32-byte header");
-  }
-  Header h;
-  std::memcpy(&h, bytes, sizeof(h));
-  if (h.version != kTokenShardVersion) {
-    return DataLoss(file + ": unsupported token shard version " + std::to_string(h.version) +
-                    " (this build reads version " + std::to_string(kTokenShardVersion) + ")");
-  }
-  if (h.token_bytes != 2 && h.token_bytes != 4) {
-    return DataLoss(file + ": bad header: token_bytes=" + std::to_string(h.token_bytes) +
-                    " (must be 2 or 4)");
-  }
-  if (h.reserved != 0) {
-    return DataLoss(file + ": bad header: reserved field is " + std::to_string(h.reserved) +
-                    " (must be 0)");
-  }
-  const uint64_t max_tokens =
-      (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - 32) / h.token_bytes;
-  if (h.num_tokens > max_tokens) {
-    return DataLoss(file + ": bad header: num_tokens=" + std::to_string(h.num_tokens));
-  }
-  const int64_t expected = kTokenShardHeaderBytes + static_cast<int64_t>(h.num_tokens) *
-                                                        static_cast<int64_t>(h.token_bytes);
-  if (file_bytes != expected) {
-    return DataLoss(file + ": " + (file_bytes < expected ? "truncated" : "size mismatch") +
-                    ": header says " + std::to_string(h.num_tokens) + " tokens (" +
-                    std::to_string(expected) + " bytes) but file has " +
-                    std::to_string(file_bytes) + " bytes");
-  }
-  TokenShardInfo info;
-  info.path = file;
-  info.token_bytes = static_cast<int>(h.token_bytes);
-  info.num_tokens = static_cast<int64_t>(h.num_tokens);
-  info.vocab_size = h.vocab_size;
-  return info;
-}
-
 std::string Hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%08x", v);
@@ -266,6 +221,53 @@ Result<FileStat> StatFd(int fd, const std::string& path) {
 
 }  // namespace
 
+Result<TokenShardInfo> ParseTokenShardHeader(std::span<const unsigned char> head,
+                                             int64_t file_bytes, const std::string& file) {
+  // The checks below read byte i only when file_bytes > i.
+  TESSERA_CHECK(static_cast<int64_t>(head.size()) >= std::min(file_bytes, kTokenShardHeaderBytes));
+  const unsigned char* bytes = head.data();
+  if (file_bytes < 8 || std::memcmp(bytes, kTokenShardMagic, 8) != 0) {
+    return DataLoss(file + ": not a Tessera token shard (bad magic)");
+  }
+  if (file_bytes < kTokenShardHeaderBytes) {
+    return DataLoss(file + ": truncated: " + std::to_string(file_bytes) +
+                    " bytes is shorter than the 32-byte header");
+  }
+  Header h;
+  std::memcpy(&h, bytes, sizeof(h));
+  if (h.version != kTokenShardVersion) {
+    return DataLoss(file + ": unsupported token shard version " + std::to_string(h.version) +
+                    " (this build reads version " + std::to_string(kTokenShardVersion) + ")");
+  }
+  if (h.token_bytes != 2 && h.token_bytes != 4) {
+    return DataLoss(file + ": bad header: token_bytes=" + std::to_string(h.token_bytes) +
+                    " (must be 2 or 4)");
+  }
+  if (h.reserved != 0) {
+    return DataLoss(file + ": bad header: reserved field is " + std::to_string(h.reserved) +
+                    " (must be 0)");
+  }
+  const uint64_t max_tokens =
+      (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - 32) / h.token_bytes;
+  if (h.num_tokens > max_tokens) {
+    return DataLoss(file + ": bad header: num_tokens=" + std::to_string(h.num_tokens));
+  }
+  const int64_t expected = kTokenShardHeaderBytes + static_cast<int64_t>(h.num_tokens) *
+                                                        static_cast<int64_t>(h.token_bytes);
+  if (file_bytes != expected) {
+    return DataLoss(file + ": " + (file_bytes < expected ? "truncated" : "size mismatch") +
+                    ": header says " + std::to_string(h.num_tokens) + " tokens (" +
+                    std::to_string(expected) + " bytes) but file has " +
+                    std::to_string(file_bytes) + " bytes");
+  }
+  TokenShardInfo info;
+  info.path = file;
+  info.token_bytes = static_cast<int>(h.token_bytes);
+  info.num_tokens = static_cast<int64_t>(h.num_tokens);
+  info.vocab_size = h.vocab_size;
+  return info;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 
@@ -357,7 +359,7 @@ Result<TokenShardScan> ScanTokenShard(const std::string& path, FileSystem& fs) {
   const size_t header_bytes = static_cast<size_t>(std::min<int64_t>(file_bytes, sizeof(header)));
   RETURN_IF_ERROR(fs.ReadAt(fd.get(), header, header_bytes, 0, path));
   TokenShardScan out;
-  ASSIGN_OR_RETURN(out.info, ParseHeader(path, header, file_bytes));
+  ASSIGN_OR_RETURN(out.info, ParseTokenShardHeader({header, header_bytes}, file_bytes, path));
   out.file_bytes = file_bytes;
   const TokenShardInfo& info = out.info;
   const int64_t limit = info.vocab_size != 0 ? info.vocab_size : TypeLimit(info.token_bytes);
@@ -430,7 +432,8 @@ Status TokenShardSet::OpenOne(const std::string& file) {
   mine.inode = st.inode;
   const size_t header_bytes = static_cast<size_t>(std::min<int64_t>(st.bytes, sizeof(mine.header)));
   RETURN_IF_ERROR(fs_->ReadAt(fd.get(), mine.header, header_bytes, 0, file));
-  ASSIGN_OR_RETURN(infos_.back(), ParseHeader(file, mine.header, st.bytes));
+  ASSIGN_OR_RETURN(infos_.back(),
+                   ParseTokenShardHeader({mine.header, header_bytes}, st.bytes, file));
   total_tokens_ += infos_.back().num_tokens;
   starts_.push_back(total_tokens_);
   return Status::Ok();

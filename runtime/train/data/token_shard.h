@@ -96,6 +96,14 @@ struct TokenShardInfo {
   uint32_t vocab_size = 0;  // 0 = unknown
 };
 
+// Validates a shard header against the file's size: `head` holds the first
+// min(32, file_bytes) bytes of the file named `file` (fewer is a bug: CHECK). kDataLoss
+// "FILE: ..." for bad magic, an unsupported version or token_bytes, a non-zero reserved field,
+// or a size other than 32 + num_tokens * token_bytes. Pure: what ScanTokenShard and
+// TokenShardSet::Open run on the bytes they read (and what tests/fuzz feeds arbitrary bytes).
+Result<TokenShardInfo> ParseTokenShardHeader(std::span<const unsigned char> head,
+                                             int64_t file_bytes, const std::string& file);
+
 // What one full read of a shard file found (ScanTokenShard).
 struct TokenShardScan {
   TokenShardInfo info;

@@ -29,7 +29,9 @@ bool IsPlainName(const std::string& name) {
 
 // Members of `obj` beyond `allowed`: the first one, for the error.
 const std::string* UnknownKey(const JsonValue& obj, std::initializer_list<const char*> allowed) {
-  for (const auto& [key, value] : obj.members()) {
+  for (const auto& member : obj.members()) {
+    // A named reference, not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const std::string& key = member.first;
     if (std::none_of(allowed.begin(), allowed.end(), [&](const char* k) { return key == k; })) {
       return &key;
     }
