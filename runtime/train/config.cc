@@ -35,8 +35,6 @@
 namespace tessera {
 namespace {
 
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
 // Where each part of the tree came from, and where each key that was read sits (so that
 // cross-field errors can point at a key a user can find).
 class Context {
