@@ -37,25 +37,11 @@ log=$work/job.log
 job_pid=""
 passed=0
 
-Cleanup() {
-  local pid
-  if [[ -n $job_pid ]] && kill -0 "$job_pid" 2>/dev/null; then
-    kill -TERM "$job_pid" 2>/dev/null
-    for _ in $(seq 20); do kill -0 "$job_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$job_pid" 2>/dev/null
-  fi
-  for pid in $(pgrep -f -- "$out_dir" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
-  [[ -n $job_pid ]] && wait "$job_pid" 2>/dev/null
-  if [[ $passed -ne 1 ]]; then
-    echo "---- job output ($log) ----"
-    cat "$log" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
+# shellcheck source=job_lib.sh
+source "$(dirname "$0")/job_lib.sh"
+Cleanup() { StopJobAndShowLog; rm -rf "$work"; }
 trap Cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT TERM
-
-Fail() { echo "FAIL: $*"; exit 1; }
 
 head -c 400000 /dev/urandom | base64 -w 100 >"$work/input.txt"
 "$tessera" data tokenize --input "$work/input.txt" --out "$data" --val-fraction 0 ||
@@ -70,33 +56,20 @@ shard=$data/train_000000.bin
   --set train.out_dir="$out_dir" >"$log" 2>&1 &
 job_pid=$!
 
-started=0
-deadline=$((SECONDS + kStartLimitS))
-while ((SECONDS < deadline)); do
-  if (($(grep -Ec '^step +[0-9]+/' "$log") >= 3)); then started=1; break; fi
-  kill -0 "$job_pid" 2>/dev/null || break
-  sleep 0.2
-done
-[[ $started -eq 1 ]] || Fail "training did not reach step 3 within ${kStartLimitS} s"
+WaitForSteps 3 $kStartLimitS
 
 truncate -s $((32 + 2 * 10)) "$shard" || Fail "truncate $shard"
-t_cut=$(date +%s.%N)
-echo "truncated $shard at step $(grep -Ec '^step +[0-9]+/' "$log")"
+t_cut=$(Now)
+echo "truncated $shard at step $(StepLines)"
 
-deadline=$((SECONDS + kExitLimitS))
-while kill -0 "$job_pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-if kill -0 "$job_pid" 2>/dev/null; then
-  Fail "mpirun still running ${kExitLimitS} s after the shard was truncated: the job hangs"
-fi
-wait "$job_pid"
-rc=$?
-job_pid=""
-elapsed=$(awk -v a="$t_cut" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
+WaitForJobExit $kExitLimitS "the shard was truncated"
+rc=$job_rc
+elapsed=$(Elapsed "$t_cut")
 echo "job exited with code $rc (want $kWantExit) ${elapsed} s after the truncation"
 
 deadline=$((SECONDS + kReapLimitS))
-while [[ -n $(pgrep -f -- "$out_dir") ]] && ((SECONDS < deadline)); do sleep 0.2; done
-left=$(pgrep -f -- "$out_dir" | tr '\n' ' ')
+while [[ -n $(ProcessesOfThisRun) ]] && ((SECONDS < deadline)); do sleep 0.2; done
+left=$(ProcessesOfThisRun | tr '\n' ' ')
 
 grep -E 'fatal|MPI_ABORT' "$log"
 [[ $rc -eq $kWantExit ]] || Fail "exit code $rc, want $kWantExit (kExitBadInput)"

@@ -42,6 +42,8 @@ log=$work/job.log
 job_pid=""
 rank_pids=()     # "pid:starttime" of each rank, so a reused pid is never signalled
 passed=0
+# shellcheck source=job_lib.sh
+source "$(dirname "$0")/job_lib.sh"
 
 # Start time of PID (field 22 of /proc/PID/stat), empty when gone. The command name in field 2
 # may hold spaces, so fields are counted after its closing parenthesis.
@@ -52,41 +54,25 @@ SameAlive() {
   local pid=${1%%:*} start=${1##*:}
   [[ "$(StartTime "$pid")" == "$start" && "$(State "$pid")" != Z ]]
 }
-Now() { date +%s.%N; }
-Elapsed() { awk -v a="$1" -v b="$(Now)" 'BEGIN{printf "%.2f", b-a}'; }
 # Processes of this job still running: recorded ranks plus anything naming our out_dir.
 Leftovers() {
   local r
   for r in "${rank_pids[@]}"; do SameAlive "$r" && echo "${r%%:*}"; done
-  pgrep -f -- "$out_dir" 2>/dev/null
+  ProcessesOfThisRun
 }
 
 Cleanup() {
-  local r pid
-  # Resume before killing: a stopped process only takes SIGKILL, but mpirun's own SIGTERM
-  # handling would otherwise wait on it.
+  local r
+  # The recorded ranks first, resumed then killed: a stopped process only takes SIGKILL, and
+  # mpirun's own SIGTERM handling would otherwise wait on it.
   for r in "${rank_pids[@]}"; do
     if SameAlive "$r"; then kill -CONT "${r%%:*}" 2>/dev/null; kill -KILL "${r%%:*}" 2>/dev/null; fi
   done
-  if [[ -n $job_pid ]] && kill -0 "$job_pid" 2>/dev/null; then
-    kill -TERM "$job_pid" 2>/dev/null
-    for _ in $(seq 20); do kill -0 "$job_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$job_pid" 2>/dev/null
-  fi
-  for pid in $(pgrep -f -- "$out_dir" 2>/dev/null); do
-    kill -CONT "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null
-  done
-  [[ -n $job_pid ]] && wait "$job_pid" 2>/dev/null
-  if [[ $passed -ne 1 ]]; then
-    echo "---- job output ($log) ----"
-    cat "$log" 2>/dev/null
-  fi
+  StopJobAndShowLog
   rm -rf "$work"
 }
 trap Cleanup EXIT
 trap 'echo "FAIL: interrupted"; exit 1' INT TERM
-
-Fail() { echo "FAIL: $*"; exit 1; }
 
 "$@" -np 2 "$tessera" train "$config" \
   --set parallel.dp=2 --set comm.timeout_s=$kTimeoutS --set train.steps=100000 \
@@ -96,14 +82,7 @@ job_pid=$!
 t_launch=$(Now)
 
 # 1. Training is running: 3 progress lines from rank 0.
-started=0
-deadline=$((SECONDS + kStartLimitS))
-while ((SECONDS < deadline)); do
-  if (($(grep -Ec '^step +[0-9]+/' "$log") >= 3)); then started=1; break; fi
-  kill -0 "$job_pid" 2>/dev/null || break
-  sleep 0.2
-done
-[[ $started -eq 1 ]] || Fail "training did not reach step 3 within ${kStartLimitS} s"
+WaitForSteps 3 $kStartLimitS
 echo "training running after $(Elapsed "$t_launch") s"
 
 # 2. The two ranks: mpirun's children, told apart by the rank mpirun put in their environment.
@@ -124,19 +103,13 @@ kill -STOP "$victim" || Fail "kill -STOP $victim"
 t_stop=$(Now)
 for _ in $(seq 50); do [[ $(State "$victim") == T ]] && break; sleep 0.1; done
 [[ $(State "$victim") == T ]] || Fail "rank 1 (pid $victim) is not stopped (state '$(State "$victim")')"
-steps_before=$(grep -Ec '^step +[0-9]+/' "$log")
+steps_before=$(StepLines)
 echo "SIGSTOP rank 1 (pid $victim) at step $steps_before"
 
 # 4. The job ends on its own, in bounded time.
-deadline=$((SECONDS + kExitLimitS))
-while kill -0 "$job_pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-if kill -0 "$job_pid" 2>/dev/null; then
-  Fail "mpirun still running ${kExitLimitS} s after rank 1 was stopped (comm.timeout_s=$kTimeoutS): the job hangs"
-fi
-wait "$job_pid"
-rc=$?
+WaitForJobExit $kExitLimitS "rank 1 was stopped (comm.timeout_s=$kTimeoutS)"
+rc=$job_rc
 detect_s=$(Elapsed "$t_stop")
-job_pid=""
 echo "job exited with code $rc (want $kWantExit) ${detect_s} s after the SIGSTOP"
 
 # 5. No process of this job is left (mpirun reaps or SIGKILLs them; allow for reaping).
