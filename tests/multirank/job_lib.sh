@@ -12,13 +12,13 @@ Elapsed() { awk -v a="$1" -v b="$(Now)" 'BEGIN{printf "%.2f", b-a}'; }
 # Progress lines rank 0 has printed so far.
 StepLines() { grep -Ec '^step +[0-9]+/' "$log"; }
 
-# Waits up to LIMIT seconds for N progress lines; fails the test (naming LIMIT) otherwise or
-# when the job ends first.
+# Waits up to LIMIT seconds for N progress lines; fails the test otherwise, saying whether the
+# job ended first or the time ran out.
 WaitForSteps() {
   local n=$1 limit=$2 deadline=$((SECONDS + $2))
   while ((SECONDS < deadline)); do
     (($(StepLines) >= n)) && return 0
-    kill -0 "$job_pid" 2>/dev/null || break
+    kill -0 "$job_pid" 2>/dev/null || Fail "the job ended before step $n"
     sleep 0.2
   done
   Fail "training did not reach step $n within ${limit} s"
