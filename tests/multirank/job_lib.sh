@@ -56,3 +56,11 @@ StopJobAndShowLog() {
   fi
   return 0
 }
+
+# Waits up to LIMIT seconds for LISTER (a function printing pids) to print nothing, then prints
+# on one line whatever it still prints: the processes mpirun failed to reap in time.
+LeftAfter() {
+  local limit=$1 lister=$2 deadline=$((SECONDS + $1))
+  while [[ -n $($lister) ]] && ((SECONDS < deadline)); do sleep 0.2; done
+  $lister | sort -u | tr '\n' ' '
+}

@@ -67,9 +67,7 @@ rc=$job_rc
 elapsed=$(Elapsed "$t_cut")
 echo "job exited with code $rc (want $kWantExit) ${elapsed} s after the truncation"
 
-deadline=$((SECONDS + kReapLimitS))
-while [[ -n $(ProcessesOfThisRun) ]] && ((SECONDS < deadline)); do sleep 0.2; done
-left=$(ProcessesOfThisRun | tr '\n' ' ')
+left=$(LeftAfter $kReapLimitS ProcessesOfThisRun)
 
 grep -E 'fatal|MPI_ABORT' "$log"
 [[ $rc -eq $kWantExit ]] || Fail "exit code $rc, want $kWantExit (kExitBadInput)"

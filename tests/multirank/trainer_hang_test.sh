@@ -113,9 +113,7 @@ detect_s=$(Elapsed "$t_stop")
 echo "job exited with code $rc (want $kWantExit) ${detect_s} s after the SIGSTOP"
 
 # 5. No process of this job is left (mpirun reaps or SIGKILLs them; allow for reaping).
-deadline=$((SECONDS + kReapLimitS))
-while [[ -n $(Leftovers) ]] && ((SECONDS < deadline)); do sleep 0.2; done
-left=$(Leftovers | sort -u | tr '\n' ' ')
+left=$(LeftAfter $kReapLimitS Leftovers)
 
 echo "---- timeout lines ----"
 grep -E 'timeout|fatal|MPI_ABORT' "$log"
