@@ -35,20 +35,6 @@ std::string Join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-// The step of a canonical "step_<N>" name (exactly what StepDirName(N) writes), else -1.
-// Canonical only, so "step_1" and "step_00000001" can never both claim step 1.
-int64_t ParseStepDirName(std::string_view name) {
-  constexpr std::string_view kPrefix = "step_";
-  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return -1;
-  const std::string_view digits = name.substr(kPrefix.size());
-  if (digits.size() > 18) return -1;  // fits int64 without overflow
-  int64_t step = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return -1;
-    step = step * 10 + (c - '0');
-  }
-  return StepDirName(step) == name ? step : -1;
-}
 
 // The step of "step_<N><suffix>", else -1.
 int64_t ParseSuffixed(std::string_view name, std::string_view suffix) {
@@ -70,6 +56,19 @@ Status Discard(const std::string& root, const std::string& name, int64_t step, F
 }
 
 }  // namespace
+
+int64_t ParseStepDirName(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() > 18) return -1;  // fits int64 without overflow
+  int64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    step = step * 10 + (c - '0');
+  }
+  return StepDirName(step) == name ? step : -1;
+}
 
 Result<std::vector<std::string>> SweepRoot(const std::string& root, FileSystem& fs) {
   Result<std::vector<std::string>> listed = fs.ListDir(root);
@@ -117,7 +116,7 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem&
   for (const std::string& name : *names) {
     const int64_t step = ParseStepDirName(name);
     if (step < 0) continue;
-    // A file, link or FIFO named like a checkpoint is not one (StrayStepNames reports it).
+    // A file, link or FIFO named like a checkpoint is not one (the loader reports it).
     ASSIGN_OR_RETURN(const FileKind dir_kind, fs.Kind(Join(root, name)));
     if (dir_kind != FileKind::kDirectory) continue;
     // Committed = the manifest entry exists, whatever it is: a manifest that is a directory,
@@ -129,21 +128,6 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem&
   }
   std::sort(steps.begin(), steps.end(), std::greater<>());
   return steps;
-}
-
-Result<std::vector<std::string>> StrayStepNames(const std::string& root, FileSystem& fs) {
-  Result<std::vector<std::string>> names = fs.ListDir(root);
-  if (!names.ok()) {
-    if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>{};
-    return names.status();
-  }
-  std::vector<std::string> stray;
-  for (const std::string& name : *names) {
-    if (ParseStepDirName(name) < 0) continue;
-    ASSIGN_OR_RETURN(const FileKind kind, fs.Kind(Join(root, name)));
-    if (kind != FileKind::kDirectory) stray.push_back(name + " (" + FileKindName(kind) + ")");
-  }
-  return stray;
 }
 
 Status MakeDirsDurably(const std::string& dir, FileSystem& fs) {
@@ -161,9 +145,8 @@ Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs) {
   if (step < 0) return InvalidArgument("checkpoint step " + std::to_string(step) + " < 0");
   RETURN_IF_ERROR(MakeDirsDurably(root, fs));
   RETURN_IF_ERROR(SweepRoot(root, fs).status());
-  const std::string staging = Join(root, StagingDirName(step));
-  RETURN_IF_ERROR(fs.RemoveTree(staging));  // a stale one from a failed or crashed save
-  return fs.MakeDir(staging);
+  // SweepRoot removed any stale staging directory of a failed or crashed save.
+  return fs.MakeDir(Join(root, StagingDirName(step)));
 }
 
 Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& fs) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/manifest.h"
@@ -37,11 +38,9 @@ std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
                                             FileSystem& fs = DefaultFileSystem());
 
-// Names under `root` spelled like a checkpoint (canonical step_<N>) that are not directories —
-// a stray file, symbolic link or FIFO — each with what it is ("step_00000100 (a regular
-// file)"). They are never loaded, listed or deleted; the loader reports them.
-Result<std::vector<std::string>> StrayStepNames(const std::string& root,
-                                                FileSystem& fs = DefaultFileSystem());
+// The step of a canonical "step_<N>" name (exactly what StepDirName(N) writes), else -1.
+// Canonical only, so "step_1" and "step_00000001" can never both claim step 1.
+int64_t ParseStepDirName(std::string_view name);
 
 // Creates `dir` and its missing parents durably: after each mkdir, the new directory's parent
 // is fsynced, since a directory entry survives a power loss only once its directory is synced

@@ -176,6 +176,11 @@ int RunBenchDiverged(const Args& args) {
                  kMaxRounds, kMaxDivergeSteps);
     return kExitUsage;
   }
+  if (parsed->Has("--set") && !parsed->Has("--config")) {
+    std::fprintf(stderr, "tessera bench diverged: --set overrides keys of --config, and there is "
+                         "no --config\n");
+    return kExitUsage;
+  }
   Shape shape = TinyShape();
   std::string label = "configs/tiny.yaml's model";
   if (parsed->Has("--config")) {

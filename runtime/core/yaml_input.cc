@@ -96,12 +96,10 @@ YamlProblem AtOffset(std::string_view text, size_t offset, std::string problem) 
   return {line, column, std::move(problem)};
 }
 
-}  // namespace
-
 // YAML text must be printable Unicode; yaml-cpp's reader stops at a NUL as if the text ended
 // there and passes malformed bytes into strings, which the resolved config would then write
 // back as something else.
-size_t FirstNonTextByte(std::string_view text) {
+size_t FirstNonText(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
@@ -125,12 +123,19 @@ size_t FirstNonTextByte(std::string_view text) {
   return std::string_view::npos;
 }
 
+}  // namespace
+
+std::optional<NonTextByte> FindNonTextByte(std::string_view text) {
+  const size_t bad = FirstNonText(text);
+  if (bad == std::string_view::npos) return std::nullopt;
+  char name[16];
+  std::snprintf(name, sizeof name, "byte 0x%02x", static_cast<unsigned char>(text[bad]));
+  return NonTextByte{bad, name};
+}
+
 std::optional<YamlProblem> FindYamlProblem(std::string_view text) {
-  if (const size_t bad = FirstNonTextByte(text); bad != std::string_view::npos) {
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[bad]));
-    return AtOffset(text, bad,
-                    std::string("byte ") + byte + " is not printable UTF-8 text (a binary file?)");
+  if (const std::optional<NonTextByte> bad = FindNonTextByte(text)) {
+    return AtOffset(text, bad->offset, bad->name + " is not printable UTF-8 text (a binary file?)");
   }
   try {
     std::istringstream in{std::string(text)};

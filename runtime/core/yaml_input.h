@@ -37,10 +37,15 @@ std::optional<YamlProblem> FindYamlProblem(std::string_view text);
 // names the text in messages.
 Status CheckYamlInput(std::string_view text, const std::string& file);
 
-// Offset of the first byte a Tessera YAML file may not hold (a control character other than
-// tab, newline and carriage return, DEL, or malformed UTF-8), or npos. Readers hold string
-// values to the same rule: a double-quoted scalar's escapes ("\0", "\x7f") put such bytes in
-// a value of a file that passed.
-size_t FirstNonTextByte(std::string_view text);
+// The first byte a Tessera YAML file may not hold (a control character other than tab,
+// newline and carriage return, DEL, or malformed UTF-8): its offset and its name for messages
+// ("byte 0x7f"); nullopt when all of `text` is printable. Readers hold string values to the
+// same rule: a double-quoted scalar's escapes ("\0", "\x7f") put such bytes in a value of a
+// file that passed.
+struct NonTextByte {
+  size_t offset;
+  std::string name;
+};
+std::optional<NonTextByte> FindNonTextByte(std::string_view text);
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/file_util.h"
 #include "runtime/supervisor/text.h"
 
 namespace tessera {
@@ -19,12 +20,6 @@ namespace {
 constexpr char kSocketName[] = "control.sock";
 
 std::string ErrnoText(int err) { return std::strerror(err); }
-
-std::string ParentOf(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 std::string Octal(mode_t mode) { return StrFormat("%04o", static_cast<unsigned>(mode & 07777)); }
 
@@ -90,7 +85,7 @@ void PrivateSocketDir::Remove() {
 }
 
 Status CheckPrivateSocket(const std::string& path) {
-  const std::string dir = ParentOf(path);
+  const std::string dir = ParentDir(path);
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) {
     const int err = errno;

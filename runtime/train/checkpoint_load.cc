@@ -59,17 +59,13 @@ std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& 
   if (!names.ok()) return out;
   for (const std::string& name : *names) {
     const bool aside = name.size() > 8 && name.compare(name.size() - 8, 8, ".corrupt") == 0;
-    const std::string base = aside ? name.substr(0, name.size() - 8) : name;
-    if (base.size() < 6 || base.compare(0, 5, "step_") != 0) continue;
-    if (!std::all_of(base.begin() + 5, base.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    if (base.size() > 5 + 18) continue;  // not a step number this build could have written
-    const int64_t step = std::strtoll(base.c_str() + 5, nullptr, 10);
+    const int64_t step = ParseStepDirName(aside ? name.substr(0, name.size() - 8) : name);
+    if (step < 0) continue;
     auto kind = fs_.Kind(root_ + "/" + name);
     const bool dir = kind.ok() && *kind == FileKind::kDirectory;
     if (aside || !dir) {
       out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
-    } else if (base == StepDirName(step) &&
-               std::find(committed.begin(), committed.end(), step) == committed.end()) {
+    } else if (std::find(committed.begin(), committed.end(), step) == committed.end()) {
       out.push_back(name + " (no manifest.json)");
     }
   }
@@ -180,9 +176,18 @@ Status Checkpointer::InitFrom(const std::string& path, ParamShards& shards, bool
     ASSIGN_OR_RETURN(std::vector<double> flags, Gather({static_cast<double>(VerdictOf(st))}));
     if (VerdictOf(st) == kDamaged) return CorruptCheckpoint("init_from " + st.message());
     if (!st.ok()) return st;
+    // This rank loaded it. Damage another rank met is damage (exit 5); any other failure there
+    // (an I/O error) is not, and must not be reported as a corrupt checkpoint.
+    auto any_rank = [&](Verdict v) {
+      return std::find(flags.begin(), flags.end(), static_cast<double>(v)) != flags.end();
+    };
+    if (any_rank(kDamaged)) {
+      return CorruptCheckpoint("init_from " + path + ": damaged on another rank (see its message)");
+    }
     if (std::any_of(flags.begin(), flags.end(), [](double f) { return f != static_cast<double>(kLoaded); })) {
-      return CorruptCheckpoint("init_from " + path + ": failed to load on another rank (see its "
-                               "message)");
+      return FailedPrecondition("init_from " + path +
+                                ": loading failed on another rank for a reason other than damage "
+                                "(see its message)");
     }
     Event("init_from", "weights from " + path);
     return Status::Ok();

@@ -299,10 +299,8 @@ class Section {
       out->clear();
     } else if (e->value.IsScalar()) {
       const std::string& text = e->value.Scalar();
-      if (const size_t bad = FirstNonTextByte(text); bad != std::string::npos) {
-        char byte[8];
-        std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[bad]));
-        return Error(*e, std::string("byte ") + byte + " at offset " + std::to_string(bad) +
+      if (const std::optional<NonTextByte> bad = FindNonTextByte(text)) {
+        return Error(*e, bad->name + " at offset " + std::to_string(bad->offset) +
                              " of the value is a control character or not UTF-8 (write "
                              "printable text)");
       }
