@@ -188,14 +188,30 @@ TEST_P(Bf16GemmOnPath, OddShapesOneRowOneColumnAndShortK) {
     for (bool bf16_out : {false, true}) CheckProduct(s, bf16_out, /*accumulate=*/true, seed++);
 }
 
-TEST_P(Bf16GemmOnPath, ShapesSpanningSeveralBlocks) {
-  // Past the fp32-compute path's 1024-element tiles and K-blocks in each dimension.
-  const Shape shapes[] = {{false, true, 1030, 24, 40, 0},  // tall: x W^T
-                          {true, false, 20, 24, 1100, 0},  // long K: d_out^T x
-                          {false, false, 8, 1030, 30, 1}};
+// Shrinks the fp32-compute path's scratch budget for one scope, so that small shapes run in
+// several blocks of M, N and K (the oneDNN path ignores it: there the shapes are just odd).
+class SmallScratch {
+ public:
+  explicit SmallScratch(int64_t floats) : before_(SetBf16ScratchFloats(floats)) {}
+  ~SmallScratch() { SetBf16ScratchFloats(before_); }
+
+ private:
+  int64_t before_;
+};
+
+TEST_P(Bf16GemmOnPath, ProductsPastTheScratchBudgetRunInBlocks) {
+  const SmallScratch small(12288);  // 64 x 64 panels
+  // Panels (op(A) mb x kb + op(B) kb x nb, + mb x nb for a bf16 C) must fit 12288 floats, so
+  // (M, N, K) = (701, 24, 40) runs in 4 row blocks, the last ragged; (20, 24, 701) in 4
+  // K-blocks; (8, 701, 30) in 2-3 column blocks; (130, 170, 129) in 2 blocks of each.
+  const int64_t mnk[][3] = {{701, 24, 40}, {20, 24, 701}, {8, 701, 30}, {130, 170, 129}};
   uint32_t seed = 70;
-  for (const Shape& s : shapes)
-    for (bool bf16_out : {false, true}) CheckProduct(s, bf16_out, /*accumulate=*/true, seed++);
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (const auto& d : mnk)
+        for (bool bf16_out : {false, true})
+          for (bool accumulate : {false, true})
+            CheckProduct({ta == 1, tb == 1, d[0], d[1], d[2], ta + tb}, bf16_out, accumulate, seed++);
 }
 
 TEST_P(Bf16GemmOnPath, WritingIgnoresWhatCHeld) {

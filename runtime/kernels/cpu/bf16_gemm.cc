@@ -1,12 +1,14 @@
 // runtime/kernels/cpu/bf16_gemm.cc — bf16 GEMM and Linear on the two paths (bf16_gemm.h).
 //
-// fp32-compute path: C is computed in tiles of at most kBlock x kBlock, each tile summing over
-// K in blocks of kBlock: per (tile, K-block) the bf16 operand panels are widened into fp32
-// scratch and one multithreaded sgemm (ops.h's Gemm) adds their product to the tile (the first
-// K-block writes or accumulates, as asked). A bf16 C gets an fp32 tile that is rounded into C
-// once, after its last K-block. Tile and block boundaries depend only on the shape, and
-// OpenBLAS never splits K across threads, so each element's summation order is fixed by the
-// shape and thread count. The conversions cost O(MK + KN) per tile against O(MNK) flops.
+// fp32-compute path: the product is cut into blocks (PlanBlocks) only as far as needed to keep
+// the fp32 panels within the scratch budget (SetBf16ScratchFloats); usually it is one block: both operands are widened to
+// fp32 (one OpenMP region) and one multithreaded sgemm (ops.h's Gemm) runs at sgemm speed.
+// Larger products go tile by tile of C, each tile summing its K-blocks in order (the first
+// writes or accumulates, as asked); a bf16 C gets an fp32 tile, rounded into C once after its
+// last K-block. Blocks depend only on the shape, and OpenBLAS never splits K across threads, so
+// each element's summation order is fixed by the shape and thread count. Widening costs
+// O(MK + KN) per block against O(MNK) flops. Few OpenMP regions per call, as every region is a
+// barrier, and on a loaded machine each barrier waits for a descheduled thread.
 // oneDNN path: one cached oneDNN matmul per call (onednn_matmul.h).
 // Empty products (K == 0) always take the fp32-compute path, which handles them.
 #include "runtime/kernels/cpu/bf16_gemm.h"
@@ -24,9 +26,12 @@
 namespace tessera::cpu {
 namespace {
 
-// Tile and K-block edge of the fp32-compute path. 1024 keeps sgemm calls large enough to run
-// at its peak while bounding the scratch to three 1024 x 1024 fp32 panels (12 MiB).
-constexpr int64_t kBlock = 1024;
+// Scratch budget of the fp32-compute path per calling thread: 8 Mi floats (32 MiB) hold both
+// widened operands of every Linear of GPT-2 124M at 1024 tokens in one block.
+constexpr int64_t kDefaultScratchFloats = int64_t{8} << 20;
+std::atomic<int64_t> g_scratch_floats{kDefaultScratchFloats};
+// Blocks are not cut below this edge (3 such panels fit any budget of at least 12288 floats).
+constexpr int64_t kMinBlock = 64;
 // Channels per d_bias work item: 64 floats = 4 cache lines, so threads never share a line.
 constexpr int64_t kBiasBlock = 64;
 
@@ -62,14 +67,30 @@ float* Reserve(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
-// dst(rows, cols), contiguous = the bf16 tile src(rows, cols) with row stride ld, as fp32.
-void WidenTile(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
-#pragma omp parallel for schedule(static) if (rows * cols >= vec::kMinParallelElems)
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* s = src + r * ld;
-    float* d = dst + r * cols;
+// A bf16 tile src(rows, cols) with row stride ld, to be widened into dst(rows, cols), contiguous.
+struct Widening {
+  const uint16_t* src = nullptr;
+  int64_t ld = 0, rows = 0, cols = 0;
+  float* dst = nullptr;
+};
+
+void WidenRow(const Widening& w, int64_t r) {
+  const uint16_t* s = w.src + r * w.ld;
+  float* d = w.dst + r * w.cols;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) d[c] = Bf16ToF32(s[c]);
+  for (int64_t c = 0; c < w.cols; ++c) d[c] = Bf16ToF32(s[c]);
+}
+
+// Widens both operand panels in one OpenMP region (each exact, so any split gives the same
+// bits). A panel with rows == 0 is skipped (already widened for an earlier block).
+void WidenPanels(const Widening& a, const Widening& b) {
+  const int64_t elems = a.rows * a.cols + b.rows * b.cols;
+#pragma omp parallel if (elems >= vec::kMinParallelElems)
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < a.rows; ++r) WidenRow(a, r);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < b.rows; ++r) WidenRow(b, r);
   }
 }
 
@@ -104,25 +125,60 @@ float InitTile(const GemmCall& g, int64_t i0, int64_t j0, int64_t mb, int64_t nb
   return 1.0f;
 }
 
+struct Blocks {
+  int64_t mb, nb, kb;  // rows of C, columns of C, K per block
+};
+
+// The largest blocks whose fp32 panels (op(A) mb x kb, op(B) kb x nb, and the C tile for a
+// bf16 C) fit the scratch budget: the whole product when it fits, else the largest edge halved
+// until they do. A function of the shape (and the budget) alone.
+Blocks PlanBlocks(const GemmCall& g) {
+  Blocks b{g.M, g.N, std::max<int64_t>(g.K, 1)};
+  const int64_t budget = g_scratch_floats.load(std::memory_order_relaxed);
+  auto floats = [&] { return b.mb * b.kb + b.kb * b.nb + (g.c_bf16 ? b.mb * b.nb : 0); };
+  while (floats() > budget) {
+    int64_t* largest = &b.mb;
+    if (b.nb > *largest) largest = &b.nb;
+    if (b.kb > *largest) largest = &b.kb;
+    if (*largest <= kMinBlock) break;
+    *largest = (*largest + 1) / 2;
+  }
+  return b;
+}
+
 void RunFp32Compute(const GemmCall& g) {
   Scratch& s = ThreadScratch();
-  for (int64_t i0 = 0; i0 < g.M; i0 += kBlock) {
-    const int64_t mb = std::min(kBlock, g.M - i0);
-    for (int64_t j0 = 0; j0 < g.N; j0 += kBlock) {
-      const int64_t nb = std::min(kBlock, g.N - j0);
-      float* tile = g.c_bf16 ? Reserve(s.c, mb * nb) : g.c_f32 + i0 * g.ldc + j0;
+  const Blocks blk = PlanBlocks(g);
+  float* a = Reserve(s.a, blk.mb * blk.kb);
+  float* b = Reserve(s.b, blk.kb * blk.nb);
+  float* c = g.c_bf16 ? Reserve(s.c, blk.mb * blk.nb) : nullptr;
+  // Which blocks the panels hold now: a panel is widened again only when its block changes.
+  int64_t a_at[2] = {-1, -1}, b_at[2] = {-1, -1};  // (i0, k0), (k0, j0)
+  for (int64_t i0 = 0; i0 < g.M; i0 += blk.mb) {
+    const int64_t mb = std::min(blk.mb, g.M - i0);
+    for (int64_t j0 = 0; j0 < g.N; j0 += blk.nb) {
+      const int64_t nb = std::min(blk.nb, g.N - j0);
+      float* tile = g.c_bf16 ? c : g.c_f32 + i0 * g.ldc + j0;
       const int64_t ld_tile = g.c_bf16 ? nb : g.ldc;
       float beta = InitTile(g, i0, j0, mb, nb, tile, ld_tile);
-      for (int64_t k0 = 0; k0 < g.K; k0 += kBlock) {
-        const int64_t kb = std::min(kBlock, g.K - k0);
-        // op(A)[i0 : i0+mb, k0 : k0+kb], kept in A's storage orientation.
-        float* a = Reserve(s.a, mb * kb);
-        if (g.trans_a) WidenTile(g.A + k0 * g.lda + i0, g.lda, kb, mb, a);
-        else WidenTile(g.A + i0 * g.lda + k0, g.lda, mb, kb, a);
-        // op(B)[k0 : k0+kb, j0 : j0+nb], likewise.
-        float* b = Reserve(s.b, kb * nb);
-        if (g.trans_b) WidenTile(g.B + j0 * g.ldb + k0, g.ldb, nb, kb, b);
-        else WidenTile(g.B + k0 * g.ldb + j0, g.ldb, kb, nb, b);
+      for (int64_t k0 = 0; k0 < g.K; k0 += blk.kb) {
+        const int64_t kb = std::min(blk.kb, g.K - k0);
+        // op(A)[i0 : i0+mb, k0 : k0+kb] and op(B)[k0 : k0+kb, j0 : j0+nb], each kept in its
+        // storage orientation (so the sgemm keeps the caller's transposes).
+        Widening wa, wb;
+        if (a_at[0] != i0 || a_at[1] != k0) {
+          wa = g.trans_a ? Widening{g.A + k0 * g.lda + i0, g.lda, kb, mb, a}
+                         : Widening{g.A + i0 * g.lda + k0, g.lda, mb, kb, a};
+          a_at[0] = i0;
+          a_at[1] = k0;
+        }
+        if (b_at[0] != k0 || b_at[1] != j0) {
+          wb = g.trans_b ? Widening{g.B + j0 * g.ldb + k0, g.ldb, nb, kb, b}
+                         : Widening{g.B + k0 * g.ldb + j0, g.ldb, kb, nb, b};
+          b_at[0] = k0;
+          b_at[1] = j0;
+        }
+        WidenPanels(wa, wb);
         Gemm(g.trans_a, g.trans_b, mb, nb, kb, 1.0f, a, g.trans_a ? mb : kb, b,
              g.trans_b ? kb : nb, beta, tile, ld_tile);
         beta = 1.0f;
@@ -347,5 +403,11 @@ Status SetBf16GemmPath(Bf16GemmPath path) {
 }
 
 void ResetBf16GemmPath() { g_forced_path.store(-1); }
+
+int64_t SetBf16ScratchFloats(int64_t floats) {
+  TESSERA_CHECK_MSG(floats >= 3 * kMinBlock * kMinBlock, "SetBf16ScratchFloats(%lld): below %lld",
+                    static_cast<long long>(floats), static_cast<long long>(3 * kMinBlock * kMinBlock));
+  return g_scratch_floats.exchange(floats);
+}
 
 }  // namespace tessera::cpu

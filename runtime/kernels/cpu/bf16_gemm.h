@@ -20,8 +20,8 @@
 // sum in different orders, so they agree to that bound, not bit for bit.
 // Determinism: on either path the same inputs, path and thread count give the same bits.
 // Threads: NumThreads() threads of the shared libgomp pool (threads.h). Call outside OpenMP
-// regions, one caller at a time per thread (each calling thread keeps its own fp32 scratch of
-// at most 12 MiB for the fp32-compute path, reused across calls).
+// regions. Each calling thread keeps its own fp32 scratch for the fp32-compute path, reused
+// across calls, of at most SetBf16ScratchFloats' budget (32 MiB by default).
 #pragma once
 
 #include <cstdint>
@@ -89,5 +89,12 @@ Bf16GemmChoice ActiveBf16GemmPath();
 Status SetBf16GemmPath(Bf16GemmPath path);
 // Back to the automatic choice.
 void ResetBf16GemmPath();
+
+// The fp32-compute path's scratch budget per calling thread, in floats (default 8 Mi = 32 MiB,
+// at least 12288): a product whose widened operands (and fp32 tile, for a bf16 C) exceed it
+// runs block by block, at a little extra conversion and C traffic. Returns the previous
+// budget. Changes summation order (so bits) for products past the budget; tests shrink it to
+// exercise blocking on small shapes. Not thread-safe against running kernels.
+int64_t SetBf16ScratchFloats(int64_t floats);
 
 }  // namespace tessera::cpu
