@@ -12,6 +12,17 @@ add_library(tessera_blas INTERFACE)
 target_link_libraries(tessera_blas INTERFACE ${TESSERA_OPENBLAS_LIB} OpenMP::OpenMP_CXX)
 target_include_directories(tessera_blas SYSTEM INTERFACE ${TESSERA_CBLAS_INCLUDE})
 
+# oneDNN (Debian libdnnl-dev, its OpenMP build: products run on the same libgomp pool), used only
+# inside runtime/kernels/cpu/onednn_matmul.cc for bf16 matmul. Found by header and library
+# rather than through its CMake config, which also demands the OpenCL development files for a
+# GPU runtime Tessera does not use.
+find_path(TESSERA_DNNL_INCLUDE NAMES oneapi/dnnl/dnnl.hpp REQUIRED)
+find_library(TESSERA_DNNL_LIB NAMES dnnl REQUIRED)
+add_library(tessera_dnnl INTERFACE)
+target_link_libraries(tessera_dnnl INTERFACE ${TESSERA_DNNL_LIB} OpenMP::OpenMP_CXX)
+target_include_directories(tessera_dnnl SYSTEM INTERFACE ${TESSERA_DNNL_INCLUDE})
+message(STATUS "oneDNN: ${TESSERA_DNNL_LIB}")
+
 find_package(yaml-cpp REQUIRED)
 
 # MPI (comm/: the host backend and the NCCL bootstrap). Skip Open MPI's deprecated C++ bindings:

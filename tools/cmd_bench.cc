@@ -1,5 +1,6 @@
 // tools/cmd_bench.cc — `tessera bench`: measured training speed with this machine's limits
-// printed beside it (sgemm peak, memory bandwidth), so a figure can be judged, not just read.
+// printed beside it (sgemm and bf16 GEMM peaks, memory bandwidth), so a figure can be judged,
+// not just read.
 // Also the helpers shared with the subcommands (cmd_bench.h) and their dispatch:
 // `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc),
 // `tessera bench ckpt` (cmd_bench_ckpt.cc), `tessera bench diverged` (cmd_bench_diverged.cc).
@@ -17,6 +18,7 @@
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/random.h"
 #include "runtime/kernels/cpu/bench.h"
+#include "runtime/kernels/cpu/bf16_gemm.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/config.h"
 #include "tools/args.h"
@@ -160,7 +162,9 @@ int RunBench(const Args& args) {
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
         "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
-        "MFU against the sgemm peak measured in the same run.\n\n"
+        "MFU against the sgemm peak measured in the same run. The limits include the bf16 GEMM\n"
+        "peak on the path this CPU takes (oneDNN where it has bf16 instructions, else fp32\n"
+        "compute on bf16 storage), named on its line.\n\n"
         "  --seq L1,L2,...   sequence lengths (default 64,256)\n"
         "  --batch B         sequences per step (default 4)\n"
         "  --steps N         timed steps per shape after one warm-up step (default 3, at most 1000)\n"
@@ -227,6 +231,13 @@ int RunBench(const Args& args) {
   for (auto [m, n, k] : {std::tuple{256, 768, 3072}, {256, 3072, 768}, {256, 50257, 768}}) {
     std::printf("  sgemm %4d x %5d x %4d     %.1f GFLOP/s\n", m, n, k,
                 cpu::MeasureSgemmGflops(m, n, k, 3));
+  }
+  // bf16 A, B and fp32 C on the path bf16 GEMMs take here (its line says which and why).
+  std::printf("  %s\n", cpu::ActiveBf16GemmPath().description.c_str());
+  std::printf("  bf16 GEMM 2048^3             %.1f GFLOP/s\n", cpu::MeasurePeakBf16GemmGflops());
+  for (auto [m, n, k] : {std::tuple{256, 768, 3072}, {256, 3072, 768}, {1024, 768, 3072}}) {
+    std::printf("  bf16 GEMM %4d x %5d x %4d %.1f GFLOP/s\n", m, n, k,
+                cpu::MeasureBf16GemmGflops(m, n, k, 3));
   }
   std::printf("  memory, a += s*b             %.1f GB/s\n", MeasureUpdateBandwidth());
   for (int64_t T : seqs) {

@@ -37,9 +37,17 @@ while IFS= read -r file; do
   done < <(grep -n '^#include "' "$file" | sed -E 's/^([0-9]+):#include "([^"]+)".*/\1:\2/')
 done < <(git ls-files '*.h' '*.cc' '*.cu' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' 2>/dev/null)
 # Public headers must not expose third-party heavyweights.
-if grep -nE '^#include <(yaml-cpp|mpi\.h|nccl\.h|boost/asio|rocksdb)' $(git ls-files '*.h') 2>/dev/null; then
-  echo "a public header includes yaml-cpp/MPI/NCCL/Asio/RocksDB (allowed only in .cc files)"
+if grep -nE '^#include <(yaml-cpp|mpi\.h|nccl\.h|boost/asio|rocksdb|oneapi/dnnl|dnnl)' $(git ls-files '*.h') 2>/dev/null; then
+  echo "a public header includes yaml-cpp/MPI/NCCL/Asio/RocksDB/oneDNN (allowed only in .cc files)"
   bad=1
 fi
+# oneDNN is private to the CPU backend: only runtime/kernels/cpu/*.cc may include it.
+while IFS= read -r file; do
+  [[ $file == runtime/kernels/cpu/*.cc ]] && continue
+  if grep -nE '^#include <(oneapi/dnnl|dnnl)' "$file" /dev/null; then
+    echo "$file: oneDNN may be included only by runtime/kernels/cpu/*.cc"
+    bad=1
+  fi
+done < <(git ls-files '*.h' '*.cc' '*.cu' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' 2>/dev/null)
 [[ $bad -eq 0 ]] && echo "layering: ok"
 exit $bad

@@ -3,7 +3,7 @@
 # Idempotent and quiet; safe to run before every build. Needs root (or sudo) on a fresh machine.
 set -euo pipefail
 pkgs=(build-essential cmake git pkg-config ca-certificates
-      libopenblas-openmp-dev libyaml-cpp-dev librocksdb-dev libboost-dev
+      libopenblas-openmp-dev libdnnl-dev libyaml-cpp-dev librocksdb-dev libboost-dev
       libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev python3-numpy
       clang libclang-rt-14-dev)  # clang + its libFuzzer/sanitizer runtimes: tests/fuzz
 missing=()
