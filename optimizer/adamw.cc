@@ -22,15 +22,20 @@ struct StepConstants {
 };
 
 // The whole update for n contiguous elements sharing one decay factor (1 = no decay).
+// kScaled: the gradient is read as g[i] * grad_scale, the float product ScaleInPlace would have
+// stored (clipping folded into this pass: one read of the gradient instead of a read and write
+// of a separate scaling pass, then the read here). Unscaled spans skip the multiply.
 // __restrict: the four streams never alias, which lets gcc vectorise without runtime checks.
+template <bool kScaled>
 void UpdateSpan(float* __restrict p, const float* __restrict g, float* __restrict m,
-                float* __restrict v, int64_t n, float decay, const StepConstants& k) {
+                float* __restrict v, int64_t n, float decay, float grad_scale,
+                const StepConstants& k) {
   const float b1 = k.beta1, omb1 = k.one_minus_beta1;
   const float b2 = k.beta2, omb2 = k.one_minus_beta2;
   const float step_size = k.step_size, inv_bc2_sqrt = k.inv_bc2_sqrt, eps = k.eps;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = kScaled ? g[i] * grad_scale : g[i];
     const float mi = b1 * m[i] + omb1 * gi;
     const float vi = b2 * v[i] + omb2 * (gi * gi);
     m[i] = mi;
@@ -95,18 +100,18 @@ void AdamW::set_step(int64_t step) {
   step_ = step;
 }
 
-void AdamW::Step(float* params, const float* grads, float lr) {
-  StepRange(params, grads, 0, num_params_, lr, step_ + 1);
+void AdamW::Step(float* params, const float* grads, float lr, float grad_scale) {
+  StepRange(params, grads, 0, num_params_, lr, step_ + 1, grad_scale);
   ++step_;
 }
 
 void AdamW::StepRange(float* params, const float* grads, int64_t begin, int64_t end, float lr,
-                      int64_t t) {
-  StepSlice(params + begin, grads + begin, begin, end, lr, t);
+                      int64_t t, float grad_scale) {
+  StepSlice(params + begin, grads + begin, begin, end, lr, t, grad_scale);
 }
 
 void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
-                      int64_t t) {
+                      int64_t t, float grad_scale) {
   TESSERA_CHECK(0 <= begin && begin <= end && end <= num_params_);
   TESSERA_CHECK_MSG(t >= 1, "AdamW step t=%lld: t is 1-based", static_cast<long long>(t));
   const double lr_d = lr;
@@ -126,6 +131,8 @@ void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t 
   float* v = exp_avg_sq_.f32();
   const std::vector<Span>& spans = decay_spans_;
   const int64_t num_chunks = (end - begin + kChunk - 1) / kChunk;
+  // Multiplying by exactly 1 would not change a bit; skipping it keeps the unclipped loop as is.
+  const bool scaled = grad_scale != 1.0f;
 
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < num_chunks; ++c) {
@@ -133,8 +140,13 @@ void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t 
     const int64_t chunk_end = std::min(end, chunk_begin + kChunk);
     // b, e are AdamW coordinates; params/grads start at `begin`.
     auto run = [&](int64_t b, int64_t e, float f) {
-      if (e > b) {
-        UpdateSpan(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f, k);
+      if (e <= b) return;
+      if (scaled) {
+        UpdateSpan<true>(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f,
+                         grad_scale, k);
+      } else {
+        UpdateSpan<false>(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f,
+                          grad_scale, k);
       }
     };
     // First decay span that ends after chunk_begin; walk spans until the chunk is covered.

@@ -9,8 +9,9 @@
 //   v <- b2*v + (1-b2)*g*g
 //   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // which is p -= lr * m_hat / (sqrt(v_hat) + eps) with eps added after bias correction, as
-// PyTorch does. The decay and the Adam update are fused into one pass over memory (the loop is
-// memory-bound); multiplying by a decay factor of exactly 1 outside decay ranges is exact.
+// PyTorch does. The decay, the Adam update and (through grad_scale) the gradient clipping
+// factor are fused into one pass over memory (the loop is memory-bound); multiplying by a
+// decay factor of exactly 1 outside decay ranges is exact.
 // Parameters and gradients are the model's twin flat buffers (same offsets); this layer never
 // sees a Parameter — the trainer describes decay with ParamRange (optimizer beside models).
 // Determinism: elementwise, so the bits do not depend on the thread count or timing.
@@ -62,20 +63,24 @@ class AdamW {
   // Takes step t = step() + 1 over all elements with learning rate `lr` (the scheduled value;
   // config.lr is only the peak the schedule scales), then sets step() to t.
   // params(num_params) is updated in place; grads(num_params) is read only.
-  void Step(float* params, const float* grads, float lr);
+  // grad_scale: the step uses grads[i] * grad_scale (a float multiply) in place of grads[i],
+  // exactly the bits of ScaleInPlace(grads, n, grad_scale) followed by a step, without the
+  // separate pass (gradient clipping folds its coefficient in here). The buffer is not
+  // written. 1 (the default) means unscaled.
+  void Step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
   // The update of step `t` (>= 1) for elements [begin, end) only; does not touch step().
   // For chunked or offloaded updates: calling it over a partition of [0, num_params) with the
   // same t gives the same bits as Step.
   void StepRange(float* params, const float* grads, int64_t begin, int64_t end, float lr,
-                 int64_t t);
+                 int64_t t, float grad_scale = 1.0f);
 
   // StepRange for buffers that hold elements [begin, end) only: params[0] and grads[0] are
   // element `begin` of this AdamW's coordinates (whose moments and decay ranges apply). Lets a
   // ZeRO rank step pieces living in different buffers against one packed set of moments.
   // StepRange(p, g, b, e, lr, t) == StepSlice(p + b, g + b, b, e, lr, t), bit for bit.
   void StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
-                 int64_t t);
+                 int64_t t, float grad_scale = 1.0f);
 
   // Steps taken so far (the t of the last step; 0 before the first). A checkpoint saves it
   // beside the moments and restores it with set_step.

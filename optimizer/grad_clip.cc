@@ -9,16 +9,49 @@
 namespace tessera {
 namespace {
 
-// One block's sum of squares. The simd reduction's lane order is fixed at compile time, so a
-// block always sums the same way whichever thread runs it.
-double BlockSumOfSquares(const float* __restrict x, int64_t n) {
+// The order of one block's sum is part of the result's bits. It is the order gcc 12 gave the
+// original `omp simd reduction` loop at -march=x86-64-v3 (8 double lanes), now written out so
+// it no longer depends on the compiler's choice: lane j sums x[j], x[j+8], ... over the whole
+// groups of 8; the tail (len % 8 elements) goes into lane 0 in order; then 0.0 + lane 0 + ... +
+// lane 7. Squares of floats are exact in double, so fused or separate multiply-adds agree.
+constexpr int kNormLanes = 8;
+
+double AddLanes(const double* acc) {
   double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) {
-    const double xi = x[i];
-    s += xi * xi;
-  }
+  for (int j = 0; j < kNormLanes; ++j) s += acc[j];
   return s;
+}
+
+double BlockSumOfSquares(const float* __restrict x, int64_t n) {
+  double acc[kNormLanes] = {};
+  int64_t i = 0;
+  for (; i + kNormLanes <= n; i += kNormLanes)
+    for (int j = 0; j < kNormLanes; ++j) {
+      const double xi = x[i + j];
+      acc[j] += xi * xi;
+    }
+  for (; i < n; ++i) {
+    const double xi = x[i];
+    acc[0] += xi * xi;
+  }
+  return AddLanes(acc);
+}
+
+// Blocks per interleaved group. One block's lanes form 8 dependent add chains, which on
+// their own bound the loop by the add latency (~half the read bandwidth); four full blocks
+// summed side by side give 32 independent chains, each still in its own block's order.
+constexpr int64_t kInterleave = 4;
+
+// partial[k] = BlockSumOfSquares(x + k * kNormBlock, kNormBlock) for k < kInterleave.
+void FullBlockSumsOfSquares(const float* __restrict x, double* partial) {
+  double acc[kInterleave][kNormLanes] = {};
+  for (int64_t i = 0; i < kNormBlock; i += kNormLanes)
+    for (int64_t k = 0; k < kInterleave; ++k)
+      for (int j = 0; j < kNormLanes; ++j) {
+        const double xi = x[k * kNormBlock + i + j];
+        acc[k][j] += xi * xi;
+      }
+  for (int64_t k = 0; k < kInterleave; ++k) partial[k] = AddLanes(acc[k]);
 }
 
 }  // namespace
@@ -26,11 +59,20 @@ double BlockSumOfSquares(const float* __restrict x, int64_t n) {
 void BlockSumsOfSquares(const float* x, int64_t n, double* partial) {
   TESSERA_CHECK(n >= 0);
   const int64_t num_blocks = NumNormBlocks(n);
-#pragma omp parallel for schedule(static) if (num_blocks > 1)
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    const int64_t begin = b * kNormBlock;
-    const int64_t len = n - begin < kNormBlock ? n - begin : kNormBlock;
-    partial[b] = BlockSumOfSquares(x + begin, len);
+  // Groups of kInterleave blocks; the last group may hold fewer, or a partial block.
+  const int64_t num_groups = (num_blocks + kInterleave - 1) / kInterleave;
+#pragma omp parallel for schedule(static) if (num_groups > 1)
+  for (int64_t grp = 0; grp < num_groups; ++grp) {
+    const int64_t first = grp * kInterleave;
+    if ((first + kInterleave) * kNormBlock <= n) {
+      FullBlockSumsOfSquares(x + first * kNormBlock, partial + first);
+      continue;
+    }
+    for (int64_t b = first; b < num_blocks; ++b) {
+      const int64_t begin = b * kNormBlock;
+      const int64_t len = n - begin < kNormBlock ? n - begin : kNormBlock;
+      partial[b] = BlockSumOfSquares(x + begin, len);
+    }
   }
 }
 
@@ -51,6 +93,11 @@ double ClipCoefficient(double norm, double max_norm) {
   return coef < 1.0 ? coef : 1.0;
 }
 
+float ClipScale(double norm, double max_norm) {
+  const double coef = ClipCoefficient(norm, max_norm);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
 void ScaleInPlace(float* x, int64_t n, float scale) {
   TESSERA_CHECK(n >= 0);
   const int64_t num_blocks = NumNormBlocks(n);
@@ -64,8 +111,8 @@ void ScaleInPlace(float* x, int64_t n, float scale) {
 }
 
 void ClipToNorm(float* x, int64_t n, double norm, double max_norm) {
-  const double coef = ClipCoefficient(norm, max_norm);
-  if (coef < 1.0) ScaleInPlace(x, n, static_cast<float>(coef));
+  const float scale = ClipScale(norm, max_norm);
+  if (scale != 1.0f) ScaleInPlace(x, n, scale);
 }
 
 double ClipGradNorm(float* grads, int64_t n, double max_norm) {

@@ -4,8 +4,9 @@
 // coef = max_norm / (norm + 1e-6), clamped to at most 1, and the gradients are multiplied by
 // coef when it is below 1 (so clipping starts when norm + 1e-6 > max_norm).
 // Determinism: the sum of squares is taken over fixed blocks of kNormBlock elements, each in
-// double with a fixed (compile-time) vector order, and the per-block partials are added in block
-// order, so the result has the same bits for any OpenMP thread count.
+// double in a fixed lane order written out in grad_clip.cc (not left to the compiler), and the
+// per-block partials are added in block order, so the result has the same bits for any OpenMP
+// thread count.
 // Thread-safety: pure functions over caller-owned buffers; each runs one OpenMP loop.
 #pragma once
 
@@ -33,6 +34,11 @@ double GlobalL2Norm(const float* x, int64_t n);
 // The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)).
 // Returns 1 (no clipping) when max_norm <= 0 or norm is not finite.
 double ClipCoefficient(double norm, double max_norm);
+
+// The float factor clipping multiplies gradients by: ClipCoefficient rounded to float when it
+// is below 1, else exactly 1 (no clipping). Passed as AdamW::Step's grad_scale, it folds the
+// clipping into the optimizer's read of the gradient with the bits of ClipToNorm + Step.
+float ClipScale(double norm, double max_norm);
 
 // x[i] *= scale for i in [0, n).
 void ScaleInPlace(float* x, int64_t n, float scale);

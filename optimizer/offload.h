@@ -23,14 +23,16 @@ inline constexpr int64_t kOffloadChunk = int64_t{1} << 22;
 
 // Takes step t = adamw.step() + 1 over all elements in chunks of chunk_elems (> 0), then sets
 // adamw.step() to t. Same result as adamw.Step(params, grads, lr).
+// grad_scale as in AdamW::Step.
 void StepOffloaded(AdamW& adamw, float* params, const float* grads, float lr,
-                   int64_t chunk_elems = kOffloadChunk);
+                   int64_t chunk_elems = kOffloadChunk, float grad_scale = 1.0f);
 
 // The update of step t (>= 1) for elements [begin, end) of adamw's coordinates, held in
 // buffers that start at element `begin` (AdamW::StepSlice), in chunks of chunk_elems (> 0)
 // counted from `begin`; does not touch adamw.step(). Same bits as adamw.StepSlice. A ZeRO rank
 // (optimizer/zero.h) steps each of its pieces this way.
 void StepSliceOffloaded(AdamW& adamw, float* params, const float* grads, int64_t begin,
-                        int64_t end, float lr, int64_t t, int64_t chunk_elems = kOffloadChunk);
+                        int64_t end, float lr, int64_t t, int64_t chunk_elems = kOffloadChunk,
+                        float grad_scale = 1.0f);
 
 }  // namespace tessera

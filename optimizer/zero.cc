@@ -51,14 +51,15 @@ void ShardedAdamW::LoadMaster(const float* full) {
   }
 }
 
-void ShardedAdamW::Step(std::span<float* const> pieces, const float* packed_grads, float lr) {
+void ShardedAdamW::Step(std::span<float* const> pieces, const float* packed_grads, float lr,
+                        float grad_scale) {
   std::vector<const float*> grads(static_cast<size_t>(layout_.num_units()));
   for (int u = 0; u < layout_.num_units(); ++u) grads[u] = packed_grads + layout_.packed_offset(u);
-  Step(pieces, grads, lr);
+  Step(pieces, grads, lr, grad_scale);
 }
 
 void ShardedAdamW::Step(std::span<float* const> pieces, std::span<const float* const> grads,
-                        float lr) {
+                        float lr, float grad_scale) {
   TESSERA_CHECK_MSG(static_cast<int>(grads.size()) == layout_.num_units(),
                     "ShardedAdamW::Step: %zu gradient pieces for %d units", grads.size(),
                     layout_.num_units());
@@ -79,9 +80,10 @@ void ShardedAdamW::Step(std::span<float* const> pieces, std::span<const float* c
     TESSERA_CHECK_MSG(params != nullptr, "ShardedAdamW::Step: no values for unit %d", u);
     const int64_t begin = layout_.packed_offset(u);
     if (offload) {
-      StepSliceOffloaded(adamw_, params, grads[u], begin, begin + real, lr, t);
+      StepSliceOffloaded(adamw_, params, grads[u], begin, begin + real, lr, t, kOffloadChunk,
+                         grad_scale);
     } else {
-      adamw_.StepSlice(params, grads[u], begin, begin + real, lr, t);
+      adamw_.StepSlice(params, grads[u], begin, begin + real, lr, t, grad_scale);
     }
   }
   adamw_.set_step(t);

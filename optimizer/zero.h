@@ -46,10 +46,13 @@ class ShardedAdamW {
   // piece (piece_real(u, rank) elements, wherever they live; may be null when that is 0),
   // updated in place. Padding (of the values, grads, moments, master) is never read or written.
   // With optimizer.offload == cpu each piece is stepped in kOffloadChunk chunks
-  // (optimizer/offload.h); same bits.
-  void Step(std::span<float* const> pieces, std::span<const float* const> grads, float lr);
+  // (optimizer/offload.h); same bits. grad_scale as in AdamW::Step: the gradients are read
+  // multiplied by it (the folded clipping coefficient), never written.
+  void Step(std::span<float* const> pieces, std::span<const float* const> grads, float lr,
+            float grad_scale = 1.0f);
   // The same with every unit's gradients in one packed buffer (packed_size elements).
-  void Step(std::span<float* const> pieces, const float* packed_grads, float lr);
+  void Step(std::span<float* const> pieces, const float* packed_grads, float lr,
+            float grad_scale = 1.0f);
 
   const ShardLayout& layout() const { return layout_; }
   int rank() const { return rank_; }

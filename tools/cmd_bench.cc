@@ -104,8 +104,9 @@ int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64
     model.ForwardBackward(in.data(), tgt.data(), 1.0f);
     double fb = Since(t1);
     auto t2 = Clock::now();
-    ClipGradNorm(grads, model.num_params(), 1.0);
-    adamw.Step(params, grads, 1e-4f);
+    // As the trainer does: the clipping factor is folded into AdamW's read of the gradients.
+    const float clip = ClipScale(GlobalL2Norm(grads, model.num_params()), 1.0);
+    adamw.Step(params, grads, 1e-4f, clip);
     double o = Since(t2);
     if (s == 0) continue;
     fwd.push_back(f);

@@ -448,7 +448,7 @@ void ParamShards::ScaleGradients(float factor) {
   for (int u = 0; u < layout_.num_units(); ++u) ScaleInPlace(g[u], layout_.piece_real(u, lrank), factor);
 }
 
-Status ParamShards::Step(float lr) {
+Status ParamShards::Step(float lr, float grad_scale) {
   RETURN_IF_ERROR(status_);
   const int U = layout_.num_units();
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
@@ -462,7 +462,8 @@ Status ParamShards::Step(float lr) {
     }
   }
   const std::vector<float*> grads = GradPieces();
-  optimizer_->Step(pieces, std::vector<const float*>(grads.begin(), grads.end()), lr);
+  optimizer_->Step(pieces, std::vector<const float*>(grads.begin(), grads.end()), lr,
+                   grad_scale);
   if (low_) {  // the new parameters are the master weights rounded
     for (int u = 0; u < U; ++u) {
       const int64_t real = layout_.piece_real(u, lrank);

@@ -89,7 +89,7 @@ class ParamShards final : public ParamStore {
 
   // Training step protocol: BeginStep(); for each micro-batch k: BeginMicroBatch(k), the
   // model's ForwardBackward, check status(); then FinishGradients(), GradSumOfSquares(),
-  // ScaleGradients() as needed, Step(lr).
+  // ScaleGradients() as needed, Step(lr, grad_scale).
   void BeginStep();
   void BeginMicroBatch(int64_t micro);
   // Waits for every gradient reduction of the step. Afterwards this rank holds the reduced
@@ -111,8 +111,10 @@ class ParamShards final : public ParamStore {
   // Multiplies this rank's reduced gradients by `factor` (loss-scale removal, clipping).
   void ScaleGradients(float factor);
   // AdamW over this rank's pieces, the rounding of master weights into low-precision
-  // parameters and (zero 1/2) the all-gather of every unit's updated pieces.
-  Status Step(float lr);
+  // parameters and (zero 1/2) the all-gather of every unit's updated pieces. grad_scale: the
+  // clipping coefficient folded into AdamW's read of the gradients (the bits of
+  // ScaleGradients(grad_scale) then Step(lr), one pass fewer; the gradients are not written).
+  Status Step(float lr, float grad_scale = 1.0f);
   // The full fp32 (master) weights, gathered unit by unit; every rank must call it, only
   // `root` gets the n values (the others get an empty vector).
   Result<std::vector<float>> GatherFull(int root);

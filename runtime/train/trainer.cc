@@ -375,7 +375,8 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
     ASSIGN_OR_RETURN(loss_sum, FromLastStage(loss_sum));
   }
   r.loss = loss_sum / static_cast<double>(accum * dp_size_);
-  ASSIGN_OR_RETURN(r.grad_norm, ClipGradients());
+  ASSIGN_OR_RETURN(const ClippedNorm clipped, ClipGradients());
+  r.grad_norm = clipped.norm;
   // Every rank sees the same norm and loss, so every rank reaches the same verdict.
   const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
   const bool can_back_off = loss_scaler_ && config_.mixed_precision.loss_scale == LossScaleMode::kDynamic &&
@@ -386,15 +387,15 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   r.skipped = r.guard.verdict != StepGuard::Verdict::kApply;
   if (r.skipped) return r;
   checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
-  RETURN_IF_ERROR(shards_->Step(lr));
+  RETURN_IF_ERROR(shards_->Step(lr, clipped.grad_scale));
   return r;
 }
 
 // clip_grad_norm_ over the global (unscaled) gradient with the same bits as one rank
-// (ParamShards::GradSumOfSquares); only this rank's pieces are scaled. Under tensor
+// (ParamShards::GradSumOfSquares); only this rank's pieces are scaled, inside Step. Under tensor
 // parallelism each tp rank sums its own parameters (copies of replicated ones only on tp
 // rank 0) and the tp ranks' sums are added in rank order: every rank gets the same norm.
-Result<double> Trainer::ClipGradients() {
+Result<Trainer::ClippedNorm> Trainer::ClipGradients() {
   double sum_sq = 0;
   if (tp_ == nullptr && pp_ == nullptr) {
     ASSIGN_OR_RETURN(sum_sq, shards_->GradSumOfSquares());
@@ -414,15 +415,13 @@ Result<double> Trainer::ClipGradients() {
     for (double v : sums) sum_sq += v;
   }
   double norm = std::sqrt(sum_sq);
-  if (!std::isfinite(norm)) return norm;  // the step is skipped: nothing to scale
+  if (!std::isfinite(norm)) return ClippedNorm{norm, 1.0f};  // the step is skipped
   if (loss_scaler_ && loss_scaler_->scale() != 1.0) {
     // Exact: the scale is a power of two.
     shards_->ScaleGradients(static_cast<float>(1.0 / loss_scaler_->scale()));
     norm /= loss_scaler_->scale();
   }
-  const double coef = ClipCoefficient(norm, config_.optimizer.grad_clip);
-  if (coef < 1.0) shards_->ScaleGradients(static_cast<float>(coef));
-  return norm;
+  return ClippedNorm{norm, ClipScale(norm, config_.optimizer.grad_clip)};
 }
 
 

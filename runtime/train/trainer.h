@@ -120,8 +120,14 @@ class Trainer {
                        FILE* out);
   JsonValue LayoutJson() const;
   Result<StepResult> TrainStep(float lr);
-  // Unscales (fp16), measures the global norm and clips this rank's reduced gradients.
-  Result<double> ClipGradients();
+  // The global gradient norm (unscaled) and the clipping factor for Step to fold in.
+  struct ClippedNorm {
+    double norm = 0;
+    float grad_scale = 1.0f;  // ClipScale(norm, grad_clip): 1 = no clipping
+  };
+  // Unscales (fp16) this rank's reduced gradients and measures the global norm; the clipping
+  // itself is left to ParamShards::Step (grad_scale), which reads the gradients anyway.
+  Result<ClippedNorm> ClipGradients();
   void Phase(TrainPhase phase) {
     if (link_ != nullptr) link_->SetPhase(phase);
   }

@@ -2,6 +2,7 @@
 // tests/kernels/activation_test.cc — GELU (tanh form), SwiGLU, residual adds and the
 // vectorised exp they rely on: references in double, finite differences, determinism.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "runtime/kernels/cpu/ops.h"
@@ -34,6 +35,35 @@ TEST(ExpF, WithinFewUlpOfStdExpOverTheRange) {
 
 double GeluRef(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// vec::Max is the select "x > m ? x : m" lane by lane (16 lanes, then the lanes in order, then
+// the tail), whatever instructions run it: the same bits with NaNs, infinities and signed zeros.
+float MaxBySelect(const float* x, int64_t n) {
+  float lane[vec::kLanes];
+  for (float& l : lane) l = x[0];
+  int64_t i = 0;
+  for (; i + vec::kLanes <= n; i += vec::kLanes)
+    for (int j = 0; j < vec::kLanes; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  float m = lane[0];
+  for (int j = 1; j < vec::kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+TEST(VecMax, SameBitsAsTheLaneSelectIncludingNanAndSignedZero) {
+  const float specials[] = {std::nanf(""), 0.0f, -0.0f, INFINITY, -INFINITY, 1.5f, -2.0f};
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t n = 1 + next() % 200;
+    std::vector<float> x(n);
+    for (float& v : x) {
+      v = next() % 4 == 0 ? specials[next() % 7] : static_cast<float>(next() % 2001) * 1e-3f - 1.0f;
+    }
+    const float want = MaxBySelect(x.data(), n), got = vec::Max(x.data(), n);
+    ASSERT_EQ(std::memcmp(&want, &got, sizeof got), 0) << "trial " << trial << " n " << n;
+  }
 }
 
 TEST(Gelu, ForwardMatchesTanhFormula) {

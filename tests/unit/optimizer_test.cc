@@ -3,6 +3,7 @@
 // links: tessera_optimizer
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -281,6 +282,66 @@ TEST(GradNorm, SameBitsForAnyThreadCount) {
   const double three = GlobalL2Norm(x.data(), n);
   EXPECT_EQ(std::memcmp(&one, &two, sizeof one), 0);
   EXPECT_EQ(std::memcmp(&one, &three, sizeof one), 0);
+}
+
+// The lane order grad_clip.cc documents, written as plainly as possible: lane j sums
+// x[j], x[j+8], ... over whole groups of 8, the tail goes into lane 0, then 0 + lanes 0..7.
+double BlockSumInDocumentedOrder(const float* x, int64_t n) {
+  double lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += double(x[i + j]) * double(x[i + j]);
+  for (; i < n; ++i) lane[0] += double(x[i]) * double(x[i]);
+  double s = 0.0;
+  for (double v : lane) s += v;
+  return s;
+}
+
+TEST(GradNorm, BlockPartialsFollowTheDocumentedLaneOrderForAnyLength) {
+  // Lengths around the 8-lane groups, the 4-block interleaved groups and partial blocks.
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{9}, kNormBlock - 1, kNormBlock + 3,
+                    3 * kNormBlock, 4 * kNormBlock, 4 * kNormBlock + 1, 9 * kNormBlock - 5}) {
+    const std::vector<float> x = RandomVector(n, 40 + static_cast<uint32_t>(n % 1000), 3.0f);
+    std::vector<double> partial(static_cast<size_t>(NumNormBlocks(n)));
+    BlockSumsOfSquares(x.data(), n, partial.data());
+    for (int64_t b = 0; b < NumNormBlocks(n); ++b) {
+      const int64_t len = std::min(kNormBlock, n - b * kNormBlock);
+      const double want = BlockSumInDocumentedOrder(x.data() + b * kNormBlock, len);
+      ASSERT_EQ(std::memcmp(&partial[b], &want, sizeof want), 0) << "n=" << n << " block " << b;
+    }
+  }
+}
+
+TEST(AdamW, FoldedGradScaleEqualsScalingTheGradientsFirst) {
+  ThreadCountGuard guard;
+  const int64_t n = 3 * AdamW::kChunk + 123;
+  const std::vector<ParamRange> ranges = {{0, 1000, true, "w"}, {1000, 77, false, "b"},
+                                          {1077, n - 1077, true, "w2"}};
+  const std::vector<float> p0 = RandomVector(n, 50, 0.02f);
+  const float scale = 0.37f;
+  for (int threads : {1, 2}) {
+    cpu::SetNumThreads(threads);
+    AdamW separate(AdamWConfig{}, n, ranges, nullptr), folded(AdamWConfig{}, n, ranges, nullptr);
+    std::vector<float> ps = p0, pf = p0;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> g = RandomVector(n, 60 + static_cast<uint32_t>(step), 1e-2f);
+      const std::vector<float> g_before = g;
+      folded.Step(pf.data(), g.data(), 1e-3f, scale);
+      EXPECT_TRUE(SameBits(g.data(), g_before.data(), n)) << "the gradients are only read";
+      ScaleInPlace(g.data(), n, scale);
+      separate.Step(ps.data(), g.data(), 1e-3f);
+    }
+    EXPECT_TRUE(SameBits(pf.data(), ps.data(), n));
+    EXPECT_TRUE(SameBits(folded.exp_avg().f32(), separate.exp_avg().f32(), n));
+    EXPECT_TRUE(SameBits(folded.exp_avg_sq().f32(), separate.exp_avg_sq().f32(), n));
+  }
+}
+
+TEST(ClipScale, IsTheFloatCoefficientOrExactlyOne) {
+  EXPECT_EQ(ClipScale(4.0, 1.0), static_cast<float>(1.0 / (4.0 + 1e-6)));
+  EXPECT_EQ(ClipScale(0.5, 1.0), 1.0f);                                        // below max_norm
+  EXPECT_EQ(ClipScale(4.0, 0.0), 1.0f);                                        // clipping off
+  EXPECT_EQ(ClipScale(std::numeric_limits<double>::infinity(), 1.0), 1.0f);  // step skipped
 }
 
 TEST(ClipGradNorm, BelowThresholdLeavesGradientsAlone) {

@@ -161,6 +161,45 @@ TEST(ShardedAdamW, EveryRankSteppingItsPiecesEqualsOneAdamW) {
   }
 }
 
+TEST(ShardedAdamW, FoldedGradScaleEqualsScalingTheGradientsFirst) {
+  const int ranks = 3;
+  const ShardLayout layout(UnitBounds(), ranks, 64);
+  const int64_t n = layout.num_params();
+  const std::vector<ParamRange> ranges = Ranges(n);
+  const float scale = 0.25f + 1.0f / 3.0f;  // not a power of two: the rounding is exercised
+  for (OptimizerOffload off : {OptimizerOffload::kNone, OptimizerOffload::kCpu}) {
+    std::vector<float> p_ref = Ramp(n, 1.0f, 0.1f);
+    AdamW whole(Cfg(), n, ranges, nullptr);
+    std::vector<std::unique_ptr<ShardedAdamW>> shards;
+    for (int r = 0; r < ranks; ++r) {
+      shards.push_back(std::make_unique<ShardedAdamW>(Cfg(off), layout, r, ranges, true, nullptr));
+      shards[r]->LoadMaster(p_ref.data());
+    }
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = Ramp(n, 0.5f, 0.01f * step);
+      std::vector<float> g_scaled = g;
+      ScaleInPlace(g_scaled.data(), n, scale);
+      whole.Step(p_ref.data(), g_scaled.data(), 1e-2f);
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<const float*> grads;
+        for (int u = 0; u < layout.num_units(); ++u) {
+          grads.push_back(g.data() + std::min(layout.piece_begin(u, r), n));
+        }
+        shards[r]->Step({}, grads, 1e-2f, scale);
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {
+      for (int u = 0; u < layout.num_units(); ++u) {
+        const int64_t real = layout.piece_real(u, r);
+        if (real == 0) continue;
+        EXPECT_EQ(std::memcmp(shards[r]->master(u), p_ref.data() + layout.piece_begin(u, r),
+                              real * sizeof(float)), 0)
+            << "rank " << r << " unit " << u;
+      }
+    }
+  }
+}
+
 TEST(ShardedAdamW, PackedStateIsAccountedAsOptimizerState) {
   const ShardLayout layout(UnitBounds(), 3, kNormBlock);
   const int64_t packed_bytes = layout.packed_size() * int64_t{sizeof(float)};

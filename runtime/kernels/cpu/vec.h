@@ -13,6 +13,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 namespace tessera::cpu::vec {
 
@@ -102,12 +105,26 @@ inline float SumSqDiff(const float* x, float c, int64_t n) {
 }
 
 // Max of x[0..n), n >= 1. Max is exact, so the order does not matter for the result.
+// gcc leaves the lane loop scalar (16 vmaxss per 16 elements: with -ftrapping-math it does not
+// turn the select into vmaxps), so AVX builds use vmaxps(x, acc) = x > acc ? x : acc per lane,
+// the same select with the same NaN and signed-zero outcome, hence the same bits.
 inline float Max(const float* x, int64_t n) {
   float acc[kLanes];
   for (int j = 0; j < kLanes; ++j) acc[j] = x[0];
   int64_t i = 0;
+#if defined(__AVX__)
+  static_assert(kLanes == 16, "two 8-float registers");
+  __m256 lo = _mm256_set1_ps(x[0]), hi = lo;
+  for (; i + kLanes <= n; i += kLanes) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(x + i), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), hi);
+  }
+  _mm256_storeu_ps(acc, lo);
+  _mm256_storeu_ps(acc + 8, hi);
+#else
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+#endif
   float m = acc[0];
   for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
