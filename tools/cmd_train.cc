@@ -194,7 +194,7 @@ int RunEval(const Args& args) {
     if (!b.ok() || *b == 0) return FailUsage("eval", InvalidArgument("tessera eval: --batches must be >= 1"));
     c.train.eval_batches = *b;
   }
-  cpu::SetNumThreads(c.train.threads);  // same threads, same bits as the eval inside training
+  (void)cpu::SetThreadsForConfig(c.train.threads);  // same threads, same bits as the eval inside training
   MemoryTracker memory;
   auto model = BuildModel(c, &memory);
   if (!model.ok()) return Fail("eval", model.status(), Phase::kInput);
@@ -242,7 +242,7 @@ int RunExport(const Args& args) {
   if (Status s = CheckOutputPath(parsed->Get("--out"), inputs); !s.ok()) {
     return Fail("export", s, Phase::kInput);
   }
-  cpu::SetNumThreads(config->train.threads);
+  (void)cpu::SetThreadsForConfig(config->train.threads);
   MemoryTracker memory;
   auto model = BuildModel(*config, &memory, parsed->Get("--init-from"));
   if (!model.ok()) return Fail("export", model.status(), Phase::kInput);
