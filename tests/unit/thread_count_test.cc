@@ -13,6 +13,7 @@ ThreadInputs Inputs(int cores, int local_ranks, std::optional<std::string> omp =
                     int config_threads = 0) {
   ThreadInputs in;
   in.cores = cores;
+  in.host_cores = cores;
   in.local_ranks = local_ranks;
   in.omp_num_threads = std::move(omp);
   in.config_threads = config_threads;
@@ -43,6 +44,30 @@ TEST(ThreadCount, MoreRanksThanCoresStillGetOneThread) {
   EXPECT_EQ(c.count, 1);
   EXPECT_EQ(c.Describe(), "1 per rank (2 cores / 4 ranks on this host, at least 1)");
   EXPECT_EQ(ChooseThreads(Inputs(1, 3)).Describe(), "1 per rank (1 core / 3 ranks on this host, at least 1)");
+}
+
+TEST(ThreadCount, ARankBoundToFewerCoresThanItsShareRunsOnThoseCores) {
+  ThreadInputs in = Inputs(1, 2);
+  in.host_cores = 16;  // mpirun bound this rank to one core of 16
+  const ThreadChoice c = ChooseThreads(in);
+  EXPECT_EQ(c.count, 1);
+  EXPECT_EQ(c.Describe(), "1 per rank (bound to 1 core; 16 cores / 2 ranks on this host)");
+}
+
+TEST(ThreadCount, ARankBoundToItsShareOfTheHostSaysTheDivision) {
+  ThreadInputs in = Inputs(1, 2);
+  in.host_cores = 2;  // mpirun -np 2 on 2 cores binds each rank to one
+  EXPECT_EQ(ChooseThreads(in).Describe(), "1 per rank (2 cores / 2 ranks on this host)");
+  in = Inputs(8, 2);
+  in.host_cores = 16;  // bound to a socket of 8
+  EXPECT_EQ(ChooseThreads(in).Describe(), "8 per rank (16 cores / 2 ranks on this host)");
+}
+
+TEST(ThreadCount, OneProcessBoundToSomeCoresUsesThoseCores) {
+  ThreadInputs in = Inputs(2, 1);
+  in.host_cores = 64;
+  EXPECT_EQ(ChooseThreads(in).Describe(), "2 (bound to 2 of 64 cores)");
+  EXPECT_EQ(ChooseThreads(Inputs(1, 1)).Describe(), "1 (the 1 core)");
 }
 
 TEST(ThreadCount, ExplicitOmpNumThreadsWinsOverTheDivision) {
@@ -82,6 +107,7 @@ TEST(ThreadCount, NonsenseInputsNeverGiveFewerThanOneThread) {
 TEST(ThreadCount, EnvironmentReaderSeesAtLeastOneCoreAndPassesTheConfigThrough) {
   const ThreadInputs in = ThreadInputsFromEnvironment(5);
   EXPECT_GE(in.cores, 1);
+  EXPECT_GE(in.host_cores, in.cores);
   EXPECT_GE(in.local_ranks, 1);
   EXPECT_EQ(in.config_threads, 5);
 }

@@ -3,6 +3,7 @@
 #include "runtime/kernels/cpu/thread_count.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -45,8 +46,12 @@ std::string ThreadChoice::Describe() const {
   return std::to_string(count) + (per_rank ? " per rank" : "") + " (" + reason + ")";
 }
 
+// "1 core", "2 cores".
+static std::string Cores(int n) { return std::to_string(n) + (n == 1 ? " core" : " cores"); }
+
 ThreadChoice ChooseThreads(const ThreadInputs& in) {
   const int cores = std::max(1, in.cores);
+  const int host_cores = std::max(cores, in.host_cores);
   const int ranks = std::max(1, in.local_ranks);
   ThreadChoice c;
   c.per_rank = ranks > 1;
@@ -63,13 +68,16 @@ ThreadChoice ChooseThreads(const ThreadInputs& in) {
     }
   }
   if (ranks > 1) {
-    c.count = std::max(1, cores / ranks);
-    c.reason = std::to_string(cores) + (cores == 1 ? " core / " : " cores / ") +
-               std::to_string(ranks) + " ranks on this host" + (cores < ranks ? ", at least 1" : "");
+    const int share = std::max(1, host_cores / ranks);
+    const std::string division = Cores(host_cores) + " / " + std::to_string(ranks) +
+                                 " ranks on this host" + (host_cores < ranks ? ", at least 1" : "");
+    c.count = std::min(share, cores);
+    c.reason = cores < share ? "bound to " + Cores(cores) + "; " + division : division;
     return c;
   }
   c.count = cores;
-  c.reason = cores == 1 ? "the 1 core" : "all " + std::to_string(cores) + " cores";
+  c.reason = cores == host_cores ? (cores == 1 ? "the 1 core" : "all " + Cores(cores))
+                                 : "bound to " + std::to_string(cores) + " of " + Cores(host_cores);
   return c;
 }
 
@@ -82,6 +90,8 @@ ThreadInputs ThreadInputsFromEnvironment(int config_threads) {
   } else {
     in.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  in.host_cores = std::max(in.cores, online > 0 ? static_cast<int>(online) : 1);
   if (auto local = Env("OMPI_COMM_WORLD_LOCAL_SIZE")) in.local_ranks = PositiveInt(*local).value_or(1);
   in.omp_num_threads = Env("OMP_NUM_THREADS");
   in.config_threads = config_threads;
