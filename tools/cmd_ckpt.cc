@@ -296,7 +296,7 @@ int RunVerify(const ParsedArgs& p) {
     const bool corrupt = reader.status().code() == StatusCode::kDataLoss;
     std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", corrupt ? "CORRUPT" : "cannot open",
                  reader.status().ToString().c_str());
-    return corrupt ? kExitCorruptCheckpoint : ExitCodeFor(reader.status());
+    return ExitCodeFor(reader.status(), ExitPhase::kCheckpointVerify);
   }
   auto bytes = (*reader)->VerifyAll();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -304,7 +304,7 @@ int RunVerify(const ParsedArgs& p) {
     const bool corrupt = bytes.status().code() == StatusCode::kDataLoss;
     std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", corrupt ? "CORRUPT" : "read failed",
                  bytes.status().ToString().c_str());
-    return corrupt ? kExitCorruptCheckpoint : ExitCodeFor(bytes.status());
+    return ExitCodeFor(bytes.status(), ExitPhase::kCheckpointVerify);
   }
   const Manifest& m = (*reader)->manifest();
   // The metadata as a resume reads it: the trainer's state (saved_state.h) must be one a run
@@ -369,8 +369,7 @@ int RunExportCkpt(const ParsedArgs& p) {
   const std::string dir = root + "/" + StepDirName(*step);
   auto reader = CheckpointReader::Open(dir);
   if (!reader.ok()) {
-    const bool corrupt = reader.status().code() == StatusCode::kDataLoss;
-    return Fail("export", reader.status(), corrupt ? kExitCorruptCheckpoint : kExitBadInput);
+    return Fail("export", reader.status(), ExitCodeFor(reader.status(), ExitPhase::kCheckpointExport));
   }
   const Manifest& m = (*reader)->manifest();
   auto config = LoadConfigFromText(m.config_yaml, dir + "/manifest.json config_yaml");
@@ -390,7 +389,7 @@ int RunExportCkpt(const ParsedArgs& p) {
     float* at = values.data() + offset;
     Status s = (*reader)->Read("param/" + d.name, 0, d.shape.numel(), at);
     if (!s.ok()) {
-      return Fail("export", s, s.code() == StatusCode::kDataLoss ? kExitCorruptCheckpoint : kExitBadInput);
+      return Fail("export", s, ExitCodeFor(s, ExitPhase::kCheckpointExport));
     }
     Parameter prm;
     prm.spec = ShardSpec::Whole(d.name, d.shape);
