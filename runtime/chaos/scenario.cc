@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "runtime/core/file_util.h"
+#include "runtime/core/suggest.h"
 #include "runtime/core/yaml_input.h"
 
 namespace tessera {
@@ -69,34 +70,6 @@ std::vector<std::string> AllKindNames() {
   std::vector<std::string> names;
   for (const KindName& k : kKindNames) names.push_back(k.name);
   return names;
-}
-
-// Levenshtein distance, for "did you mean" on misspelt keys and kinds.
-int EditDistance(const std::string& a, const std::string& b) {
-  std::vector<int> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    int diagonal = row[0];
-    row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const int up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// " (did you mean "x"?)" when one candidate is a plausible typo of `word`, else "".
-std::string Suggestion(const std::string& word, const std::vector<std::string>& candidates) {
-  const int limit = std::max<int>(2, static_cast<int>(word.size()) / 3);
-  std::string best;
-  int best_distance = limit + 1;
-  for (const std::string& c : candidates) {
-    const int d = EditDistance(word, c);
-    if (d < best_distance) best = c, best_distance = d;
-  }
-  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
 }
 
 // How a node looks in a "got ..." clause.
@@ -276,7 +249,7 @@ class MapReader {
   Status Finish() const {
     for (const Entry& e : entries_) {
       if (std::find(known_.begin(), known_.end(), e.key) != known_.end()) continue;
-      std::string problem = "unknown key" + Suggestion(e.key, known_);
+      std::string problem = "unknown key" + DidYouMean(e.key, known_);
       if (problem == "unknown key") {
         problem += " (valid keys" + (prefix_.empty() ? "" : " of " + prefix_) + ": " +
                    Join(known_, ", ") + ")";
@@ -326,7 +299,7 @@ Result<FaultKind> Kind(const Errors& errors, const YAML::Node& node, const std::
   }
   return errors.At(node.Mark(), dotted,
                    "expected one of " + Join(names, " | ") + ", got " + Describe(node) +
-                       (node.IsScalar() ? Suggestion(node.Scalar(), names) : ""));
+                       (node.IsScalar() ? DidYouMean(node.Scalar(), names) : ""));
 }
 
 // The config path as the runner will use it: as written if it names a file from the current
