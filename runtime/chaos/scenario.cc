@@ -111,8 +111,7 @@ class Errors {
   explicit Errors(std::string file) : file_(std::move(file)) {}
   const std::string& file() const { return file_; }
   std::string Where(const YAML::Mark& mark) const {
-    if (mark.is_null()) return file_;
-    return file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    return mark.is_null() ? file_ : YamlWhere(file_, mark.line, mark.column);
   }
   Status At(const YAML::Mark& mark, const std::string& dotted, const std::string& problem) const {
     return InvalidArgument(Where(mark) + ": " + dotted + ": " + problem);
