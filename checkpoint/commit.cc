@@ -25,22 +25,12 @@
 namespace tessera {
 namespace {
 
-constexpr std::string_view kOldSuffix = ".old";
-constexpr std::string_view kDeletingSuffix = ".deleting";
-constexpr std::string_view kTmpSuffix = ".tmp";
-
 std::string Join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   if (dir.back() == '/') return dir + name;
   return dir + "/" + name;
 }
 
-
-// The step of "step_<N><suffix>", else -1.
-int64_t ParseSuffixed(std::string_view name, std::string_view suffix) {
-  if (name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) return -1;
-  return ParseStepDirName(name.substr(0, name.size() - suffix.size()));
-}
 
 bool Contains(const std::vector<std::string>& sorted_names, const std::string& name) {
   return std::binary_search(sorted_names.begin(), sorted_names.end(), name);
@@ -57,19 +47,6 @@ Status Discard(const std::string& root, const std::string& name, int64_t step, F
 
 }  // namespace
 
-int64_t ParseStepDirName(std::string_view name) {
-  constexpr std::string_view kPrefix = "step_";
-  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return -1;
-  const std::string_view digits = name.substr(kPrefix.size());
-  if (digits.size() > 18) return -1;  // fits int64 without overflow
-  int64_t step = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return -1;
-    step = step * 10 + (c - '0');
-  }
-  return StepDirName(step) == name ? step : -1;
-}
-
 Result<std::vector<std::string>> SweepRoot(const std::string& root, FileSystem& fs) {
   Result<std::vector<std::string>> listed = fs.ListDir(root);
   if (!listed.ok() && listed.status().code() == StatusCode::kNotFound) {
@@ -80,12 +57,12 @@ Result<std::vector<std::string>> SweepRoot(const std::string& root, FileSystem& 
   for (const std::string& name : names) {
     // A .tmp of any step is a save that died before its commit (none is in flight): without
     // this, one of a step never saved again would hold a checkpoint's worth of disk forever.
-    if (ParseSuffixed(name, kDeletingSuffix) >= 0 || ParseSuffixed(name, kTmpSuffix) >= 0) {
+    if (ParseSuffixedStepDirName(name, kDeletingSuffix) >= 0 || ParseSuffixedStepDirName(name, kStagingSuffix) >= 0) {
       RETURN_IF_ERROR(fs.RemoveTree(Join(root, name)));
-      if (ParseSuffixed(name, kTmpSuffix) >= 0) removed_staging.push_back(name);
+      if (ParseSuffixedStepDirName(name, kStagingSuffix) >= 0) removed_staging.push_back(name);
       continue;
     }
-    const int64_t step = ParseSuffixed(name, kOldSuffix);
+    const int64_t step = ParseSuffixedStepDirName(name, kOldSuffix);
     if (step < 0) continue;
     if (Contains(names, StepDirName(step))) {
       RETURN_IF_ERROR(Discard(root, name, step, fs));
@@ -96,15 +73,6 @@ Result<std::vector<std::string>> SweepRoot(const std::string& root, FileSystem& 
   }
   return removed_staging;
 }
-
-std::string StepDirName(int64_t step) {
-  TESSERA_CHECK(step >= 0);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::string StagingDirName(int64_t step) { return StepDirName(step) + std::string(kTmpSuffix); }
 
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem& fs) {
   Result<std::vector<std::string>> names = fs.ListDir(root);
@@ -122,7 +90,7 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem&
     // Committed = the manifest entry exists, whatever it is: a manifest that is a directory,
     // a FIFO or a link is a damaged checkpoint for the loader to refuse and set aside, not a
     // checkpoint that was never committed.
-    ASSIGN_OR_RETURN(const FileKind manifest_kind, fs.Kind(Join(Join(root, name), "manifest.json")));
+    ASSIGN_OR_RETURN(const FileKind manifest_kind, fs.Kind(Join(Join(root, name), std::string(kManifestFileName))));
     if (manifest_kind == FileKind::kMissing) continue;
     steps.push_back(step);
   }
@@ -155,7 +123,7 @@ Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& 
   const std::string staging = Join(root, StagingDirName(m.step));
   const std::string final_dir = Join(root, step_name);
   const std::string old_name = step_name + std::string(kOldSuffix);
-  const std::string manifest_path = Join(staging, "manifest.json");
+  const std::string manifest_path = Join(staging, std::string(kManifestFileName));
 
   // Never commit what a loader would reject: the manifest must read back (this includes
   // ValidateCoverage) and every shard must be there with the size the manifest states.

@@ -22,14 +22,12 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/file_names.h"
 #include "checkpoint/manifest.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
-
-std::string StepDirName(int64_t step);     // "step_00000100"
-std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
 
 // Steps of the committed checkpoint directories under `root` (directories named step_<N>
 // holding an entry manifest.json — of any kind: a manifest that is a FIFO or a directory is a
@@ -37,10 +35,6 @@ std::string StagingDirName(int64_t step);  // "step_00000100.tmp"
 // canonical StepDirName spelling counts ("step_1" is ignored), so no step is listed twice.
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
                                             FileSystem& fs = DefaultFileSystem());
-
-// The step of a canonical "step_<N>" name (exactly what StepDirName(N) writes), else -1.
-// Canonical only, so "step_1" and "step_00000001" can never both claim step 1.
-int64_t ParseStepDirName(std::string_view name);
 
 // Creates `dir` and its missing parents durably: after each mkdir, the new directory's parent
 // is fsynced, since a directory entry survives a power loss only once its directory is synced

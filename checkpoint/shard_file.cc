@@ -73,8 +73,6 @@ Status CheckRegular(FileSystem& fs, const std::string& path) {
 
 }  // namespace
 
-std::string ShardFileName(int rank) { return "shard_" + std::to_string(rank) + ".bin"; }
-
 // ---------------------------------------------------------------------------------------------
 // ShardWriter
 
@@ -170,7 +168,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->fs_ = &fs;
   r->dir_ = dir;
-  const std::string manifest_path = JoinPath(dir, "manifest.json");
+  const std::string manifest_path = ManifestPath(dir);
   // The manifest and the shards must be the directory's own regular files: a symbolic link
   // (which could point at another checkpoint's manifest) or a FIFO is damage, refused here.
   RETURN_IF_ERROR(CheckRegular(fs, manifest_path));

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "checkpoint/file_names.h"
 #include "checkpoint/manifest.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/status.h"
@@ -24,9 +25,6 @@ namespace tessera {
 
 inline constexpr uint64_t kMaxSegmentBytes = uint64_t{4} << 20;  // 4 MiB
 inline constexpr uint64_t kSegmentAlign = 64;
-
-// "shard_<rank>.bin".
-std::string ShardFileName(int rank);
 
 class ShardWriter {
  public:

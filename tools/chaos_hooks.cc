@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "checkpoint/file_names.h"
 #include "runtime/core/json.h"
 #include "runtime/supervisor/rank_env.h"
 
@@ -51,17 +52,8 @@ std::vector<std::string_view> Components(std::string_view path) {
   return parts;
 }
 
-// "step_<digits>.tmp": a staging directory's name (checkpoint/commit.h StagingDirName).
-bool IsStagingName(std::string_view name) {
-  constexpr std::string_view kPrefix = "step_", kSuffix = ".tmp";
-  if (name.size() <= kPrefix.size() + kSuffix.size()) return false;
-  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
-  if (name.substr(name.size() - kSuffix.size()) != kSuffix) return false;
-  for (char c : name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size())) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
+// "step_<N>.tmp": a staging directory's name (checkpoint/file_names.h StagingDirName).
+bool IsStagingName(std::string_view name) { return ParseSuffixedStepDirName(name, kStagingSuffix) >= 0; }
 
 // Where `path` sits relative to a checkpoint staging directory.
 enum class Where { kOutside, kStagingDir, kInStaging };
@@ -194,7 +186,7 @@ Result<ChaosPlan> LoadChaosPlan(const std::string& path) {
 // ChaosFileSystem
 
 ChaosFileSystem::ChaosFileSystem(ChaosPlan plan, int rank, FileSystem& base)
-    : plan_(std::move(plan)), rank_(rank), base_(base), my_shard_("shard_" + std::to_string(rank) + ".bin") {
+    : plan_(std::move(plan)), rank_(rank), base_(base), my_shard_(ShardFileName(rank)) {
   for (const ChaosHook& h : plan_.hooks) {
     if (h.rank != -1 && h.rank != rank_) continue;
     (h.kind == ChaosHookKind::kIoError ? io_hooks_ : kill_hooks_).push_back(&h);

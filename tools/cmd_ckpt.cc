@@ -22,6 +22,7 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/commit.h"
+#include "checkpoint/file_names.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/shard_file.h"
 #include "models/hf_weights.h"
@@ -165,7 +166,7 @@ struct Row {
 // Size, layout and timings of a committed directory the catalog does not know, from its
 // manifest (validated, but shards are not read).
 std::optional<CheckpointEntry> EntryFromManifest(const std::string& root, int64_t step) {
-  const std::string path = root + "/" + StepDirName(step) + "/manifest.json";
+  const std::string path = ManifestPath(root + "/" + StepDirName(step));
   auto text = ReadFileToString(path, kMaxManifestBytes);
   if (!text.ok()) return std::nullopt;
   auto m = ParseManifest(*text, path);
@@ -197,7 +198,7 @@ int RunLs(const ParsedArgs& p) {
   auto catalog = Catalog::Open(root, /*read_only=*/true);
   if (!catalog.ok()) {
     catalog_note = catalog.status().code() == StatusCode::kNotFound
-                       ? "no catalog at " + root + "/catalog: listing from disk only"
+                       ? "no catalog at " + root + "/" + std::string(kCatalogDirName) + ": listing from disk only"
                        : "catalog unusable (" + catalog.status().message() + "): listing from disk only";
   } else {
     auto entries = (*catalog)->List();
@@ -296,7 +297,7 @@ int RunVerify(const ParsedArgs& p) {
     const bool corrupt = reader.status().code() == StatusCode::kDataLoss;
     std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", corrupt ? "CORRUPT" : "cannot open",
                  reader.status().ToString().c_str());
-    return corrupt ? kExitCorruptCheckpoint : ExitCodeFor(reader.status());
+    return ExitCodeFor(reader.status(), ExitPhase::kCheckpointVerify);
   }
   auto bytes = (*reader)->VerifyAll();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -304,12 +305,12 @@ int RunVerify(const ParsedArgs& p) {
     const bool corrupt = bytes.status().code() == StatusCode::kDataLoss;
     std::fprintf(stderr, "tessera ckpt verify: %s: %s\n", corrupt ? "CORRUPT" : "read failed",
                  bytes.status().ToString().c_str());
-    return corrupt ? kExitCorruptCheckpoint : ExitCodeFor(bytes.status());
+    return ExitCodeFor(bytes.status(), ExitPhase::kCheckpointVerify);
   }
   const Manifest& m = (*reader)->manifest();
   // The metadata as a resume reads it: the trainer's state (saved_state.h) must be one a run
   // could have saved, and consistent with the config the checkpoint was saved under.
-  if (Status st = CheckSavedStateAsSaved(m, dir + "/manifest.json"); !st.ok()) {
+  if (Status st = CheckSavedStateAsSaved(m, ManifestPath(dir)); !st.ok()) {
     std::fprintf(stderr, "tessera ckpt verify: CORRUPT: %s\n", st.ToString().c_str());
     return kExitCorruptCheckpoint;
   }
@@ -369,11 +370,10 @@ int RunExportCkpt(const ParsedArgs& p) {
   const std::string dir = root + "/" + StepDirName(*step);
   auto reader = CheckpointReader::Open(dir);
   if (!reader.ok()) {
-    const bool corrupt = reader.status().code() == StatusCode::kDataLoss;
-    return Fail("export", reader.status(), corrupt ? kExitCorruptCheckpoint : kExitBadInput);
+    return Fail("export", reader.status(), ExitCodeFor(reader.status(), ExitPhase::kCheckpointExport));
   }
   const Manifest& m = (*reader)->manifest();
-  auto config = LoadConfigFromText(m.config_yaml, dir + "/manifest.json config_yaml");
+  auto config = LoadConfigFromText(m.config_yaml, ManifestPath(dir) + " config_yaml");
   if (!config.ok()) return Fail("export", config.status(), kExitBadInput);
 
   const std::vector<ParamDecl> decls = DeclareParameters(config->model);
@@ -390,7 +390,7 @@ int RunExportCkpt(const ParsedArgs& p) {
     float* at = values.data() + offset;
     Status s = (*reader)->Read("param/" + d.name, 0, d.shape.numel(), at);
     if (!s.ok()) {
-      return Fail("export", s, s.code() == StatusCode::kDataLoss ? kExitCorruptCheckpoint : kExitBadInput);
+      return Fail("export", s, ExitCodeFor(s, ExitPhase::kCheckpointExport));
     }
     Parameter prm;
     prm.spec = ShardSpec::Whole(d.name, d.shape);
@@ -432,7 +432,7 @@ int RunGc(const ParsedArgs& p) {
 
   // Open for writing before deleting anything: if a run holds the catalog, stop here.
   std::unique_ptr<Catalog> catalog;
-  const bool has_catalog = IsDirectory(root + "/catalog");
+  const bool has_catalog = IsDirectory(root + "/" + std::string(kCatalogDirName));
   if (has_catalog && !dry_run) {
     auto c = Catalog::Open(root, /*read_only=*/false);
     if (!c.ok()) return Fail("gc", c.status(), kExitRestartable);

@@ -249,7 +249,7 @@ int RunLaunch(const Args& raw) {
   g_supervisor.store(nullptr);
   if (!outcome.ok()) {
     std::fprintf(stderr, "tessera launch: %s\n", outcome.status().ToString().c_str());
-    return outcome.status().code() == StatusCode::kInvalidArgument ? kExitBadConfig : kExitRestartable;
+    return ExitCodeFor(outcome.status(), ExitPhase::kSupervise);
   }
   return outcome->exit_code;
 }

@@ -19,32 +19,17 @@
 namespace tessera::cli {
 namespace {
 
-// The phase decides the exit code (exit_codes.h): a rejected config or input is final (do not
-// restart), an I/O failure while running may not be.
-enum class Phase { kConfig, kInput, kRun };
-
-int ExitCodeIn(Phase phase, const Status& s) {
-  // A timeout or an I/O error may pass on a restart, whatever the phase; a run with no usable
-  // checkpoint says so with its own code.
-  if (s.code() == StatusCode::kTimeout || s.code() == StatusCode::kIoError ||
-      s.code() == StatusCode::kCorruptCheckpoint) {
-    return ExitCodeFor(s);
-  }
-  if (phase == Phase::kConfig && s.code() == StatusCode::kInvalidArgument) return kExitBadConfig;
-  if (phase == Phase::kConfig && s.code() == StatusCode::kNotFound) return kExitBadConfig;
-  if (phase == Phase::kInput) return kExitBadInput;
-  return ExitCodeFor(s);
-}
-
-int Fail(const std::string& command, const Status& s, Phase phase) {
+// The phase decides the exit code (exit_codes.h, ExitPhase): a rejected config or input is
+// final (do not restart), an I/O failure while running may not be.
+int Fail(const std::string& command, const Status& s, ExitPhase phase) {
   std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), s.ToString().c_str());
-  return ExitCodeIn(phase, s);
+  return ExitCodeFor(s, phase);
 }
 
 // Config-time failures happen identically on every rank, and every rank prints them: when the
 // first rank exits, mpirun kills the others at once, so a message left to rank 0 alone can be
 // lost (seen in tests/multirank). The user may read the same line up to N times.
-int FailOnEveryRank(const Status& s, Phase phase) { return Fail("train", s, phase); }
+int FailOnEveryRank(const Status& s, ExitPhase phase) { return Fail("train", s, phase); }
 
 int FailUsage(const std::string& command, const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
@@ -119,11 +104,11 @@ int RunTrain(const Args& args) {
   if (auto bad = PositionalError(*parsed, "train")) return FailUsage("train", *bad);
   // Under mpirun every rank loads the config and checks the layout on its own.
   auto config = LoadFromArgs(*parsed);
-  if (!config.ok()) return FailOnEveryRank(config.status(), Phase::kConfig);
+  if (!config.ok()) return FailOnEveryRank(config.status(), ExitPhase::kConfig);
   // MPI starts here only if the job needs it (mpirun, or parallel.* > 1); the world-size
   // check runs first, on the launcher's variables, so no rank waits for a peer that quit.
   auto world = World::Create(*config);
-  if (!world.ok()) return FailOnEveryRank(world.status(), Phase::kConfig);
+  if (!world.ok()) return FailOnEveryRank(world.status(), ExitPhase::kConfig);
   const bool multi = (*world)->size() > 1;
   // Under `tessera launch`: connect to the supervisor (null when standalone). A rank that
   // cannot is told to try again (a launcher race, not the config's fault).
@@ -146,16 +131,16 @@ int RunTrain(const Args& args) {
   auto trainer = Trainer::Create(*config, world->get(), run_link);
   if (!trainer.ok()) {
     // A rank that fails alone would leave its peers waiting in the next collective.
-    const int code = say_bye(ExitCodeIn(Phase::kInput, trainer.status()));
+    const int code = say_bye(ExitCodeFor(trainer.status(), ExitPhase::kInput));
     if (multi) AbortJob(trainer.status(), code);
-    return Fail("train", trainer.status(), Phase::kInput);
+    return Fail("train", trainer.status(), ExitPhase::kInput);
   }
   auto summary = (*trainer)->Run((*world)->is_root() ? stdout : nullptr);
   if (!summary.ok()) {
     // Ends every rank with the same exit code a single rank would return.
-    const int code = say_bye(ExitCodeIn(Phase::kRun, summary.status()));
+    const int code = say_bye(ExitCodeFor(summary.status(), ExitPhase::kRun));
     if (multi) AbortJob(summary.status(), code);
-    return Fail("train", summary.status(), Phase::kRun);
+    return Fail("train", summary.status(), ExitPhase::kRun);
   }
   return say_bye(summary->stopped ? kExitStopped : kExitOk);
 }
@@ -180,7 +165,7 @@ int RunEval(const Args& args) {
   if (!parsed.ok()) return FailUsage("eval", parsed.status());
   if (auto bad = PositionalError(*parsed, "eval")) return FailUsage("eval", *bad);
   auto config = LoadFromArgs(*parsed);
-  if (!config.ok()) return Fail("eval", config.status(), Phase::kConfig);
+  if (!config.ok()) return Fail("eval", config.status(), ExitPhase::kConfig);
   Config c = *config;
   c.init_from = parsed->Get("--init-from", c.init_from.empty() ? c.train.out_dir + "/model.safetensors"
                                                               : c.init_from);
@@ -194,17 +179,17 @@ int RunEval(const Args& args) {
     if (!b.ok() || *b == 0) return FailUsage("eval", InvalidArgument("tessera eval: --batches must be >= 1"));
     c.train.eval_batches = *b;
   }
-  cpu::SetNumThreads(c.train.threads);  // same threads, same bits as the eval inside training
+  (void)cpu::SetThreadsForConfig(c.train.threads);  // same threads, same bits as the eval inside training
   MemoryTracker memory;
   auto model = BuildModel(c, &memory);
-  if (!model.ok()) return Fail("eval", model.status(), Phase::kInput);
+  if (!model.ok()) return Fail("eval", model.status(), ExitPhase::kInput);
   if (!DataLoader::HasSplit(c.data, Split::kVal)) {
-    return Fail("eval", NotFound("no held-out data: pass --data PATH or set data.val"), Phase::kInput);
+    return Fail("eval", NotFound("no held-out data: pass --data PATH or set data.val"), ExitPhase::kInput);
   }
   auto data = DataLoader::Open(c.data, Split::kVal, c.model.vocab_size, c.train.seq_len, c.train.seed);
-  if (!data.ok()) return Fail("eval", data.status(), Phase::kInput);
+  if (!data.ok()) return Fail("eval", data.status(), ExitPhase::kInput);
   auto loss = EvaluateLoss(**model, **data, c.train.eval_batches);
-  if (!loss.ok()) return Fail("eval", loss.status(), Phase::kRun);
+  if (!loss.ok()) return Fail("eval", loss.status(), ExitPhase::kRun);
   std::printf("eval: weights %s\n", c.init_from.c_str());
   std::printf("eval: %lld batches x %lld x %lld tokens\n", static_cast<long long>(c.train.eval_batches),
               static_cast<long long>(c.train.micro_batch_size), static_cast<long long>(c.train.seq_len));
@@ -236,19 +221,19 @@ int RunExport(const Args& args) {
   }
   if (auto bad = PositionalError(*parsed, "export")) return FailUsage("export", *bad);
   auto config = LoadFromArgs(*parsed);
-  if (!config.ok()) return Fail("export", config.status(), Phase::kConfig);
+  if (!config.ok()) return Fail("export", config.status(), ExitPhase::kConfig);
   std::vector<std::string> inputs = WeightsInputs(parsed->Get("--init-from"));
   inputs.push_back(parsed->positional[0]);  // the config
   if (Status s = CheckOutputPath(parsed->Get("--out"), inputs); !s.ok()) {
-    return Fail("export", s, Phase::kInput);
+    return Fail("export", s, ExitPhase::kInput);
   }
-  cpu::SetNumThreads(config->train.threads);
+  (void)cpu::SetThreadsForConfig(config->train.threads);
   MemoryTracker memory;
   auto model = BuildModel(*config, &memory, parsed->Get("--init-from"));
-  if (!model.ok()) return Fail("export", model.status(), Phase::kInput);
+  if (!model.ok()) return Fail("export", model.status(), ExitPhase::kInput);
   const std::string out = parsed->Get("--out");
   Status s = ExportHfWeights(out, config->model, (*model)->parameters(), dtype);
-  if (!s.ok()) return Fail("export", s, Phase::kRun);
+  if (!s.ok()) return Fail("export", s, ExitPhase::kRun);
   std::printf("exported %lld tensors (%.2fM parameters, %s) to %s\n",
               static_cast<long long>((*model)->parameters().size()), (*model)->num_params() / 1e6,
               std::string(DTypeName(dtype)).c_str(), out.c_str());

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/file_names.h"
 
 namespace tessera {
 namespace {
@@ -14,7 +15,7 @@ namespace fs = std::filesystem;
 // A checkpoint root holds the catalog or committed steps; a checkpoint directory its manifest.
 bool IsCheckpointPlace(const fs::path& dir) {
   std::error_code ec;
-  if (fs::is_directory(dir / "catalog", ec) || fs::exists(dir / "manifest.json", ec)) return true;
+  if (fs::is_directory(dir / kCatalogDirName, ec) || fs::exists(dir / kManifestFileName, ec)) return true;
   auto steps = CommittedSteps(dir.string());
   return steps.ok() && !steps->empty();
 }

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/file_names.h"
 #include "runtime/chaos/audit.h"
 #include "runtime/chaos/job_processes.h"
 #include "runtime/core/exit_codes.h"
@@ -423,7 +424,7 @@ void Campaign::Damage(FaultState& f, const std::map<int, pid_t>& ranks, double n
   if (step >= 0) {
     std::mt19937_64 rng(f.plan.spec.damage_seed);
     const int shard_rank = static_cast<int>(rng() % static_cast<uint64_t>(s_.ranks));
-    const std::string path = ckpt_dir_ + "/" + StepDirName(step) + "/shard_" + std::to_string(shard_rank) + ".bin";
+    const std::string path = ckpt_dir_ + "/" + StepDirName(step) + "/" + ShardFileName(shard_rank);
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (!ec && size > 0) {

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "runtime/core/file_util.h"
+#include "runtime/core/suggest.h"
 #include "runtime/core/yaml_input.h"
 
 namespace tessera {
@@ -71,34 +72,6 @@ std::vector<std::string> AllKindNames() {
   return names;
 }
 
-// Levenshtein distance, for "did you mean" on misspelt keys and kinds.
-int EditDistance(const std::string& a, const std::string& b) {
-  std::vector<int> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    int diagonal = row[0];
-    row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const int up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// " (did you mean "x"?)" when one candidate is a plausible typo of `word`, else "".
-std::string Suggestion(const std::string& word, const std::vector<std::string>& candidates) {
-  const int limit = std::max<int>(2, static_cast<int>(word.size()) / 3);
-  std::string best;
-  int best_distance = limit + 1;
-  for (const std::string& c : candidates) {
-    const int d = EditDistance(word, c);
-    if (d < best_distance) best = c, best_distance = d;
-  }
-  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
-}
-
 // How a node looks in a "got ..." clause.
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
@@ -138,8 +111,7 @@ class Errors {
   explicit Errors(std::string file) : file_(std::move(file)) {}
   const std::string& file() const { return file_; }
   std::string Where(const YAML::Mark& mark) const {
-    if (mark.is_null()) return file_;
-    return file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    return mark.is_null() ? file_ : YamlWhere(file_, mark.line, mark.column);
   }
   Status At(const YAML::Mark& mark, const std::string& dotted, const std::string& problem) const {
     return InvalidArgument(Where(mark) + ": " + dotted + ": " + problem);
@@ -276,7 +248,7 @@ class MapReader {
   Status Finish() const {
     for (const Entry& e : entries_) {
       if (std::find(known_.begin(), known_.end(), e.key) != known_.end()) continue;
-      std::string problem = "unknown key" + Suggestion(e.key, known_);
+      std::string problem = "unknown key" + DidYouMean(e.key, known_);
       if (problem == "unknown key") {
         problem += " (valid keys" + (prefix_.empty() ? "" : " of " + prefix_) + ": " +
                    Join(known_, ", ") + ")";
@@ -326,7 +298,7 @@ Result<FaultKind> Kind(const Errors& errors, const YAML::Node& node, const std::
   }
   return errors.At(node.Mark(), dotted,
                    "expected one of " + Join(names, " | ") + ", got " + Describe(node) +
-                       (node.IsScalar() ? Suggestion(node.Scalar(), names) : ""));
+                       (node.IsScalar() ? DidYouMean(node.Scalar(), names) : ""));
 }
 
 // The config path as the runner will use it: as written if it names a file from the current

@@ -1,7 +1,10 @@
 // runtime/core/exit_codes.h — the one table of process exit codes.
 //
 // A rank's exit code tells the supervisor (issue 5) what happened and whether a restart can
-// help. Keep this the only place these numbers are written.
+// help. Keep this the only place these numbers are written, and the only place that maps a
+// Status to a code (ExitCodeFor) or a code to words (FinalExitReason, FinalOutcome): commands,
+// the supervisor and tessera chaos call these instead of keeping tables of their own.
+// Thread-safety: pure functions.
 #pragma once
 
 #include "runtime/core/status.h"
@@ -43,7 +46,8 @@ inline const char* FinalExitReason(int code) {
   }
 }
 
-// Maps a Status from loading input to an exit code (kInvalidArgument -> kExitBadConfig, ...).
+// The run's table: a Status that ends a command while it runs (kInvalidArgument ->
+// kExitBadConfig, kNotFound -> kExitBadInput, kTimeout -> kExitCommTimeout, ...).
 inline int ExitCodeFor(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk: return kExitOk;
@@ -56,6 +60,54 @@ inline int ExitCodeFor(const Status& s) {
     case StatusCode::kNonFinite: return kExitNonFinite;
     default: return kExitRestartable;
   }
+}
+
+// What a command was doing when a Status ended it: the same code means different things in
+// different phases (a missing file is the config's fault while loading it, the input's while
+// opening data; damaged bytes in a checkpoint mean "pick an older one").
+enum class ExitPhase {
+  kRun,                // ExitCodeFor's table
+  kConfig,             // loading the config (and the layout it asks for): kInvalidArgument and
+                       //   kNotFound -> kExitBadConfig
+  kInput,              // opening data, weights, checkpoints or output paths: whatever is not a
+                       //   timeout, an I/O error or a corrupt checkpoint -> kExitBadInput
+  kCheckpointVerify,   // reading a checkpoint to check it: kDataLoss -> kExitCorruptCheckpoint,
+                       //   else ExitCodeFor's table
+  kCheckpointExport,   // reading a checkpoint to export it: kDataLoss -> kExitCorruptCheckpoint,
+                       //   else kExitBadInput
+  kSupervise,          // tessera launch before or between incarnations: kInvalidArgument ->
+                       //   kExitBadConfig, else kExitRestartable
+};
+
+inline int ExitCodeFor(const Status& s, ExitPhase phase) {
+  const StatusCode c = s.code();
+  if (c == StatusCode::kOk) return kExitOk;
+  switch (phase) {
+    case ExitPhase::kRun: return ExitCodeFor(s);
+    case ExitPhase::kConfig:
+    case ExitPhase::kInput:
+      // A timeout or an I/O error may pass on a restart, whatever the phase; a run with no
+      // usable checkpoint says so with its own code.
+      if (c == StatusCode::kTimeout || c == StatusCode::kIoError || c == StatusCode::kCorruptCheckpoint) {
+        return ExitCodeFor(s);
+      }
+      if (phase == ExitPhase::kInput) return kExitBadInput;
+      if (c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound) return kExitBadConfig;
+      return ExitCodeFor(s);
+    case ExitPhase::kCheckpointVerify:
+      return c == StatusCode::kDataLoss ? kExitCorruptCheckpoint : ExitCodeFor(s);
+    case ExitPhase::kCheckpointExport:
+      return c == StatusCode::kDataLoss ? kExitCorruptCheckpoint : kExitBadInput;
+    case ExitPhase::kSupervise:
+      return c == StatusCode::kInvalidArgument ? kExitBadConfig : kExitRestartable;
+  }
+  return kExitRestartable;
+}
+
+// The supervisor report's outcome for a job that ended with a final code (IsFinalExitCode):
+// "failed" (no usable checkpoint), "diverged" (non-finite), else "bad_config".
+inline const char* FinalOutcome(int code) {
+  return code == kExitCorruptCheckpoint ? "failed" : code == kExitNonFinite ? "diverged" : "bad_config";
 }
 
 }  // namespace tessera

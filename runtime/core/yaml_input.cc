@@ -153,12 +153,16 @@ std::optional<YamlProblem> FindYamlProblem(std::string_view text) {
   return std::nullopt;
 }
 
+std::string YamlWhere(const std::string& file, int mark_line, int mark_column) {
+  if (mark_line < 0) return file;
+  return file + ":" + std::to_string(mark_line + 1) + ":" + std::to_string(mark_column + 1);
+}
+
 Status CheckYamlInput(std::string_view text, const std::string& file) {
   const std::optional<YamlProblem> p = FindYamlProblem(text);
   if (!p) return Status::Ok();
-  if (p->line == 0) return InvalidArgument(file + ": " + p->problem);
-  return InvalidArgument(file + ":" + std::to_string(p->line) + ":" + std::to_string(p->column) +
-                         ": " + p->problem);
+  // FindYamlProblem's positions are 1-based, 0 when unknown.
+  return InvalidArgument(YamlWhere(file, p->line - 1, p->column - 1) + ": " + p->problem);
 }
 
 }  // namespace tessera

@@ -1,7 +1,8 @@
 // runtime/core/yaml_input.h — what every YAML file Tessera reads must be before it is read.
 //
 // Owns: the one pre-check shared by the config loader (runtime/train/config.cc) and the chaos
-// scenario loader (runtime/chaos/scenario.cc). A Tessera YAML file is ONE plain document of
+// scenario loader (runtime/chaos/scenario.cc), and the one spelling of an error's position
+// (YamlWhere) both use; their "did you mean" is runtime/core/suggest.h. A Tessera YAML file is ONE plain document of
 // maps, sequences and scalars: a second document (`---` after content, or content after
 // `...`), an explicit tag (`!!python/object`, `!foo`, `!!str`), bytes that are not printable
 // UTF-8 text (NUL and other control characters, malformed sequences) or nesting deeper than
@@ -36,6 +37,10 @@ std::optional<YamlProblem> FindYamlProblem(std::string_view text);
 // kInvalidArgument "FILE:LINE:COL: <problem>" for FindYamlProblem's finding, else OK; `file`
 // names the text in messages.
 Status CheckYamlInput(std::string_view text, const std::string& file);
+
+// Where a YAML error is, as every reader's message starts: "FILE:LINE:COL" (1-based) for
+// yaml-cpp's 0-based mark (line, column), or just FILE when the mark is null (line < 0).
+std::string YamlWhere(const std::string& file, int mark_line, int mark_column);
 
 // The first byte a Tessera YAML file may not hold (a control character other than tab,
 // newline and carriage return, DEL, or malformed UTF-8): its offset and its name for messages

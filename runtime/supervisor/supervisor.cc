@@ -146,9 +146,7 @@ Result<SupervisorOutcome> Supervisor::Run() {
       break;
     }
     if (end.kind == IncarnationEnd::Kind::kFinalError) {
-      report.outcome = end.exit_code == kExitCorruptCheckpoint ? "failed"
-                       : end.exit_code == kExitNonFinite         ? "diverged"
-                                                                 : "bad_config";
+      report.outcome = FinalOutcome(end.exit_code);
       report.outcome_detail = end.detail;
       outcome.exit_code = end.exit_code;
       break;

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/file_names.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/rank_layout.h"
 
@@ -58,15 +59,16 @@ std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& 
   auto names = fs_.ListDir(root_);
   if (!names.ok()) return out;
   for (const std::string& name : *names) {
-    const bool aside = name.size() > 8 && name.compare(name.size() - 8, 8, ".corrupt") == 0;
-    const int64_t step = ParseStepDirName(aside ? name.substr(0, name.size() - 8) : name);
+    const int64_t aside_step = ParseSuffixedStepDirName(name, kCorruptSuffix);
+    const bool aside = aside_step >= 0;
+    const int64_t step = aside ? aside_step : ParseStepDirName(name);
     if (step < 0) continue;
     auto kind = fs_.Kind(root_ + "/" + name);
     const bool dir = kind.ok() && *kind == FileKind::kDirectory;
     if (aside || !dir) {
       out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
     } else if (std::find(committed.begin(), committed.end(), step) == committed.end()) {
-      out.push_back(name + " (no manifest.json)");
+      out.push_back(name + " (no " + std::string(kManifestFileName) + ")");
     }
   }
   return out;
@@ -85,7 +87,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
       st = reader.status();
     } else {
       const Manifest& m = (*reader)->manifest();
-      if (c.check) st = c.check(m, dir + "/manifest.json");
+      if (c.check) st = c.check(m, ManifestPath(dir));
       if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, c.with_optimizer);
       loaded.step = m.step;
       loaded.dir = dir;
@@ -127,11 +129,11 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
     std::string moved = c.set_aside ? "" : "; left in place (not this run's checkpoint root)";
     if (c.set_aside && rank_ == 0) {
       // Out of the committed namespace, kept for inspection: never tried or counted again.
-      const std::string aside = dir + ".corrupt";
+      const std::string aside = dir + std::string(kCorruptSuffix);
       Status mv = fs_.RemoveTree(aside);
       if (mv.ok()) mv = fs_.Rename(dir, aside);
       if (mv.ok()) mv = fs_.SyncDir(c.root);
-      moved = mv.ok() ? "; moved to " + StepDirName(c.steps[k]) + ".corrupt" : "; " + mv.ToString();
+      moved = mv.ok() ? "; moved to " + CorruptDirName(c.steps[k]) : "; " + mv.ToString();
       if (sink_) (void)sink_->SetStatus(c.steps[k], CheckpointStatus::kCorrupt, why + moved);
     }
     passed_over.push_back("step " + std::to_string(c.steps[k]) + ": damaged");
@@ -165,13 +167,13 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
 
 Status Checkpointer::InitFrom(const std::string& path, ParamShards& shards, bool with_optimizer,
                               const CandidateCheck& check) {
-  ASSIGN_OR_RETURN(const FileKind manifest, fs_.Kind(path + "/manifest.json"));
+  ASSIGN_OR_RETURN(const FileKind manifest, fs_.Kind(ManifestPath(path)));
   if (manifest != FileKind::kMissing) {
     // One checkpoint named explicitly: that one or nothing (damage is exit 5, no fallback).
     Status st = Status::Ok();
     auto reader = CheckpointReader::Open(path, fs_);
     if (!reader.ok()) st = reader.status();
-    if (st.ok() && check) st = check((*reader)->manifest(), path + "/manifest.json");
+    if (st.ok() && check) st = check((*reader)->manifest(), ManifestPath(path));
     if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, with_optimizer);
     ASSIGN_OR_RETURN(std::vector<double> flags, Gather({static_cast<double>(VerdictOf(st))}));
     if (VerdictOf(st) == kDamaged) return CorruptCheckpoint("init_from " + st.message());
@@ -296,7 +298,7 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
   if (with_optimizer) {
     const JsonValue* t = m.state.Find("adamw_step");
     if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
-      return DataLoss(reader.dir() + "/manifest.json: state.adamw_step missing or not a count");
+      return DataLoss(ManifestPath(reader.dir()) + ": state.adamw_step missing or not a count");
     }
     shards.LoadMoments(fill(1), fill(2), t->as_int());
     RETURN_IF_ERROR(first);
@@ -307,7 +309,7 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
 Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs) {
   // A directory with a manifest entry of any kind is a checkpoint (a damaged one if the entry
   // is not a regular file: CheckpointReader::Open says so), never mistaken for a root.
-  ASSIGN_OR_RETURN(const FileKind manifest, fs.Kind(path + "/manifest.json"));
+  ASSIGN_OR_RETURN(const FileKind manifest, fs.Kind(ManifestPath(path)));
   if (manifest != FileKind::kMissing) return path;
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(path, fs));
   if (steps.empty()) {

@@ -150,7 +150,7 @@ void Checkpointer::RecordAttempt(int64_t step, CheckpointStatus status, const st
   // A step saved again after a fallback (a restart re-runs the steps after the checkpoint it
   // resumed from) may still have its earlier committed directory: until the new save commits
   // in its place, the catalog keeps saying that one is committed (it is, and it verifies).
-  if (auto fd = fs_.OpenForRead(root_ + "/" + StepDirName(step) + "/manifest.json"); fd.ok()) {
+  if (auto fd = fs_.OpenForRead(ManifestPath(root_ + "/" + StepDirName(step))); fd.ok()) {
     (void)fs_.Close(*fd, root_);
     return;
   }
@@ -446,7 +446,7 @@ Status Checkpointer::Commit(Manifest m) {
   if (Status c = CommitCheckpoint(root_, m, fs_); !c.ok()) {
     // After the final rename the checkpoint is committed, whatever failed later (the root's
     // fsync): the directory is the ground truth.
-    auto fd = fs_.OpenForRead(root_ + "/" + StepDirName(m.step) + "/manifest.json");
+    auto fd = fs_.OpenForRead(ManifestPath(root_ + "/" + StepDirName(m.step)));
     if (!fd.ok()) return c;
     (void)fs_.Close(*fd, root_);
     Event("commit_warning", "step " + std::to_string(m.step) + " is committed, but: " + c.ToString());

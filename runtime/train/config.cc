@@ -58,8 +58,7 @@ class Context {
       if (dot == std::string::npos) break;
       key.resize(dot);
     }
-    if (mark.is_null()) return file_;
-    return file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+    return mark.is_null() ? file_ : YamlWhere(file_, mark.line, mark.column);
   }
 
   void RecordPosition(const std::string& dotted, std::string where) {
@@ -814,9 +813,7 @@ Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    const std::string where = e.mark.is_null() ? path
-                                               : path + ":" + std::to_string(e.mark.line + 1) +
-                                                     ":" + std::to_string(e.mark.column + 1);
+    const std::string where = e.mark.is_null() ? path : YamlWhere(path, e.mark.line, e.mark.column);
     return InvalidArgument(where + ": malformed YAML: " + e.msg);
   }
   Context ctx(path);

@@ -62,7 +62,8 @@ struct TrainConfig {
   int64_t log_interval = 10;       // train.log_interval: steps between progress lines, >= 1
   int64_t eval_interval = 0;       // train.eval_interval: steps between evals; 0 = end only
   int64_t eval_batches = 8;        // train.eval_batches: micro-batches per eval, >= 1
-  int threads = 0;                 // train.threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
+  int threads = 0;                 // train.threads: CPU threads per rank; 0 = OMP_NUM_THREADS if set, else
+                                   //   cores / ranks on this host under mpirun, else all cores (cpu/thread_count.h)
   std::string out_dir = "runs/default";  // train.out_dir: metrics.jsonl and final weights go here
   float peak_gflops = 0.0f;  // train.peak_gflops: the MFU denominator per rank in GFLOP/s (e.g.
                              //   a GPU's rated bf16 peak); 0 = measure sgemm at startup

@@ -121,7 +121,7 @@ Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTrac
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* world,
                                                   RunLink* link) {
   std::unique_ptr<Trainer> t(new Trainer(config));
-  cpu::SetNumThreads(config.train.threads);
+  t->threads_ = cpu::SetThreadsForConfig(config.train.threads).Describe();
   // Subnormals flushed on this thread and the whole pool, whatever the caller chose before: a
   // diverging run must be seen diverging, not crawl through subnormal arithmetic (threads.h).
   cpu::SetFlushSubnormals(true);
@@ -535,10 +535,10 @@ Result<TrainSummary> Trainer::Run(FILE* out) {
     }
     std::fprintf(out,
                  "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
-                 "dp %d), %d threads, %s %.1f GFLOP/s (MFU denominator)\n",
+                 "dp %d), threads %s, %s %.1f GFLOP/s (MFU denominator)\n",
                  static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
                  static_cast<long long>(B), static_cast<long long>(T),
-                 static_cast<long long>(accum), dp_size_, cpu::NumThreads(),
+                 static_cast<long long>(accum), dp_size_, threads_.c_str(),
                  tc.peak_gflops > 0 ? "train.peak_gflops" : "sgemm peak", peak_flops_ / 1e9);
     std::fflush(out);
   }

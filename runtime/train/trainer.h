@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "models/transformer.h"
@@ -167,6 +168,7 @@ class Trainer {
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
+  std::string threads_;  // the banner's pool size and why: "1 per rank (2 cores / 2 ranks on this host)"
   // Tensor parallelism: the tp group (null: tp = 1) and this rank's share of the model.
   Communicator* tp_ = nullptr;
   std::optional<ModelPartition> partition_;

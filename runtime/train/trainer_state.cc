@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "checkpoint/commit.h"
+#include "checkpoint/file_names.h"
 #include "runtime/train/saved_state.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/trainer.h"
@@ -24,7 +25,7 @@ Status Trainer::ResumeFromCheckpoint() {
   };
   ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded, checkpointer_->Resume(*shards_, check));
   if (!loaded) return Status::Ok();
-  const std::string where = loaded->dir + "/manifest.json";
+  const std::string where = ManifestPath(loaded->dir);
   ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(loaded->state, loaded->step, where));
   return RestoreState(saved, where);
 }

@@ -37,6 +37,12 @@ int SetNumThreads(int n) {
   return n;
 }
 
+ThreadChoice SetThreadsForConfig(int config_threads) {
+  ThreadChoice choice = ChooseThreads(ThreadInputsFromEnvironment(config_threads));
+  choice.count = SetNumThreads(choice.count);
+  return choice;
+}
+
 int NumThreads() { return omp_get_max_threads(); }
 
 void SetFlushSubnormals(bool on) {

@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "runtime/kernels/cpu/thread_count.h"
+
 namespace tessera::cpu {
 
 // n <= 0 means OpenMP's default (OMP_NUM_THREADS if set, else all cores). Also sets the pool's
@@ -21,6 +23,11 @@ namespace tessera::cpu {
 // the calling thread and on each of the n pool threads. Returns the number in effect.
 int SetNumThreads(int n);
 int NumThreads();
+
+// The count this process should run with (thread_count.h: train.threads, else OMP_NUM_THREADS,
+// else the cores divided by the ranks on this host, else every core), applied through
+// SetNumThreads. Returns the choice, so that the banner can say where the number came from.
+ThreadChoice SetThreadsForConfig(int config_threads);
 
 // The pool's mode, applied now to the calling thread and every pool thread, and by every later
 // SetNumThreads. true (the default) flushes subnormals; false restores IEEE gradual underflow,

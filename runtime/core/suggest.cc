@@ -1,6 +1,6 @@
-// runtime/train/config_suggest.cc — edit distance and the "did you mean" choice for config.cc.
+// runtime/core/suggest.cc — edit distance and the "did you mean" choice (suggest.h).
 // Pure functions; thread-safe.
-#include "runtime/train/config_suggest.h"
+#include "runtime/core/suggest.h"
 
 #include <algorithm>
 #include <cctype>
@@ -16,7 +16,7 @@ std::string Lower(const std::string& s) {
 
 }  // namespace
 
-int ConfigEditDistance(const std::string& a_in, const std::string& b_in) {
+int EditDistance(const std::string& a_in, const std::string& b_in) {
   const std::string a = Lower(a_in);
   const std::string b = Lower(b_in);
   const size_t n = a.size(), m = b.size();
@@ -36,12 +36,12 @@ int ConfigEditDistance(const std::string& a_in, const std::string& b_in) {
   return d[n][m];
 }
 
-std::string ClosestConfigWord(const std::string& word, const std::vector<std::string>& candidates) {
+std::string ClosestWord(const std::string& word, const std::vector<std::string>& candidates) {
   const int threshold = std::max(2, static_cast<int>(word.size()) / 3);
   std::string best;
   int best_distance = threshold + 1;
   for (const std::string& c : candidates) {
-    const int dist = ConfigEditDistance(word, c);
+    const int dist = EditDistance(word, c);
     // A "suggestion" that rewrites every character is noise ("x" -> "lr").
     if (dist >= static_cast<int>(std::max(word.size(), c.size()))) continue;
     if (dist < best_distance) {
@@ -50,6 +50,11 @@ std::string ClosestConfigWord(const std::string& word, const std::vector<std::st
     }
   }
   return best;
+}
+
+std::string DidYouMean(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string best = ClosestWord(word, candidates);
+  return best.empty() ? "" : " (did you mean \"" + best + "\"?)";
 }
 
 }  // namespace tessera
