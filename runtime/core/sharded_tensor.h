@@ -87,4 +87,7 @@ struct ShardedTensor {
   bool operator==(const ShardedTensor&) const = default;
 };
 
+// The earlier name, kept so that code and tests written against it read on.
+using ShardSpec = ShardedTensor;
+
 }  // namespace tessera
