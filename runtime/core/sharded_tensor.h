@@ -14,11 +14,13 @@
 //             are padding: lengths (real rows) < local_shape's rows.
 //   replica   which copy of the slice this is, per group that holds it more than once: tp (a
 //             norm every tp rank holds whole: replica.tp = tp rank), pp (the last pipeline
-//             stage's copy of tied embeddings: replica.pp = 1), dp (replicated data-parallel
-//             state). Only the MAIN replica (all ids 0) is saved, counted in global sums and
-//             exported, so that every global element counts exactly once. ZeRO cuts a main
-//             replica's local elements further into flat ranges, one owner each
-//             (optimizer/shard_layout.h); those are not replicas.
+//             stage's copy of the embedding unit under tied embeddings: replica.pp = 1), dp
+//             (for a holder of replicated data-parallel state; the model partition leaves it 0
+//             because the dp ranks' checkpoint shares are disjoint flat ranges, below). Only
+//             the MAIN replica (all ids 0) is saved and counted in global sums, so that every
+//             global element counts exactly once. ZeRO cuts a rank's local elements further
+//             into flat ranges, one dp owner each (optimizer/shard_layout.h); those are not
+//             replicas.
 // With no parallelism the slice is the whole tensor (Whole()).
 // Plain value; thread-safe to share once built.
 #pragma once
