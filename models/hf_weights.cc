@@ -42,7 +42,8 @@ Status CheckParams(std::span<const Parameter> params) {
     const std::string where = "parameter " + Quote(p.name());
     if (!seen.insert(p.name()).second) return InvalidArgument("duplicate " + where);
     if (!p.spec.IsWhole()) {
-      return InvalidArgument(where + ": sharded parameters are not supported by HF import/export");
+      return InvalidArgument(where + ": holds a slice (" + p.spec.ToString() +
+                             "): HF import/export takes whole tensors (gather them first)");
     }
     if (p.value.empty() && p.spec.global_shape.numel() > 0) {
       return InvalidArgument(where + ": no value buffer");

@@ -29,6 +29,21 @@ class Declarer {
     Add(std::move(name), shape, ParamKind::kMatrix, init, hf_transposed);
   }
   void Bias(std::string name, int64_t n) { Add(std::move(name), {n}, ParamKind::kBias, InitRule::kZeros); }
+  // The tensor-parallel split of the parameter declared last (partition.h).
+  void Split(TpSplit split, int64_t blocks = 1) {
+    out.back().tp_split = split;
+    out.back().tp_blocks = blocks;
+  }
+  // The token embedding (vocab-parallel), tied to the LM head when `tied`.
+  void TokenEmbedding(std::string name, Shape shape, bool tied) {
+    Add(std::move(name), shape, ParamKind::kEmbedding, InitRule::kNormal);
+    Split(TpSplit::kVocab);
+    out.back().tied = tied;
+  }
+  void LmHead(int64_t V, int64_t C) {
+    Matrix("lm_head.weight", {V, C});
+    Split(TpSplit::kVocab);
+  }
   void NormWeight(std::string name, int64_t n) {
     Add(std::move(name), {n}, ParamKind::kNorm, InitRule::kOnes);
   }
@@ -44,47 +59,60 @@ class Declarer {
 
 void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   const int64_t C = c.hidden_size, F = c.ffn_size(), V = c.vocab_size;
-  d.Add("wte.weight", {V, C}, ParamKind::kEmbedding, InitRule::kNormal);
+  d.TokenEmbedding("wte.weight", {V, C}, c.tie_embeddings);
   d.Add("wpe.weight", {c.max_seq_len, C}, ParamKind::kEmbedding, InitRule::kNormal);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     d.unit = static_cast<int>(1 + i);
     const std::string p = "h." + std::to_string(i) + ".";
     d.LayerNorm(p + "ln_1", C);
     d.Matrix(p + "attn.c_attn.weight", {3 * C, C}, InitRule::kNormal, true);
+    d.Split(TpSplit::kRows, 3);  // [q | k | v]: each rank takes its heads of all three
     d.Bias(p + "attn.c_attn.bias", 3 * C);
+    d.Split(TpSplit::kRows, 3);
     d.Matrix(p + "attn.c_proj.weight", {C, C}, InitRule::kResidualNormal, true);
-    d.Bias(p + "attn.c_proj.bias", C);
+    d.Split(TpSplit::kCols);
+    d.Bias(p + "attn.c_proj.bias", C);  // added after the tp sum: whole
     d.LayerNorm(p + "ln_2", C);
     d.Matrix(p + "mlp.c_fc.weight", {F, C}, InitRule::kNormal, true);
+    d.Split(TpSplit::kRows);
     d.Bias(p + "mlp.c_fc.bias", F);
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "mlp.c_proj.weight", {C, F}, InitRule::kResidualNormal, true);
+    d.Split(TpSplit::kCols);
     d.Bias(p + "mlp.c_proj.bias", C);
   }
   d.unit = static_cast<int>(c.num_layers + 1);
   d.LayerNorm("ln_f", C);
-  if (!c.tie_embeddings) d.Matrix("lm_head.weight", {V, C});
+  if (!c.tie_embeddings) d.LmHead(V, C);
 }
 
 void DeclareLlama(const ModelConfig& c, Declarer& d) {
   const int64_t C = c.hidden_size, F = c.ffn_size(), V = c.vocab_size;
   const int64_t HS = c.head_size(), NH = c.num_heads, NKV = c.kv_heads();
-  d.Add("model.embed_tokens.weight", {V, C}, ParamKind::kEmbedding, InitRule::kNormal);
+  d.TokenEmbedding("model.embed_tokens.weight", {V, C}, c.tie_embeddings);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     d.unit = static_cast<int>(1 + i);
     const std::string p = "model.layers." + std::to_string(i) + ".";
     d.NormWeight(p + "input_layernorm.weight", C);
     d.Matrix(p + "self_attn.q_proj.weight", {NH * HS, C});  // q, k, v adjacent: one GEMM
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "self_attn.k_proj.weight", {NKV * HS, C});
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "self_attn.v_proj.weight", {NKV * HS, C});
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "self_attn.o_proj.weight", {C, NH * HS}, InitRule::kResidualNormal);
+    d.Split(TpSplit::kCols);
     d.NormWeight(p + "post_attention_layernorm.weight", C);
     d.Matrix(p + "mlp.gate_proj.weight", {F, C});  // gate, up adjacent: one GEMM
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "mlp.up_proj.weight", {F, C});
+    d.Split(TpSplit::kRows);
     d.Matrix(p + "mlp.down_proj.weight", {C, F}, InitRule::kResidualNormal);
+    d.Split(TpSplit::kCols);
   }
   d.unit = static_cast<int>(c.num_layers + 1);
   d.NormWeight("model.norm.weight", C);
-  if (!c.tie_embeddings) d.Matrix("lm_head.weight", {V, C});
+  if (!c.tie_embeddings) d.LmHead(V, C);
 }
 
 }  // namespace
@@ -102,9 +130,8 @@ std::vector<ParamDecl> DeclareParameters(const ModelConfig& config) {
 int64_t MatmulParams(const ModelConfig& config) {
   int64_t n = 0;
   for (const ParamDecl& p : DeclareParameters(config)) {
-    if (p.kind == ParamKind::kMatrix) n += p.shape.numel();
+    if (p.kind == ParamKind::kMatrix || p.tied) n += p.shape.numel();
   }
-  if (config.tie_embeddings) n += config.vocab_size * config.hidden_size;
   return n;
 }
 

@@ -1,6 +1,8 @@
 // models/param_layout.h — the parameters of a GPT-2 or Llama model: Hugging Face names, shapes,
-// kinds and init rules, in flat-buffer order.
+// roles (kind, tied), tensor-parallel splits and init rules, in flat-buffer order.
 //
+// A parameter's role and split are declared here, where it is created; nothing downstream
+// (partition, optimizer groups, checkpoints, export) recovers them from its name.
 // Owns the naming and ordering rules (models/README.md): embeddings, then each block, then the
 // final norm, then the LM head when untied. Within a Llama block q_proj, k_proj, v_proj are
 // adjacent (together one ((NH+2*NKV)*HS, C) matrix) and so are gate_proj, up_proj (one (2F, C)
@@ -27,10 +29,23 @@ enum class InitRule {
   kOnes,            // norm weights
 };
 
+// How a parameter splits over tensor-parallel ranks (models/partition.h has the Megatron
+// rules): declared with the parameter, never recovered from its name.
+enum class TpSplit : uint8_t {
+  kReplicated,  // every tp rank holds it whole (norms, row-parallel biases, wpe)
+  kRows,        // column-parallel: output rows split (in tp_blocks stacked blocks, each split)
+  kCols,        // row-parallel: input columns split
+  kVocab,       // vocab-parallel: vocabulary rows split, padded to equal shares
+};
+
 struct ParamDecl {
   std::string name;            // Hugging Face name, e.g. "h.0.attn.c_attn.weight"
   Shape shape;                 // our layout (nn.Linear: (out, in))
+  // The parameter's role, declared here: kind decides weight decay (optimizer.decay_*).
   ParamKind kind = ParamKind::kMatrix;
+  bool tied = false;           // the token embedding doubles as the LM head (tie_embeddings)
+  TpSplit tp_split = TpSplit::kReplicated;
+  int64_t tp_blocks = 1;       // kRows: stacked row blocks split alike (GPT-2 c_attn: q|k|v = 3)
   bool hf_transposed = false;  // GPT-2 Conv1D weights are (in, out) in HF files
   InitRule init = InitRule::kNormal;
   int unit = 0;                // 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head]

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/core/shard_spec.h"
+#include "runtime/core/sharded_tensor.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -19,7 +19,7 @@ namespace tessera {
 enum class ParamKind { kMatrix, kNorm, kBias, kEmbedding };
 
 struct Parameter {
-  ShardSpec spec;        // global name and shape; this rank holds the whole tensor for now
+  ShardedTensor spec;    // what this rank holds of the global tensor (value is its local buffer)
   ParamKind kind = ParamKind::kMatrix;
   Tensor value;          // view into the parameter buffer, shape spec.local_shape
   Tensor grad;           // view into the gradient buffer, same shape

@@ -2,10 +2,10 @@
 // which tensors split how, each rank's local shapes and flat layout, the local -> global element
 // map (segments), and the init of a local range with the one-rank model's bits.
 //
-// Every split is described by one rule, "a tensor of `blocks` row blocks of `rows` rows each, of
-// width `width`", applied to rows or columns, so the q|k|v blocks of GPT-2's c_attn need no code
-// of their own. Segments are built in local order and merged where contiguous in both layouts,
-// so with tp = 1 every tensor is one segment and the layout is DeclareParameters'.
+// Every split is the split the parameter declares (param_layout.h), stated as a ShardedTensor:
+// one slice of one dim of a view of the tensor (GPT-2's c_attn viewed as its [q | k | v]
+// blocks). Segments are the tensor's runs in local order, merged where contiguous in both
+// layouts, so with tp = 1 every tensor is one segment and the layout is DeclareParameters'.
 // Pure functions of (config, tp size, tp rank, chunks); a ModelPartition is an immutable value.
 #include "models/partition.h"
 
@@ -17,41 +17,6 @@
 
 namespace tessera {
 namespace {
-
-bool EndsWith(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-// How one global tensor splits. For kRows the tensor is `row_blocks` stacked blocks of equal
-// height (GPT-2 c_attn: [q | k | v], 3 blocks), each split in tp equal row ranges.
-struct SplitRule {
-  TpSplit split = TpSplit::kReplicated;
-  int64_t row_blocks = 1;
-};
-
-SplitRule RuleFor(const ParamDecl& decl) {
-  const std::string& n = decl.name;
-  if (n == "wte.weight" || n == "model.embed_tokens.weight" || n == "lm_head.weight") {
-    return {TpSplit::kVocab, 1};
-  }
-  if (EndsWith(n, ".attn.c_attn.weight") || EndsWith(n, ".attn.c_attn.bias")) {
-    return {TpSplit::kRows, 3};
-  }
-  static const char* const kColumnParallel[] = {
-      ".mlp.c_fc.weight",        ".mlp.c_fc.bias",          ".self_attn.q_proj.weight",
-      ".self_attn.k_proj.weight", ".self_attn.v_proj.weight", ".mlp.gate_proj.weight",
-      ".mlp.up_proj.weight"};
-  for (const char* s : kColumnParallel) {
-    if (EndsWith(n, s)) return {TpSplit::kRows, 1};
-  }
-  static const char* const kRowParallel[] = {".attn.c_proj.weight", ".self_attn.o_proj.weight",
-                                             ".mlp.c_proj.weight", ".mlp.down_proj.weight"};
-  for (const char* s : kRowParallel) {
-    if (EndsWith(n, s)) return {TpSplit::kCols, 1};
-  }
-  return {};
-}
 
 // Appends [local, local + length) -> [global, global + length), merging with the previous
 // segment when both sides continue it.
@@ -67,45 +32,49 @@ void AddSegment(std::vector<TpSegment>& segments, int64_t local, int64_t global,
   segments.push_back({local, global, length});
 }
 
-// Fills p.local.shape and p.segments for rank `r` of `t` (p.local is the global decl on entry).
-void SplitTensor(const SplitRule& rule, int t, int r, int64_t vocab_size, int64_t vocab_per_rank,
-                 TpParam& p) {
-  const Shape& g = p.global_shape;
+// What rank `r` of `t` holds of the declared tensor `decl`, by its declared split. Every split
+// is one slice of one dim of a view of the tensor: kRows with `tp_blocks` stacked blocks (GPT-2
+// c_attn's [q | k | v]) views (rows, ...) as (blocks, rows / blocks, ...) and slices dim 1, so
+// the blocks need no code of their own.
+ShardedTensor SliceOf(const ParamDecl& decl, int t, int r, int64_t vocab_size,
+                      int64_t vocab_per_rank) {
+  const Shape& g = decl.shape;
   const int64_t rows = g[0];
-  const int64_t width = g.rank() >= 2 ? g.numel() / rows : 1;  // elements per row
-  Shape& local = p.local.shape;
-  switch (rule.split) {
-    case TpSplit::kReplicated:
-      AddSegment(p.segments, 0, 0, g.numel());
-      break;
+  Shape local = g;
+  switch (decl.tp_split) {
+    case TpSplit::kReplicated: {
+      ShardedTensor whole = ShardedTensor::Whole(decl.name, g);
+      whole.replica.tp = r;  // every tp rank holds it; rank 0's is the main copy
+      return whole;
+    }
     case TpSplit::kRows: {
       // Block b's rows [r*h, (r+1)*h), h = block height / t, stored as local block b.
-      const int64_t block_rows = rows / rule.row_blocks, h = block_rows / t;
-      TESSERA_CHECK(block_rows * rule.row_blocks == rows && h * t == block_rows);
-      for (int64_t b = 0; b < rule.row_blocks; ++b) {
-        AddSegment(p.segments, b * h * width, (b * block_rows + r * h) * width, h * width);
+      const int64_t blocks = decl.tp_blocks, block_rows = rows / blocks, h = block_rows / t;
+      TESSERA_CHECK(block_rows * blocks == rows && h * t == block_rows);
+      local[0] = blocks * h;
+      if (blocks == 1) {
+        return ShardedTensor::Split(decl.name, g, g, 0, ShardGroup::kTp, r * h, h, local);
       }
-      local[0] = rule.row_blocks * h;
-      break;
+      Shape view{blocks, block_rows};
+      for (int d = 1; d < g.rank(); ++d) view.push_back(g[d]);
+      return ShardedTensor::Split(decl.name, g, view, 1, ShardGroup::kTp, r * h, h, local);
     }
     case TpSplit::kCols: {
-      // Each local row is a strided piece of its global row: one segment per row unless t = 1.
       TESSERA_CHECK(g.rank() == 2 && g[1] % t == 0);
-      const int64_t cols = g[1], w = cols / t;
-      for (int64_t i = 0; i < rows; ++i) AddSegment(p.segments, i * w, i * cols + r * w, w);
+      const int64_t w = g[1] / t;
       local[1] = w;
-      break;
+      return ShardedTensor::Split(decl.name, g, g, 1, ShardGroup::kTp, r * w, w, local);
     }
     case TpSplit::kVocab: {
+      // Rows at or past vocab_size are padding: held, mapped to no global element.
       TESSERA_CHECK(rows == vocab_size);
-      const int64_t first = vocab_per_rank * r;
-      const int64_t real =
-          std::max<int64_t>(0, std::min(vocab_size, first + vocab_per_rank) - first);
-      AddSegment(p.segments, 0, first * width, real * width);  // rows past it are padding
+      const int64_t first = std::min(vocab_size, vocab_per_rank * r);
+      const int64_t real = std::min(vocab_size, vocab_per_rank * r + vocab_per_rank) - first;
       local[0] = vocab_per_rank;
-      break;
+      return ShardedTensor::Split(decl.name, g, g, 0, ShardGroup::kTp, first, real, local);
     }
   }
+  return ShardedTensor::Whole(decl.name, g);
 }
 
 }  // namespace
@@ -279,19 +248,25 @@ Result<ModelPartition> ModelPartition::Create(const ModelConfig& config, int tp_
       p.local.unit = unit_base + cu;
       p.global_index = static_cast<int>(i);
       p.global_shape = decls[i].shape;
-      const SplitRule rule = RuleFor(decls[i]);
-      p.split = rule.split;
+      p.split = decls[i].tp_split;
+      p.tensor = SliceOf(decls[i], tp_size, tp_rank, config.vocab_size, m.vocab_per_rank_);
+      // The last pipeline stage's copy of the tied embedding unit is a pp replica.
+      if (decls[i].unit == 0 && !ch.first) p.tensor.replica.pp = 1;
+      TESSERA_CHECK_MSG(p.tensor.Validate().ok(), "%s", p.tensor.Validate().ToString().c_str());
+      p.local.shape = p.tensor.local_shape;
       p.local_offset = local_offset;
       p.global_offset = global_offsets[i];
       p.chunk = static_cast<int>(c);
-      p.pipeline_copy = decls[i].unit == 0 && !ch.first;
+      p.pipeline_copy = p.tensor.replica.pp != 0;
       // Norm weights and the biases kept whole (LayerNorm biases, row-parallel output biases)
       // are applied to sequence-sharded activations under sequence parallelism.
-      p.sequence_partial = rule.split == TpSplit::kReplicated &&
+      p.sequence_partial = p.split == TpSplit::kReplicated &&
                            (decls[i].kind == ParamKind::kNorm || decls[i].kind == ParamKind::kBias);
-      SplitTensor(rule, tp_size, tp_rank, config.vocab_size, m.vocab_per_rank_, p);
+      p.tensor.ForEachRun([&p](int64_t local, int64_t global, int64_t length) {
+        AddSegment(p.segments, local, global, length);
+      });
       const int64_t n = p.local.shape.numel();
-      if (p.pipeline_copy || (tp_rank > 0 && rule.split == TpSplit::kReplicated)) {
+      if (!p.tensor.IsMainReplica()) {  // the replica rule (sharded_tensor.h)
         if (!m.dups_.empty() && m.dups_.back().second == local_offset) {
           m.dups_.back().second += n;
         } else {

@@ -46,11 +46,13 @@
 
 #include "models/model_config.h"
 #include "models/param_layout.h"
+#include "runtime/core/sharded_tensor.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 
-enum class TpSplit : uint8_t { kReplicated, kRows, kCols, kVocab };
+// TpSplit (param_layout.h) is declared with each parameter; a TpParam's `tensor` states the
+// resulting slice in global terms (runtime/core/sharded_tensor.h).
 
 // InvalidArgument naming the numbers and what to change when `tp` cannot split `config`:
 // tp < 1, num_heads % tp, kv_heads % tp, ffn_size % tp. (The vocabulary never needs to divide:
@@ -94,6 +96,10 @@ Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, in
                                                   bool account_ends = false);
 
 struct TpParam {
+  // What this rank holds, in global terms: slice, split, replica (pp = 1 for a pipeline copy,
+  // tp = tp rank for a tensor every tp rank holds whole). segments and the fields below are
+  // derived from it and from the declaration.
+  ShardedTensor tensor;
   ParamDecl local;            // global name, LOCAL shape, kind, init rule, unit
   int global_index = 0;       // index in DeclareParameters(config)
   Shape global_shape;
@@ -104,7 +110,7 @@ struct TpParam {
   // shard (norm weights and biases, row-parallel biases): the model sums it over tp.
   bool sequence_partial = false;
   int chunk = 0;                // which of the rank's chunks holds it
-  bool pipeline_copy = false;   // the last stage's copy of a tied embedding unit
+  bool pipeline_copy = false;   // the last stage's copy of a tied embedding unit (replica.pp)
   // Local elements -> global elements, sorted by local_begin, merged where contiguous in both.
   // Together they cover every non-padding local element exactly once.
   std::vector<TpSegment> segments;
@@ -144,10 +150,10 @@ class ModelPartition {
   // InitParameterRange value of the global element it maps to (the same bits), 0 for padding.
   void InitRange(uint64_t seed, int64_t begin, int64_t end, float* out) const;
 
-  // Local flat ranges [first, second) that are copies of what another rank also holds
-  // (kReplicated parameters on tp ranks > 0, pipeline copies of the embeddings; none on tp
-  // rank 0 of a whole-model partition): left out of global sums such as the gradient norm and out of
-  // checkpoints so every element counts once.
+  // Local flat ranges [first, second) of the parameters that are not the main replica
+  // (tensor.IsMainReplica(): kReplicated parameters on tp ranks > 0, pipeline copies of the
+  // embeddings; none on tp rank 0 of a whole-model partition): left out of global sums such as
+  // the gradient norm and out of checkpoints so every element counts once.
   const std::vector<std::pair<int64_t, int64_t>>& duplicate_ranges() const { return dups_; }
 
  private:

@@ -238,8 +238,7 @@ void TransformerImpl::LayOutParameters() {
     float* grad = grads_.empty() ? nullptr : grads_.f32() + offset;
     p.value = Tensor(value, DType::kF32, d.shape);
     p.grad = Tensor(grad, DType::kF32, d.shape);
-    p.spec = ShardSpec::Whole(d.name, d.shape);
-    p.spec.global_shape = tp.global_shape;
+    p.spec = tp.tensor;
     // Each parameter lies inside its (chunk-relative) unit.
     const int u = d.unit - partition_->chunk_unit_begin(chunk_index_);
     TESSERA_CHECK(bounds_[u] <= offset && offset + d.shape.numel() <= bounds_[u + 1]);

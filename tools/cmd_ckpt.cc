@@ -30,6 +30,7 @@
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/memory.h"
 #include "runtime/train/config.h"
+#include "runtime/train/rank_layout.h"
 #include "runtime/train/saved_state.h"
 #include "tools/args.h"
 #include "tools/commands.h"
@@ -383,23 +384,13 @@ int RunExportCkpt(const ParsedArgs& p) {
   for (const ParamDecl& d : decls) total += d.shape.numel();
 
   std::vector<float> values(static_cast<size_t>(total));
-  std::vector<Parameter> params;
-  params.reserve(decls.size());
-  int64_t offset = 0;
-  for (const ParamDecl& d : decls) {
-    float* at = values.data() + offset;
-    Status s = (*reader)->Read("param/" + d.name, 0, d.shape.numel(), at);
+  // The one-rank model's parameters (whole ShardedTensors) over `values`, read tensor by tensor.
+  const std::vector<Parameter> params = GlobalViews(config->model, values.data());
+  for (const Parameter& prm : params) {
+    Status s = (*reader)->Read("param/" + prm.name(), 0, prm.numel(), prm.value.f32());
     if (!s.ok()) {
       return Fail("export", s, ExitCodeFor(s, ExitPhase::kCheckpointExport));
     }
-    Parameter prm;
-    prm.spec = ShardSpec::Whole(d.name, d.shape);
-    prm.kind = d.kind;
-    prm.value = Tensor(at, DType::kF32, d.shape);
-    prm.offset = offset;
-    prm.hf_transposed = d.hf_transposed;
-    params.push_back(std::move(prm));
-    offset += d.shape.numel();
   }
   const std::string out = p.Get("--out");
   Status s = ExportHfWeights(out, config->model, params, dtype);

@@ -205,15 +205,14 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   p->layout = layout;
   size_t off = 0;
   // Tensor / pipeline parallel: each local piece is a run of elements of one global tensor;
-  // parameters every tp rank holds whole (norms, ...) are saved by tp rank 0 only and the last
-  // pipeline stage's copy of tied embeddings not at all, so the ranks' shares cover every
-  // tensor exactly once.
-  const bool tp_copy = partition_->tp_rank() > 0;
+  // only main replicas are saved (sharded_tensor.h: not tp rank > 0's copy of a tensor every
+  // tp rank holds whole, not the last pipeline stage's copy of tied embeddings) and the dp
+  // ranks' spans are disjoint, so the ranks' shares cover every tensor exactly once.
   for (const auto& span : shards.SaveSpans()) {
     partition_->ForEachGlobalPiece(
         span.begin, span.end,
         [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-          if (param.pipeline_copy || (tp_copy && param.split == TpSplit::kReplicated)) return;
+          if (!param.tensor.IsMainReplica()) return;
           const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
           for (int k = 0; k < 3; ++k) {
             p->segments.push_back({3 * param.global_index + k, global_begin,

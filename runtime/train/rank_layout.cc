@@ -43,7 +43,7 @@ std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
     p.kind = d.kind;
     p.hf_transposed = d.hf_transposed;
     p.offset = offset;
-    p.spec = ShardSpec::Whole(d.name, d.shape);
+    p.spec = ShardedTensor::Whole(d.name, d.shape);
     p.value = Tensor(base + offset, DType::kF32, d.shape);
     views.push_back(std::move(p));
     offset += d.shape.numel();

@@ -4,7 +4,8 @@
 // every global element once (replicated tensors once per rank); a rank's initial values are the
 // one-rank model's bits at the elements Megatron's rules name, padding 0; sub-ranges map to the
 // right partial pieces; invalid tp sizes are refused with messages naming the numbers; the
-// duplicate ranges are exactly the replicated tensors of ranks > 0.
+// duplicate ranges are exactly the replicated tensors of ranks > 0, the tensors that are not
+// the main replica of their ShardedTensor, whose runs are the segments.
 // Pipeline chunks: PipelineLayerSplit (even, explicit, refused splits and the suggested one),
 // PipelineChunks (plain and interleaved), a chunked rank's layout rebuilt from the rules in
 // partition.h (units per chunk, empty embedding / final units, the tied last stage's copy of
@@ -587,6 +588,47 @@ TEST(PartitionTest, DuplicateRangesAreTheReplicatedTensorsOfRanksAboveZero) {
   }
 }
 
+TEST(PartitionTest, EachParameterStatesItsSliceAsAShardedTensorWhoseRunsAreItsSegments) {
+  // The one vocabulary (runtime/core/sharded_tensor.h): every TpParam's tensor is valid, names
+  // the global tensor and its local buffer, its runs (merged where contiguous) are the
+  // segments, and it is the main replica exactly where it is not a duplicate range.
+  for (const Case& cs : Cases()) {
+    for (int t : cs.tps) {
+      for (int r = 0; r < t; ++r) {
+        const ModelPartition q = Make(cs.config, t, r);
+        std::vector<char> dup(q.num_local(), 0);
+        for (const auto& [b, e] : q.duplicate_ranges()) std::fill(dup.begin() + b, dup.begin() + e, 1);
+        for (const TpParam& param : q.params()) {
+          const ShardedTensor& st = param.tensor;
+          ASSERT_TRUE(st.Validate().ok()) << st.Validate().ToString();
+          EXPECT_EQ(st.name, param.local.name);
+          EXPECT_EQ(st.global_shape, param.global_shape) << st.name;
+          EXPECT_EQ(st.local_shape, param.local.shape) << st.name;
+          EXPECT_EQ(st.split_group, param.split == TpSplit::kReplicated ? ShardGroup::kNone
+                                                                         : ShardGroup::kTp)
+              << st.name;
+          std::vector<TpSegment> runs;
+          st.ForEachRun([&](int64_t l, int64_t g, int64_t n) {
+            if (!runs.empty() && runs.back().local_begin + runs.back().length == l &&
+                runs.back().global_begin + runs.back().length == g) {
+              runs.back().length += n;
+            } else {
+              runs.push_back({l, g, n});
+            }
+          });
+          ASSERT_EQ(runs.size(), param.segments.size()) << cs.name << " " << st.name;
+          for (size_t i = 0; i < runs.size(); ++i) {
+            EXPECT_EQ(runs[i].local_begin, param.segments[i].local_begin) << st.name;
+            EXPECT_EQ(runs[i].global_begin, param.segments[i].global_begin) << st.name;
+            EXPECT_EQ(runs[i].length, param.segments[i].length) << st.name;
+          }
+          EXPECT_EQ(st.IsMainReplica(), dup[param.local_offset] == 0) << cs.name << " " << st.name;
+        }
+      }
+    }
+  }
+}
+
 
 // ---- Pipeline chunks -------------------------------------------------------------------------
 
@@ -928,6 +970,8 @@ TEST(PartitionTest, ChunkedCoverageAndDuplicates) {
           for (const TpParam& q : p.params()) {
             const char want_dup =
                 q.pipeline_copy || (r > 0 && q.split == TpSplit::kReplicated) ? 1 : 0;
+            EXPECT_EQ(q.tensor.IsMainReplica(), want_dup == 0) << q.local.name;  // one rule
+            EXPECT_EQ(q.tensor.replica.pp, q.pipeline_copy ? 1 : 0) << q.local.name;
             for (int64_t i = 0; i < q.local.shape.numel(); ++i) {
               ASSERT_EQ(dup[q.local_offset + i], want_dup) << q.local.name << " " << i;
             }
