@@ -360,11 +360,13 @@ bool Watch::Decide(Clock::time_point now) {
       HangBlame blame = detector_->BlameHang(server_->Snapshot());
       f.kind = FailureKind::kStall;
       f.ranks = blame.ranks.empty() ? std::vector<int>{bye.rank} : blame.ranks;
+      f.exit_code = bye.exit_code;
       f.detail = StrFormat("rank %d's collective timed out (exit %d, comm.timeout_s): %s", bye.rank,
                            bye.exit_code, blame.who.empty() ? "no live rank left to blame" : blame.who.c_str());
     } else {
       f.kind = FailureKind::kRankExit;
       f.ranks = {bye.rank};
+      f.exit_code = bye.exit_code;
       f.detail = StrFormat("rank %d exited with code %d", bye.rank, bye.exit_code);
     }
     Fail(std::move(f), /*mpirun_knows=*/true);
@@ -417,7 +419,7 @@ bool Watch::Decide(Clock::time_point now) {
   }
   for (const StragglerReport& s : detector_->TakeStragglers()) {
     run_.report->stragglers.push_back({s.rank, s.detail, log_.At(s.at)});
-    log_.Emit(k_, "straggler", s.detail);
+    log_.Emit(k_, "straggler", s.detail, /*to_catalog=*/true, {s.rank});
   }
   if (auto f = detector_->Check(server_->Snapshot(), now)) {
     // While the ranks save to stop, a slow step is expected: only losses end the stop early.

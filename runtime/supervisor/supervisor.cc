@@ -50,6 +50,7 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
   fr.kind = FailureKindName(f.kind);
   fr.ranks = f.ranks;
   fr.detail = f.detail;
+  fr.exit_code = f.exit_code;
   fr.failed_s = log.At(f.suspected_at);
   fr.detected_s = log.At(f.detected_at);
   fr.step_at_failure = f.step;
