@@ -139,6 +139,17 @@ class Campaign {
   void TickActive(double now_unix);
   void ReadLaunchReport();
   void MatchDetections(ChaosReport& report);
+  // How the job ended for good.
+  struct RunEnd {
+    bool completed = false;       // tessera launch exited 0
+    std::string detail;           // "finished" / "tessera launch exited with ..."
+    bool soak_finishing = false;  // stopped at the soak's end, then finished from its save
+    int64_t soak_steps = 0;       // the step it saved then
+  };
+  Result<RunEnd> Drive();
+  void CompareWithReference(const RunEnd& end, ChaosReport& report);
+  void AuditCheckpointsInto(Verdict& v);
+  void CheckSoakMemory(Verdict& v);
   Result<std::string> Reference(int64_t steps);
   std::string HooksPath(const char* sub, int id) const {
     return hooks_dir_ + "/" + sub + "/" + std::to_string(id);
@@ -563,11 +574,36 @@ Result<ChaosReport> Campaign::Run() {
   Say(StrFormat("%s: %zu fault(s) scheduled%s", s_.path.c_str(), faults_.size(),
                 s_.soak_s > 0 ? StrFormat(", soak for %.0f s", s_.soak_s).c_str() : ""));
   RETURN_IF_ERROR(StartLaunch(0));
+  ASSIGN_OR_RETURN(const RunEnd end, Drive());
+  for (FaultState& f : faults_) {
+    if (f.slower) f.slower->Finish();
+    if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
+  }
+  report.wall_s = UnixNow() - start_unix_;
+  report.final_step = step_now_;
+  report.loss = loss_;
+  report.memory = memory_;
+  report.median_step_s = step_medians_.empty() ? 0 : Median(step_medians_);
+  report.goodput = report.wall_s > 0 ? std::min(1.0, report.final_step * report.median_step_s / report.wall_s) : 0;
+  Verdict& v = report.verdict;
+  v.run_completed = end.completed;
+  v.run_detail = end.detail + (end.soak_finishing ? StrFormat(" (soak: stopped at step %lld)", static_cast<long long>(end.soak_steps)) : "");
+  MatchDetections(report);
+  for (const FaultOutcome& f : report.faults) {
+    v.faults_injected += f.injected_s >= 0;
+    v.faults_detected += f.injected_s >= 0 && f.detected;
+  }
+  CompareWithReference(end, report);
+  AuditCheckpointsInto(v);
+  if (s_.soak_s > 0 && memory_.size() >= 2) CheckSoakMemory(v);
+  return report;
+}
 
-  bool soak_stop_sent = false, soak_finishing = false;
-  int64_t soak_steps = 0;
-  std::string end_detail;
-  bool completed = false;
+// Polls, injects and relaunches until the job ends for good (finished, failed, or stopped at
+// the soak's end and finished from its checkpoint).
+Result<Campaign::RunEnd> Campaign::Drive() {
+  RunEnd end;
+  bool soak_stop_sent = false;
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     PollFiles();
@@ -593,46 +629,31 @@ Result<ChaosReport> Campaign::Run() {
         relaunch = true;
       }
     }
-    if (code == kExitStopped && soak_stop_sent && !soak_finishing) {
+    if (code == kExitStopped && soak_stop_sent && !end.soak_finishing) {
       // Stopped at the soak's end: finish at the step it saved (writes model.safetensors).
       auto steps = CommittedSteps(ckpt_dir_);
-      soak_steps = steps.ok() && !steps->empty() ? steps->front() : 0;
-      soak_finishing = true;
-      RETURN_IF_ERROR(StartLaunch(soak_steps));
+      end.soak_steps = steps.ok() && !steps->empty() ? steps->front() : 0;
+      end.soak_finishing = true;
+      RETURN_IF_ERROR(StartLaunch(end.soak_steps));
       continue;
     }
     if (relaunch) {
-      RETURN_IF_ERROR(StartLaunch(soak_finishing ? soak_steps : 0));
+      RETURN_IF_ERROR(StartLaunch(end.soak_finishing ? end.soak_steps : 0));
       continue;
     }
-    completed = code == kExitOk;
-    end_detail = completed ? "finished" : "tessera launch exited with " + exited->ToString();
-    break;
+    end.completed = code == kExitOk;
+    end.detail = end.completed ? "finished" : "tessera launch exited with " + exited->ToString();
+    return end;
   }
-  for (FaultState& f : faults_) {
-    if (f.slower) f.slower->Finish();
-    if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
-  }
-  report.wall_s = UnixNow() - start_unix_;
-  report.final_step = step_now_;
-  report.loss = loss_;
-  report.memory = memory_;
-  report.median_step_s = step_medians_.empty() ? 0 : Median(step_medians_);
-  report.goodput = report.wall_s > 0 ? std::min(1.0, report.final_step * report.median_step_s / report.wall_s) : 0;
-  Verdict& v = report.verdict;
-  v.run_completed = completed;
-  v.run_detail = end_detail + (soak_finishing ? StrFormat(" (soak: stopped at step %lld)", static_cast<long long>(soak_steps)) : "");
-  MatchDetections(report);
-  for (const FaultOutcome& f : report.faults) {
-    v.faults_injected += f.injected_s >= 0;
-    v.faults_detected += f.injected_s >= 0 && f.detected;
-  }
+}
 
-  // The reference and the comparison (a run that did not finish has no final weights).
+// The reference and the comparison (a run that did not finish has no final weights).
+void Campaign::CompareWithReference(const RunEnd& end, ChaosReport& report) {
+  Verdict& v = report.verdict;
   const double ref_start = UnixNow();
   Result<std::string> reference = FailedPrecondition("not compared: the run did not finish");
-  if (completed) reference = Reference(soak_finishing ? soak_steps : 0);
-  report.reference_wall_s = o_.reference_dir.empty() && completed ? UnixNow() - ref_start : 0;
+  if (end.completed) reference = Reference(end.soak_finishing ? end.soak_steps : 0);
+  report.reference_wall_s = o_.reference_dir.empty() && end.completed ? UnixNow() - ref_start : 0;
   if (!reference.ok()) {
     v.weights_detail = reference.status().ToString();
   } else if (auto cmp = CompareWeightFiles(*reference, run_dir_ + "/model.safetensors"); !cmp.ok()) {
@@ -641,6 +662,9 @@ Result<ChaosReport> Campaign::Run() {
     v.weights_identical = cmp->identical;
     v.weights_detail = cmp->detail;
   }
+}
+
+void Campaign::AuditCheckpointsInto(Verdict& v) {
   if (auto audit = AuditCheckpoints(ckpt_dir_, damaged_steps_); audit.ok()) {
     v.committed_checkpoints = audit->committed;
     v.checkpoints_lost = audit->lost;
@@ -649,26 +673,26 @@ Result<ChaosReport> Campaign::Run() {
     v.checkpoints_lost = -1;
     v.checkpoints_detail = "audit failed: " + audit.status().ToString();
   }
-  if (s_.soak_s > 0 && memory_.size() >= 2) {
-    // Growth after the first minute (start-up allocations excluded).
-    const MemorySample* base = &memory_.front();
-    for (const MemorySample& m : memory_) {
-      if (m.t_s >= 60) {
-        base = &m;
-        break;
-      }
+}
+
+// Soak: the supervisor's growth after the first minute (start-up allocations excluded).
+void Campaign::CheckSoakMemory(Verdict& v) {
+  const MemorySample* base = &memory_.front();
+  for (const MemorySample& m : memory_) {
+    if (m.t_s >= 60) {
+      base = &m;
+      break;
     }
-    double peak = base->supervisor_rss_mib;
-    for (const MemorySample& m : memory_) {
-      if (m.t_s >= base->t_s) peak = std::max(peak, m.supervisor_rss_mib);
-    }
-    const double growth = peak - base->supervisor_rss_mib;
-    v.memory_ok = growth <= s_.max_supervisor_rss_growth_mib;
-    v.memory_detail = StrFormat("supervisor RSS %.1f MiB at %.0f s, peak %.1f MiB after (growth %.1f MiB, "
-                                "allowed %.0f)",
-                                base->supervisor_rss_mib, base->t_s, peak, growth, s_.max_supervisor_rss_growth_mib);
   }
-  return report;
+  double peak = base->supervisor_rss_mib;
+  for (const MemorySample& m : memory_) {
+    if (m.t_s >= base->t_s) peak = std::max(peak, m.supervisor_rss_mib);
+  }
+  const double growth = peak - base->supervisor_rss_mib;
+  v.memory_ok = growth <= s_.max_supervisor_rss_growth_mib;
+  v.memory_detail = StrFormat("supervisor RSS %.1f MiB at %.0f s, peak %.1f MiB after (growth %.1f MiB, "
+                              "allowed %.0f)",
+                              base->supervisor_rss_mib, base->t_s, peak, growth, s_.max_supervisor_rss_growth_mib);
 }
 
 }  // namespace
