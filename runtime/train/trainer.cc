@@ -228,12 +228,18 @@ Status Trainer::SetUpParameters() {
   return Status::Ok();
 }
 
-// The whole model (pp = 1), or one model per chunk of this rank and the pipeline executor.
+// The whole model (pp = 1), or one model per chunk of this rank; and the pipeline executor
+// that runs them (pp = 1 is its one-stage case: pipeline.h).
 Status Trainer::BuildModels(ModelOptions mo) {
   const Config& c = config_;
   if (pp_ == nullptr) {
     ASSIGN_OR_RETURN(model_, Transformer::Create(c.model, c.train.micro_batch_size,
                                                  c.train.seq_len, &memory_, mo));
+    PipelineOptions po;  // one stage, one chunk: 1F1B is F0 B0 F1 B1 ...
+    po.micro_batches = static_cast<int>(c.train.grad_accum_steps);
+    // Each micro-batch's forward is reported (backward: by phase_store_ when it starts).
+    ASSIGN_OR_RETURN(pipeline_, PipelineRunner::Create(po, nullptr, {model_.get()}, shards_.get(),
+                                                       [this] { Phase(TrainPhase::kForward); }));
   } else {
     // One model per chunk, each keeping as many micro-batches' activations as the schedule
     // has in flight on it.
@@ -316,20 +322,17 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 
 Result<double> Trainer::Evaluate(int64_t batches) {
   if (!val_data_) return NotFound("no held-out data: set data.val to a token shard file or directory");
-  if (pipeline_) {
-    // Each micro-batch through every virtual stage; the last stage's mean, then shared.
-    val_data_->Reset();
-    double sum = 0;
-    for (int64_t i = 0; i < batches; ++i) {
-      RETURN_IF_ERROR(
-          val_data_->NextBatch(config_.train.micro_batch_size, inputs_.data(), targets_.data()));
-      ASSIGN_OR_RETURN(const double loss, pipeline_->Forward(inputs_.data(), targets_.data()));
-      sum += loss;
-    }
-    ASSIGN_OR_RETURN(const double total, FromLastStage(sum));
-    return total / static_cast<double>(batches);
+  // Each micro-batch through every virtual stage; the last stage's mean, then shared.
+  val_data_->Reset();
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    RETURN_IF_ERROR(
+        val_data_->NextBatch(config_.train.micro_batch_size, inputs_.data(), targets_.data()));
+    ASSIGN_OR_RETURN(const double loss, pipeline_->Forward(inputs_.data(), targets_.data()));
+    sum += loss;
   }
-  return EvaluateLoss(*model_, *val_data_, batches, [this] { return PassStatus(*model_); });
+  ASSIGN_OR_RETURN(const double total, FromLastStage(sum));
+  return total / static_cast<double>(batches);
 }
 
 // One optimizer step over the global batch, in phases: this rank's micro-batches forward and
@@ -367,33 +370,23 @@ Status Trainer::PassStatus(const Transformer& model) const {
 }
 
 // This rank's micro-batches of the step, read at its place in the global batch (the data
-// position ends the same on every rank), through the whole model one at a time or all at once
-// through the pipeline schedule, which interleaves them.
+// position ends the same on every rank), all at once: the schedule interleaves them (one
+// stage: one after the other).
 Result<Trainer::ForwardBackwardResult> Trainer::ForwardBackward(float grad_scale) {
   const int64_t B = config_.train.micro_batch_size, accum = config_.train.grad_accum_steps;
   ForwardBackwardResult pass;
   pass.micro_batches = accum;
   pass.tokens = accum * B * config_.train.seq_len;
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
-  if (pipeline_) {
-    RETURN_IF_ERROR(LoadStepBatches());
-    Phase(TrainPhase::kForward);
-    ASSIGN_OR_RETURN(pass.loss_sum, pipeline_->TrainStep(step_inputs_.data(), step_targets_.data(),
-                                                         grad_scale));
-  } else {
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      Phase(TrainPhase::kForward);  // backward: reported by phase_store_ when it starts
-      shards_->BeginMicroBatch(micro);
-      RETURN_IF_ERROR(train_data_->NextBatch(B, inputs_.data(), targets_.data()));
-      pass.loss_sum += model_->ForwardBackward(inputs_.data(), targets_.data(), grad_scale);
-      RETURN_IF_ERROR(PassStatus(*model_));
-    }
-  }
+  RETURN_IF_ERROR(LoadStepBatches());
+  Phase(TrainPhase::kForward);
+  ASSIGN_OR_RETURN(pass.loss_sum, pipeline_->TrainStep(step_inputs_.data(), step_targets_.data(),
+                                                       grad_scale));
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
   return pass;
 }
 
-// All of a pipelined step's micro-batches: micro k's token ids at k * B * T.
+// All of the step's micro-batches: micro k's token ids at k * B * T.
 Status Trainer::LoadStepBatches() {
   const int64_t B = config_.train.micro_batch_size, accum = config_.train.grad_accum_steps;
   const int64_t tokens = B * config_.train.seq_len;
@@ -410,8 +403,7 @@ Status Trainer::LoadStepBatches() {
 // stages' embedding gradients summed.
 Status Trainer::SyncGrads() {
   RETURN_IF_ERROR(shards_->FinishGradients());
-  if (pipeline_) RETURN_IF_ERROR(pipeline_->SyncTiedEmbeddings());
-  return Status::Ok();
+  return pipeline_->SyncTiedEmbeddings();
 }
 
 // The mean loss over the global batch, the same on every rank: the dp ranks' sums added in
@@ -423,9 +415,7 @@ Result<double> Trainer::GlobalLoss(const ForwardBackwardResult& pass) {
     loss_sum = 0;
     for (double v : sums) loss_sum += v;
   }
-  if (pipeline_) {
-    ASSIGN_OR_RETURN(loss_sum, FromLastStage(loss_sum));
-  }
+  ASSIGN_OR_RETURN(loss_sum, FromLastStage(loss_sum));
   return loss_sum / static_cast<double>(pass.micro_batches * dp_size_);
 }
 

@@ -92,7 +92,7 @@ class Trainer {
   const MemoryTracker& memory() const { return memory_; }
   // The pipeline executor's timing (pp > 1), else null.
   const PipelineStats* pipeline_stats() const {
-    return pipeline_ ? &pipeline_->stats() : nullptr;
+    return pp_ != nullptr ? &pipeline_->stats() : nullptr;
   }
 
  private:
@@ -197,11 +197,13 @@ class Trainer {
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)
   std::unique_ptr<Transformer> model_;  // the whole model (pp = 1)
-  // Pipeline (pp > 1): one model per chunk of this rank and the schedule's executor.
+  // Pipeline (pp > 1): one model per chunk of this rank.
   std::vector<std::unique_ptr<Transformer>> chunks_;
+  // The schedule's executor over model_ (pp = 1: its one-stage case) or chunks_; every step
+  // and evaluation runs through it.
   std::unique_ptr<PipelineRunner> pipeline_;
   Communicator* pp_ = nullptr;  // the pipeline group (null: pp = 1)
-  std::vector<int32_t> step_inputs_, step_targets_;  // a pipelined step's micro-batches
+  std::vector<int32_t> step_inputs_, step_targets_;  // a step's micro-batches
   std::optional<LossScaler> loss_scaler_;  // fp16 only
   std::optional<StepGuard> guard_;          // non-finite and loss-spike policy (step_guard.h)
   bool init_from_checkpoint_ = false;       // init_from names a Tessera checkpoint

@@ -158,8 +158,8 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   summary.wall_seconds = Seconds(run.start, Clock::now());
   ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
   ASSIGN_OR_RETURN(std::vector<float> full, GatherGlobalWeights());
-  std::vector<double> idle;  // per rank: idle share of the pipelined passes
-  if (pipeline_) {
+  std::vector<double> idle;  // per rank: idle share of the pipelined passes (pp > 1)
+  if (pp_ != nullptr) {
     ASSIGN_OR_RETURN(idle, AllGatherDoubles(all_, {pipeline_->stats().mean_idle_fraction()}));
   }
   if (!is_root()) return summary;
