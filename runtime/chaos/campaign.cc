@@ -20,6 +20,7 @@
 
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
+#include "runtime/chaos/attribution.h"
 #include "runtime/chaos/audit.h"
 #include "runtime/chaos/job_processes.h"
 #include "runtime/core/exit_codes.h"
@@ -97,21 +98,6 @@ class RewrittenTail {
   std::string seen_;  // complete lines read so far, as they were
 };
 
-struct SupervisorEvent {
-  double unix_s = 0;
-  std::string kind, message;
-};
-
-// A failure as the supervisor's report.json recorded it, in wall-clock terms.
-struct ReportedFailure {
-  std::string kind;
-  std::string detail;
-  std::vector<int> ranks;
-  double detected_unix = 0, resumed_unix = -1;
-  int64_t steps_lost = 0;
-  bool matched = false;
-};
-
 struct FaultState {
   PlannedFault plan;
   bool injected = false, given_up = false;
@@ -154,6 +140,17 @@ class Campaign {
   void TickActive(double now_unix);
   void ReadLaunchReport();
   void MatchDetections(ChaosReport& report);
+  // How the job ended for good.
+  struct RunEnd {
+    bool completed = false;       // tessera launch exited 0
+    std::string detail;           // "finished" / "tessera launch exited with ..."
+    bool soak_finishing = false;  // stopped at the soak's end, then finished from its save
+    int64_t soak_steps = 0;       // the step it saved then
+  };
+  Result<RunEnd> Drive();
+  void CompareWithReference(const RunEnd& end, ChaosReport& report);
+  void AuditCheckpointsInto(Verdict& v);
+  void CheckSoakMemory(Verdict& v);
   Result<std::string> Reference(int64_t steps);
   std::string HooksPath(const char* sub, int id) const {
     return hooks_dir_ + "/" + sub + "/" + std::to_string(id);
@@ -272,13 +269,7 @@ void Campaign::PollFiles(bool force) {
     loss_.push_back({T(now), step_now_, loss->as_double()});
   }
   for (const std::string& line : events_->Read()) {
-    auto v = ParseJson(line);
-    if (!v.ok()) continue;
-    const JsonValue* t = v->Find("unix_s");
-    const JsonValue* kind = v->Find("kind");
-    const JsonValue* msg = v->Find("message");
-    if (t == nullptr || kind == nullptr || msg == nullptr) continue;
-    events_seen_.push_back({t->as_double(), kind->as_string(), msg->as_string()});
+    if (auto e = ParseSupervisorEvent(line); e.ok()) events_seen_.push_back(std::move(*e));
   }
   if (launch_ && now >= next_memory_unix_) {
     next_memory_unix_ = now + 5;
@@ -501,32 +492,10 @@ void Campaign::TickActive(double now_unix) {
 void Campaign::ReadLaunchReport() {
   auto text = ReadFileToString(run_dir_ + "/launch/report.json");
   if (!text.ok()) return;
-  auto v = ParseJson(*text, 1 << 20);
-  if (!v.ok()) return;
-  const JsonValue* start = v->Find("start_unix_s");
-  const JsonValue* failures = v->Find("failures");
-  const JsonValue* median = v->Find("step_s");
-  if (median != nullptr && median->is_number() && median->as_double() > 0) {
-    step_medians_.push_back(median->as_double());
-  }
-  if (start == nullptr || failures == nullptr || !failures->is_array()) return;
-  for (const JsonValue& f : failures->items()) {
-    ReportedFailure r;
-    auto num = [&](const char* key, double fallback) {
-      const JsonValue* x = f.Find(key);
-      return x != nullptr && x->is_number() ? x->as_double() : fallback;
-    };
-    if (const JsonValue* k = f.Find("kind")) r.kind = k->as_string();
-    if (const JsonValue* d = f.Find("detail")) r.detail = d->as_string();
-    if (const JsonValue* ranks = f.Find("ranks"); ranks != nullptr && ranks->is_array()) {
-      for (const JsonValue& x : ranks->items()) r.ranks.push_back(static_cast<int>(x.as_double()));
-    }
-    r.detected_unix = start->as_double() + num("detected_s", 0);
-    const double resumed = num("resumed_s", -1);
-    r.resumed_unix = resumed >= 0 ? start->as_double() + resumed : -1;
-    r.steps_lost = static_cast<int64_t>(num("steps_lost", 0));
-    failures_.push_back(r);
-  }
+  auto report = ParseLaunchReport(*text);
+  if (!report.ok()) return;
+  if (report->step_s > 0) step_medians_.push_back(report->step_s);
+  for (ReportedFailure& f : report->failures) failures_.push_back(std::move(f));
 }
 
 Result<std::string> Campaign::Reference(int64_t steps) {
@@ -558,152 +527,41 @@ Result<std::string> Campaign::Reference(int64_t steps) {
   return ref + "/model.safetensors";
 }
 
-// Pairs every injected fault with the evidence that the runtime saw it.
+// Pairs every injected fault with the evidence that the runtime saw it (attribution.h).
 void Campaign::MatchDetections(ChaosReport& report) {
-  // Each piece of evidence explains one fault only.
-  std::set<const SupervisorEvent*> used;
-  auto first_event = [&](double after, double before, auto pred) -> const SupervisorEvent* {
-    for (const SupervisorEvent& e : events_seen_) {
-      if (e.unix_s >= after && e.unix_s <= before && !used.count(&e) && pred(e)) {
-        used.insert(&e);
-        return &e;
-      }
+  std::vector<InjectedFault> injected;
+  for (const FaultState& f : faults_) {
+    InjectedFault x;
+    x.id = f.plan.id;
+    x.kind = f.plan.spec.kind;
+    const bool rank_fault = x.kind == FaultKind::kKillRank || x.kind == FaultKind::kStopRank ||
+                            x.kind == FaultKind::kSlowRank || x.kind == FaultKind::kKillInCheckpoint ||
+                            x.kind == FaultKind::kIoError;
+    if (x.kind == FaultKind::kKillHost) {
+      x.ranks = s_.hosts.at(f.plan.spec.host);
+    } else if (rank_fault && f.plan.spec.rank >= 0) {
+      x.ranks = {f.plan.spec.rank};
     }
-    return nullptr;
-  };
-  // The failure a fault caused: the first unclaimed one after it that names one of the ranks
-  // it hit, within a bound (a detection later than that is something else). Under load a
-  // lost host's failure may name only the first rank to go, so any one rank in common counts.
-  auto take_failure = [&](double after, const std::vector<int>& hit, double within_s) -> ReportedFailure* {
-    for (ReportedFailure& r : failures_) {
-      if (r.matched || r.detected_unix < after || r.detected_unix > after + within_s) continue;
-      bool names = r.ranks.empty();  // mpirun's own exit may name nobody
-      for (int rank : r.ranks) names |= std::find(hit.begin(), hit.end(), rank) != hit.end();
-      if (!names) continue;
-      r.matched = true;
-      return &r;
-    }
-    return nullptr;
-  };
-  // Detection bounds: a kill is seen at once (allow a restart in progress); a stopped rank
-  // after the heartbeat timeout.
-  double heartbeat_timeout_s = 10;
+    x.injected = f.injected;
+    x.injected_unix = f.injected_unix;
+    x.injected_step = f.injected_step;
+    x.active_until_unix = f.active_until_unix;
+    x.target = f.target;
+    x.planned = f.plan.ToString();
+    x.note = f.note;
+    injected.push_back(std::move(x));
+  }
+  AttributionOptions o;
+  o.start_unix = start_unix_;
   if (auto it = s_.supervisor.find("heartbeat_timeout"); it != s_.supervisor.end()) {
-    heartbeat_timeout_s = std::atof(it->second.c_str());
+    o.heartbeat_timeout_s = std::atof(it->second.c_str());
   }
-  const double kill_within_s = 10, stop_within_s = heartbeat_timeout_s + 10;
-  std::vector<int> every_rank;
-  for (int r = 0; r < s_.ranks; ++r) every_rank.push_back(r);
-
-  for (FaultState& f : faults_) {
-    FaultOutcome out;
-    out.id = f.plan.id;
-    out.kind = FaultKindName(f.plan.spec.kind);
-    out.target = f.target.empty() ? f.plan.ToString() : f.target;
-    out.note = f.note;
-    if (!f.injected) {
-      if (out.note.empty()) out.note = "not injected: the run ended before it was due";
-      report.faults.push_back(out);
-      continue;
-    }
-    out.injected_s = T(f.injected_unix);
-    out.injected_step = f.injected_step;
-    const double t0 = f.injected_unix;  // the supervisor stamps events with the same host clock
-    const double forever = 1e300;
-    auto use_failure = [&](ReportedFailure* r) {
-      if (r == nullptr) return;
-      out.detected = true;
-      out.detected_as = r->kind;
-      out.detection_s = std::max(0.0, r->detected_unix - f.injected_unix);
-      out.recovery_s = r->resumed_unix >= 0 ? r->resumed_unix - f.injected_unix : -1;
-      out.steps_lost = r->steps_lost;
-    };
-    switch (f.plan.spec.kind) {
-      case FaultKind::kKillRank:
-      case FaultKind::kKillInCheckpoint:
-        use_failure(take_failure(t0, {f.plan.spec.rank}, kill_within_s));
-        break;
-      case FaultKind::kStopRank:
-        use_failure(take_failure(t0, {f.plan.spec.rank}, stop_within_s));
-        break;
-      case FaultKind::kKillHost:
-        use_failure(take_failure(t0, s_.hosts.at(f.plan.spec.host), kill_within_s));
-        break;
-      case FaultKind::kSlowRank: {
-        const std::string who = "rank " + std::to_string(f.plan.spec.rank) + " ";
-        if (const SupervisorEvent* e = first_event(t0, f.active_until_unix + 10, [&](const SupervisorEvent& ev) {
-              return ev.kind == "straggler" && ev.message.rfind(who, 0) == 0;
-            })) {
-          out.detected = true;
-          out.detected_as = "straggler";
-          out.detection_s = e->unix_s - f.injected_unix;
-        }
-        break;
-      }
-      case FaultKind::kCorruptShard:
-      case FaultKind::kTruncateShard:
-        if (const SupervisorEvent* e = first_event(t0, forever, [](const SupervisorEvent& ev) {
-              return ev.kind == "ckpt_corrupt";
-            })) {
-          out.detected = true;
-          out.detected_as = "ckpt_corrupt";
-          out.detection_s = e->unix_s - f.injected_unix;
-        }
-        // The restart it forced: its recovery is this fault's.
-        if (ReportedFailure* r = take_failure(t0, {0}, kill_within_s)) {
-          out.recovery_s = r->resumed_unix >= 0 ? r->resumed_unix - f.injected_unix : -1;
-          out.steps_lost = r->steps_lost;
-        }
-        break;
-      case FaultKind::kIoError:
-        if (const SupervisorEvent* e = first_event(t0, f.active_until_unix + 30, [](const SupervisorEvent& ev) {
-              return ev.kind == "ckpt_save_failed";
-            })) {
-          out.detected = true;
-          out.detected_as = "ckpt_save_failed";
-          out.detection_s = e->unix_s - f.injected_unix;
-        }
-        // checkpoint.max_failures saves failing in a row stop the run (exit 1) and the
-        // supervisor restarts it: those restarts are this fault's doing.
-        for (ReportedFailure& r : failures_) {
-          // Only the checkpointer's own stop (exit 1); a kill in the same seconds is another
-          // fault's.
-          if (!r.matched && r.kind == "rank_exit" && r.detail.find("exited with code 1") != std::string::npos &&
-              r.detected_unix >= t0 && r.detected_unix <= f.active_until_unix + 5) {
-            r.matched = true;
-            out.steps_lost += r.steps_lost;
-            if (r.resumed_unix >= 0) out.recovery_s = r.resumed_unix - f.injected_unix;
-          }
-        }
-        break;
-      case FaultKind::kPreempt:
-        if (const SupervisorEvent* e = first_event(t0, forever, [](const SupervisorEvent& ev) {
-              return ev.kind == "preempt";
-            })) {
-          out.detected = true;
-          out.detected_as = "preempt";
-          out.detection_s = e->unix_s - f.injected_unix;
-          // Recovery: the relaunch's first step.
-          const SupervisorEvent* launch = first_event(e->unix_s, forever, [](const SupervisorEvent& ev) {
-            return ev.kind == "launch";
-          });
-          if (launch != nullptr) {
-            if (const SupervisorEvent* p = first_event(launch->unix_s, forever, [](const SupervisorEvent& ev) {
-                  return ev.kind == "progress";
-                })) {
-              out.recovery_s = p->unix_s - f.injected_unix;
-            }
-          }
-        }
-        break;
-    }
-    if (!out.detected && out.note.empty()) out.note = "no detection found in the supervisor's events";
-    report.faults.push_back(out);
-  }
+  Attribution a = AttributeFaults(injected, events_seen_, failures_, o);
+  report.faults = std::move(a.faults);
   // Failures no fault explains: worth a look (a false detection, or a fault's side effect).
   std::string unexplained;
-  for (const ReportedFailure& r : failures_) {
-    if (!r.matched) unexplained += (unexplained.empty() ? "" : ", ") + r.kind + " (" + RankWord(r.ranks) + ")";
+  for (const ReportedFailure& r : a.unexplained) {
+    unexplained += (unexplained.empty() ? "" : ", ") + r.kind + " (" + RankWord(r.ranks) + ")";
   }
   if (!unexplained.empty()) report.verdict.run_detail += "; failures no fault explains: " + unexplained;
 }
@@ -717,11 +575,36 @@ Result<ChaosReport> Campaign::Run() {
   Say(StrFormat("%s: %zu fault(s) scheduled%s", s_.path.c_str(), faults_.size(),
                 s_.soak_s > 0 ? StrFormat(", soak for %.0f s", s_.soak_s).c_str() : ""));
   RETURN_IF_ERROR(StartLaunch(0));
+  ASSIGN_OR_RETURN(const RunEnd end, Drive());
+  for (FaultState& f : faults_) {
+    if (f.slower) f.slower->Finish();
+    if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
+  }
+  report.wall_s = UnixNow() - start_unix_;
+  report.final_step = step_now_;
+  report.loss = loss_;
+  report.memory = memory_;
+  report.median_step_s = step_medians_.empty() ? 0 : Median(step_medians_);
+  report.goodput = report.wall_s > 0 ? std::min(1.0, report.final_step * report.median_step_s / report.wall_s) : 0;
+  Verdict& v = report.verdict;
+  v.run_completed = end.completed;
+  v.run_detail = end.detail + (end.soak_finishing ? StrFormat(" (soak: stopped at step %lld)", static_cast<long long>(end.soak_steps)) : "");
+  MatchDetections(report);
+  for (const FaultOutcome& f : report.faults) {
+    v.faults_injected += f.injected_s >= 0;
+    v.faults_detected += f.injected_s >= 0 && f.detected;
+  }
+  CompareWithReference(end, report);
+  AuditCheckpointsInto(v);
+  if (s_.soak_s > 0 && memory_.size() >= 2) CheckSoakMemory(v);
+  return report;
+}
 
-  bool soak_stop_sent = false, soak_finishing = false;
-  int64_t soak_steps = 0;
-  std::string end_detail;
-  bool completed = false;
+// Polls, injects and relaunches until the job ends for good (finished, failed, or stopped at
+// the soak's end and finished from its checkpoint).
+Result<Campaign::RunEnd> Campaign::Drive() {
+  RunEnd end;
+  bool soak_stop_sent = false;
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     PollFiles();
@@ -747,46 +630,31 @@ Result<ChaosReport> Campaign::Run() {
         relaunch = true;
       }
     }
-    if (code == kExitStopped && soak_stop_sent && !soak_finishing) {
+    if (code == kExitStopped && soak_stop_sent && !end.soak_finishing) {
       // Stopped at the soak's end: finish at the step it saved (writes model.safetensors).
       auto steps = CommittedSteps(ckpt_dir_);
-      soak_steps = steps.ok() && !steps->empty() ? steps->front() : 0;
-      soak_finishing = true;
-      RETURN_IF_ERROR(StartLaunch(soak_steps));
+      end.soak_steps = steps.ok() && !steps->empty() ? steps->front() : 0;
+      end.soak_finishing = true;
+      RETURN_IF_ERROR(StartLaunch(end.soak_steps));
       continue;
     }
     if (relaunch) {
-      RETURN_IF_ERROR(StartLaunch(soak_finishing ? soak_steps : 0));
+      RETURN_IF_ERROR(StartLaunch(end.soak_finishing ? end.soak_steps : 0));
       continue;
     }
-    completed = code == kExitOk;
-    end_detail = completed ? "finished" : "tessera launch exited with " + exited->ToString();
-    break;
+    end.completed = code == kExitOk;
+    end.detail = end.completed ? "finished" : "tessera launch exited with " + exited->ToString();
+    return end;
   }
-  for (FaultState& f : faults_) {
-    if (f.slower) f.slower->Finish();
-    if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
-  }
-  report.wall_s = UnixNow() - start_unix_;
-  report.final_step = step_now_;
-  report.loss = loss_;
-  report.memory = memory_;
-  report.median_step_s = step_medians_.empty() ? 0 : Median(step_medians_);
-  report.goodput = report.wall_s > 0 ? std::min(1.0, report.final_step * report.median_step_s / report.wall_s) : 0;
-  Verdict& v = report.verdict;
-  v.run_completed = completed;
-  v.run_detail = end_detail + (soak_finishing ? StrFormat(" (soak: stopped at step %lld)", static_cast<long long>(soak_steps)) : "");
-  MatchDetections(report);
-  for (const FaultOutcome& f : report.faults) {
-    v.faults_injected += f.injected_s >= 0;
-    v.faults_detected += f.injected_s >= 0 && f.detected;
-  }
+}
 
-  // The reference and the comparison (a run that did not finish has no final weights).
+// The reference and the comparison (a run that did not finish has no final weights).
+void Campaign::CompareWithReference(const RunEnd& end, ChaosReport& report) {
+  Verdict& v = report.verdict;
   const double ref_start = UnixNow();
   Result<std::string> reference = FailedPrecondition("not compared: the run did not finish");
-  if (completed) reference = Reference(soak_finishing ? soak_steps : 0);
-  report.reference_wall_s = o_.reference_dir.empty() && completed ? UnixNow() - ref_start : 0;
+  if (end.completed) reference = Reference(end.soak_finishing ? end.soak_steps : 0);
+  report.reference_wall_s = o_.reference_dir.empty() && end.completed ? UnixNow() - ref_start : 0;
   if (!reference.ok()) {
     v.weights_detail = reference.status().ToString();
   } else if (auto cmp = CompareWeightFiles(*reference, run_dir_ + "/model.safetensors"); !cmp.ok()) {
@@ -795,6 +663,9 @@ Result<ChaosReport> Campaign::Run() {
     v.weights_identical = cmp->identical;
     v.weights_detail = cmp->detail;
   }
+}
+
+void Campaign::AuditCheckpointsInto(Verdict& v) {
   if (auto audit = AuditCheckpoints(ckpt_dir_, damaged_steps_); audit.ok()) {
     v.committed_checkpoints = audit->committed;
     v.checkpoints_lost = audit->lost;
@@ -803,26 +674,26 @@ Result<ChaosReport> Campaign::Run() {
     v.checkpoints_lost = -1;
     v.checkpoints_detail = "audit failed: " + audit.status().ToString();
   }
-  if (s_.soak_s > 0 && memory_.size() >= 2) {
-    // Growth after the first minute (start-up allocations excluded).
-    const MemorySample* base = &memory_.front();
-    for (const MemorySample& m : memory_) {
-      if (m.t_s >= 60) {
-        base = &m;
-        break;
-      }
+}
+
+// Soak: the supervisor's growth after the first minute (start-up allocations excluded).
+void Campaign::CheckSoakMemory(Verdict& v) {
+  const MemorySample* base = &memory_.front();
+  for (const MemorySample& m : memory_) {
+    if (m.t_s >= 60) {
+      base = &m;
+      break;
     }
-    double peak = base->supervisor_rss_mib;
-    for (const MemorySample& m : memory_) {
-      if (m.t_s >= base->t_s) peak = std::max(peak, m.supervisor_rss_mib);
-    }
-    const double growth = peak - base->supervisor_rss_mib;
-    v.memory_ok = growth <= s_.max_supervisor_rss_growth_mib;
-    v.memory_detail = StrFormat("supervisor RSS %.1f MiB at %.0f s, peak %.1f MiB after (growth %.1f MiB, "
-                                "allowed %.0f)",
-                                base->supervisor_rss_mib, base->t_s, peak, growth, s_.max_supervisor_rss_growth_mib);
   }
-  return report;
+  double peak = base->supervisor_rss_mib;
+  for (const MemorySample& m : memory_) {
+    if (m.t_s >= base->t_s) peak = std::max(peak, m.supervisor_rss_mib);
+  }
+  const double growth = peak - base->supervisor_rss_mib;
+  v.memory_ok = growth <= s_.max_supervisor_rss_growth_mib;
+  v.memory_detail = StrFormat("supervisor RSS %.1f MiB at %.0f s, peak %.1f MiB after (growth %.1f MiB, "
+                              "allowed %.0f)",
+                              base->supervisor_rss_mib, base->t_s, peak, growth, s_.max_supervisor_rss_growth_mib);
 }
 
 }  // namespace

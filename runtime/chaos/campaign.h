@@ -20,10 +20,11 @@
 // SIGTERM to `tessera launch` and a relaunch after it stops (preempt). A fault is due when
 // the job reached its step or the run its time; rank faults wait until the ranks are up.
 //
-// How each is matched to its detection (the supervisor's events and reports, after the
-// injection): a failure (connection_lost / rank_exit for kills, heartbeat_timeout or stall for
-// stop_rank), a straggler line naming the rank (slow_rank), a ckpt_corrupt event
-// (corrupt/truncate), a ckpt_save_failed event (io_error), the preempt event (preempt).
+// How each is matched to its detection (AttributeFaults, attribution.h, over the supervisor's
+// structured events and report, after the injection): a failure (connection_lost / rank_exit
+// for kills, heartbeat_timeout or stall for stop_rank), a straggler event naming the rank
+// (slow_rank), a ckpt_corrupt event (corrupt/truncate), a ckpt_save_failed event (io_error),
+// the preempt event (preempt).
 // Thread-safety: RunCampaign blocks the calling thread.
 #pragma once
 

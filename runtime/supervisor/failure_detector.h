@@ -103,6 +103,7 @@ struct Failure {
   std::chrono::steady_clock::time_point suspected_at;
   std::chrono::steady_clock::time_point detected_at;
   int64_t step = -1;  // highest step any rank reported when it was detected
+  int exit_code = -1;  // the blamed rank's own exit code (its bye), -1 when it said none
 };
 
 struct StragglerReport {

@@ -79,7 +79,13 @@ class Watch {
   void OnCatalog(const ControlEvent& e);
   void ForwardRequests(Clock::time_point now);
   // Ends the incarnation; see the attribution rules in incarnation.h.
+  // One look at the job; true when the incarnation ended (Finish or Fail was called). In
+  // order: a rank's final exit code, a rank's failed exit, mpirun's exit, the stop's deadline,
+  // stragglers (reported, never an end), the detector's verdict.
   bool Decide(Clock::time_point now);
+  bool DecideFinalBye();
+  bool DecideFailedBye(Clock::time_point now);
+  bool DecideJobExited(Clock::time_point now);
   void StopJob(const std::string& why, bool mpirun_knows);
   void Fail(Failure f, bool mpirun_knows);
   void Finish(IncarnationEnd::Kind kind, int exit_code, std::string detail);
@@ -338,6 +344,31 @@ void Watch::Fail(Failure f, bool mpirun_knows) {
 }
 
 bool Watch::Decide(Clock::time_point now) {
+  if (DecideFinalBye() || DecideFailedBye(now) || DecideJobExited(now)) return true;
+  if (stop_sent_ && now >= stop_deadline_) {
+    StopJob("the ranks did not stop within the preemption timeout", false);
+    Finish(IncarnationEnd::Kind::kStopped, kExitStopped,
+           "stopped without a final checkpoint (preemption timeout)");
+    return true;
+  }
+  for (const StragglerReport& s : detector_->TakeStragglers()) {
+    run_.report->stragglers.push_back({s.rank, s.detail, log_.At(s.at)});
+    log_.Emit(k_, "straggler", s.detail, /*to_catalog=*/true, {s.rank});
+  }
+  if (auto f = detector_->Check(server_->Snapshot(), now)) {
+    // While the ranks save to stop, a slow step is expected: only losses end the stop early.
+    if (stop_sent_ && f->kind != FailureKind::kConnectionLost &&
+        f->kind != FailureKind::kHeartbeatTimeout) {
+      return false;
+    }
+    const bool mpirun_knows = f->kind == FailureKind::kConnectionLost;
+    Fail(std::move(*f), mpirun_knows);
+    return true;
+  }
+  return false;
+}
+
+bool Watch::DecideFinalBye() {
   if (final_bye_ && !stop_sent_) {
     // A rank says the job cannot work (bad config or input, no usable checkpoint, training
     // gone non-finite): its peers, killed by mpirun next, are not failures, and no restart can
@@ -350,6 +381,10 @@ bool Watch::Decide(Clock::time_point now) {
                      end_.job_log.c_str()));
     return true;
   }
+  return false;
+}
+
+bool Watch::DecideFailedBye(Clock::time_point now) {
   if (failed_bye_) {
     const ControlEvent& bye = *failed_bye_;
     Failure f;
@@ -360,17 +395,22 @@ bool Watch::Decide(Clock::time_point now) {
       HangBlame blame = detector_->BlameHang(server_->Snapshot());
       f.kind = FailureKind::kStall;
       f.ranks = blame.ranks.empty() ? std::vector<int>{bye.rank} : blame.ranks;
+      f.exit_code = bye.exit_code;
       f.detail = StrFormat("rank %d's collective timed out (exit %d, comm.timeout_s): %s", bye.rank,
                            bye.exit_code, blame.who.empty() ? "no live rank left to blame" : blame.who.c_str());
     } else {
       f.kind = FailureKind::kRankExit;
       f.ranks = {bye.rank};
+      f.exit_code = bye.exit_code;
       f.detail = StrFormat("rank %d exited with code %d", bye.rank, bye.exit_code);
     }
     Fail(std::move(f), /*mpirun_knows=*/true);
     return true;
   }
+  return false;
+}
 
+bool Watch::DecideJobExited(Clock::time_point now) {
   if (auto exited = session_.Poll()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the last frames
     Drain();
@@ -406,27 +446,6 @@ bool Watch::Decide(Clock::time_point now) {
     f.detail = "mpirun ended (" + exited->ToString() + ")" +
                (f.ranks.empty() ? std::string() : " without a clean exit of " + RankWord(f.ranks));
     Fail(std::move(f), /*mpirun_knows=*/false);
-    return true;
-  }
-
-  if (stop_sent_ && now >= stop_deadline_) {
-    StopJob("the ranks did not stop within the preemption timeout", false);
-    Finish(IncarnationEnd::Kind::kStopped, kExitStopped,
-           "stopped without a final checkpoint (preemption timeout)");
-    return true;
-  }
-  for (const StragglerReport& s : detector_->TakeStragglers()) {
-    run_.report->stragglers.push_back({s.rank, s.detail, log_.At(s.at)});
-    log_.Emit(k_, "straggler", s.detail);
-  }
-  if (auto f = detector_->Check(server_->Snapshot(), now)) {
-    // While the ranks save to stop, a slow step is expected: only losses end the stop early.
-    if (stop_sent_ && f->kind != FailureKind::kConnectionLost &&
-        f->kind != FailureKind::kHeartbeatTimeout) {
-      return false;
-    }
-    const bool mpirun_knows = f->kind == FailureKind::kConnectionLost;
-    Fail(std::move(*f), mpirun_knows);
     return true;
   }
   return false;

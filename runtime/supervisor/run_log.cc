@@ -37,7 +37,7 @@ double RunLog::At(Clock::time_point t) const {
 }
 
 void RunLog::Emit(int64_t incarnation, const std::string& kind, const std::string& message,
-                  bool to_catalog) {
+                  bool to_catalog, const std::vector<int>& ranks) {
   const double t = Now();
   if (out_ != nullptr) {
     std::fprintf(out_, "supervisor: [%7.2f s] %-10s %s\n", t, kind.c_str(), message.c_str());
@@ -52,6 +52,11 @@ void RunLog::Emit(int64_t incarnation, const std::string& kind, const std::strin
     w.Key("incarnation").Int(incarnation);
     w.Key("kind").String(kind);
     w.Key("message").String(message);
+    if (!ranks.empty()) {
+      w.Key("ranks").BeginArray();
+      for (int r : ranks) w.Int(r);
+      w.EndArray();
+    }
     w.EndObject();
     std::fprintf(events_, "%s\n", w.str().c_str());
     std::fflush(events_);

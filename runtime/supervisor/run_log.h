@@ -2,8 +2,9 @@
 //
 // Owns: the run's event stream. Every event becomes a line for the user ("supervisor: [t] kind
 // message" on `out`), a JSON line in <run_dir>/events.jsonl ({unix_s, t_s, run_id,
-// incarnation, kind, message}) and, unless told otherwise, a catalog event
-// "supervisor_<kind>". Rejected control-plane connections are aggregated (one line per 10 s
+// incarnation, kind, message} and, when the event concerns particular ranks, "ranks": [..])
+// and, unless told otherwise, a catalog event "supervisor_<kind>". The message is for people;
+// programs reading events.jsonl (tessera chaos) match on kind and ranks, never on its text. Rejected control-plane connections are aggregated (one line per 10 s
 // with a count), so a client hammering the port cannot flood the catalog or slow the loop.
 // Thread-safety: one thread (the supervisor's loop).
 #pragma once
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "checkpoint/catalog.h"
 #include "runtime/core/status.h"
@@ -31,8 +33,9 @@ class RunLog {
   // Opens <run_dir>/events.jsonl for appending; `catalog` (may be null) gets the events too.
   Status Open(const std::string& run_dir, Catalog* catalog);
 
+  // `ranks` (may be empty): the ranks the event is about, ascending (a straggler's rank).
   void Emit(int64_t incarnation, const std::string& kind, const std::string& message,
-            bool to_catalog = true);
+            bool to_catalog = true, const std::vector<int>& ranks = {});
   // A rejected connection: counted, reported at most once per 10 s (the first at once).
   void Rejected(int64_t incarnation, const std::string& peer, const std::string& reason);
   // Reports rejections counted but not yet reported (end of an incarnation).

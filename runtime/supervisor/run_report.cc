@@ -131,6 +131,7 @@ JsonValue RunReportJson(const RunReport& report) {
         {"kind", Str(f.kind)},
         {"ranks", RanksJson(f.ranks)},
         {"detail", Str(f.detail)},
+        {"exit_code", Int(f.exit_code)},
         {"failed_s", Num(f.failed_s)},
         {"detected_s", Num(f.detected_s)},
         {"resumed_s", Num(f.resumed_s)},

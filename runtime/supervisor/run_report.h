@@ -34,7 +34,9 @@ struct FailureRecord {
   int64_t incarnation = 0;  // incarnation that failed
   std::string kind;         // FailureKindName(...)
   std::vector<int> ranks;
-  std::string detail;
+  std::string detail;    // for people; programs read the fields (kind, ranks, exit_code)
+  int exit_code = -1;     // the blamed rank's own exit code when it said one (rank_exit after
+                          //   a bye, stall), else -1 (killed, lost, mpirun's view only)
   double failed_s = 0;    // suspected time of the failure
   double detected_s = 0;  // when the supervisor detected it
   double resumed_s = -1;  // when the first step after the restart completed; -1 if never

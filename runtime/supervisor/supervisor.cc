@@ -50,6 +50,7 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
   fr.kind = FailureKindName(f.kind);
   fr.ranks = f.ranks;
   fr.detail = f.detail;
+  fr.exit_code = f.exit_code;
   fr.failed_s = log.At(f.suspected_at);
   fr.detected_s = log.At(f.detected_at);
   fr.step_at_failure = f.step;
@@ -76,12 +77,8 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
   return d.backoff_s;
 }
 
-}  // namespace
-
-Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
-
-Result<SupervisorOutcome> Supervisor::Run() {
-  const SupervisorOptions& o = options_;
+// The options a run cannot start without, checked before anything is created.
+Status CheckOptions(const SupervisorOptions& o) {
   if (o.num_ranks < 1) return InvalidArgument("launch: -n must be >= 1");
   if (o.program.empty()) return InvalidArgument("launch: no rank program");
   if (o.run_dir.empty()) return InvalidArgument("launch: no run directory");
@@ -91,7 +88,89 @@ Result<SupervisorOutcome> Supervisor::Run() {
                            "connect: add --advertise IP (this host's address as the ranks see it)");
   }
   RETURN_IF_ERROR(ValidateDetectorOptions(o.detector));
-  RETURN_IF_ERROR(ValidateRestartPolicyOptions(o.restart));
+  return ValidateRestartPolicyOptions(o.restart);
+}
+
+const char* IncarnationOutcomeName(IncarnationEnd::Kind kind) {
+  switch (kind) {
+    case IncarnationEnd::Kind::kFinished: return "finished";
+    case IncarnationEnd::Kind::kStopped: return "stopped";
+    case IncarnationEnd::Kind::kFinalError: return "final_error";
+    case IncarnationEnd::Kind::kFailure: return "failed";
+  }
+  return "failed";
+}
+
+// An incarnation that ends the run (finished, stopped, or a code no restart can cure): the
+// report's outcome and the exit code. False for a failure (the policy decides).
+bool EndsRun(const IncarnationEnd& end, const RunState& run, SupervisorOutcome& outcome) {
+  RunReport& report = outcome.report;
+  switch (end.kind) {
+    case IncarnationEnd::Kind::kFinished:
+      report.outcome = "finished";
+      outcome.exit_code = kExitOk;
+      return true;
+    case IncarnationEnd::Kind::kStopped:
+      report.outcome = "stopped";
+      report.outcome_detail = end.detail + "; newest committed: " + CheckpointWord(run.newest_committed) +
+                              " (`tessera launch` with the same config resumes from it)";
+      outcome.exit_code = kExitStopped;
+      return true;
+    case IncarnationEnd::Kind::kFinalError:
+      report.outcome = FinalOutcome(end.exit_code);
+      report.outcome_detail = end.detail;
+      outcome.exit_code = end.exit_code;
+      return true;
+    case IncarnationEnd::Kind::kFailure:
+      return false;
+  }
+  return false;
+}
+
+// The backoff before restart `k + 1`, cut short by a stop request (nothing runs: the stop is
+// immediate). True when a stop ended it: the run is over, stopped.
+bool StoppedDuringBackoff(int64_t k, double backoff_s, const std::atomic<int>& stop_requests,
+                          const RunState& run, SupervisorOutcome& outcome) {
+  const Clock::time_point until =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(backoff_s * 1e6));
+  while (Clock::now() < until && stop_requests.load() == run.stops_handled) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (stop_requests.load() == run.stops_handled) return false;
+  RunReport& report = outcome.report;
+  report.outcome = "stopped";
+  report.outcome_detail = "stop requested during the restart backoff; newest committed: " +
+                          CheckpointWord(run.newest_committed);
+  run.log->Emit(k, "preempt", report.outcome_detail);
+  outcome.exit_code = kExitStopped;
+  return true;
+}
+
+// The end of the run: the report's totals, the "end" event, the terminal report and
+// <run_dir>/report.json.
+Status FinishReport(const RunState& run, RunLog& log, const SupervisorOptions& o, RunReport& report) {
+  report.wall_s = log.Now();
+  // A run that did not finish keeps only what its newest checkpoint holds.
+  report.final_step = report.outcome == "finished" ? run.max_step_seen : run.newest_committed;
+  report.step_s = run.steps_stepped > 0 ? run.stepping_s / static_cast<double>(run.steps_stepped)
+                                        : Median(run.step_samples_s);
+  log.Emit(static_cast<int64_t>(report.incarnations.size()) - 1, "end",
+           report.outcome + (report.outcome_detail.empty() ? "" : ": " + report.outcome_detail));
+  if (o.out != nullptr) {
+    std::fputs(FormatRunReport(report).c_str(), o.out);
+    std::fflush(o.out);
+  }
+  return WriteFileAtomic(o.run_dir + "/report.json",
+                         JsonWriter().Value(RunReportJson(report)).str() + "\n");
+}
+
+}  // namespace
+
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+
+Result<SupervisorOutcome> Supervisor::Run() {
+  const SupervisorOptions& o = options_;
+  RETURN_IF_ERROR(CheckOptions(o));
   RETURN_IF_ERROR(MakeDirs(o.run_dir));
 
   RunLog log(o.out, NewRunId(), Clock::now());
@@ -128,60 +207,13 @@ Result<SupervisorOutcome> Supervisor::Run() {
 
   for (int64_t k = 0;; ++k) {
     ASSIGN_OR_RETURN(IncarnationEnd end, RunIncarnation(k, run));
-    end.record.outcome = end.kind == IncarnationEnd::Kind::kFinished     ? "finished"
-                         : end.kind == IncarnationEnd::Kind::kStopped    ? "stopped"
-                         : end.kind == IncarnationEnd::Kind::kFinalError ? "final_error"
-                                                                         : "failed";
+    end.record.outcome = IncarnationOutcomeName(end.kind);
     report.incarnations.push_back(end.record);
-    if (end.kind == IncarnationEnd::Kind::kFinished) {
-      report.outcome = "finished";
-      outcome.exit_code = kExitOk;
-      break;
-    }
-    if (end.kind == IncarnationEnd::Kind::kStopped) {
-      report.outcome = "stopped";
-      report.outcome_detail = end.detail + "; newest committed: " + CheckpointWord(run.newest_committed) +
-                              " (`tessera launch` with the same config resumes from it)";
-      outcome.exit_code = kExitStopped;
-      break;
-    }
-    if (end.kind == IncarnationEnd::Kind::kFinalError) {
-      report.outcome = FinalOutcome(end.exit_code);
-      report.outcome_detail = end.detail;
-      outcome.exit_code = end.exit_code;
-      break;
-    }
+    if (EndsRun(end, run, outcome)) break;
     const std::optional<double> backoff_s = OnFailure(k, *end.failure, run, policy, outcome);
-    if (!backoff_s) break;
-    // The backoff, cut short by a stop request (nothing runs: the stop is immediate).
-    const Clock::time_point until =
-        Clock::now() + std::chrono::microseconds(static_cast<int64_t>(*backoff_s * 1e6));
-    while (Clock::now() < until && stop_requests_.load() == run.stops_handled) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (stop_requests_.load() != run.stops_handled) {
-      report.outcome = "stopped";
-      report.outcome_detail = "stop requested during the restart backoff; newest committed: " +
-                              CheckpointWord(run.newest_committed);
-      log.Emit(k, "preempt", report.outcome_detail);
-      outcome.exit_code = kExitStopped;
-      break;
-    }
+    if (!backoff_s || StoppedDuringBackoff(k, *backoff_s, stop_requests_, run, outcome)) break;
   }
-
-  report.wall_s = log.Now();
-  // A run that did not finish keeps only what its newest checkpoint holds.
-  report.final_step = report.outcome == "finished" ? run.max_step_seen : run.newest_committed;
-  report.step_s = run.steps_stepped > 0 ? run.stepping_s / static_cast<double>(run.steps_stepped)
-                                        : Median(run.step_samples_s);
-  log.Emit(static_cast<int64_t>(report.incarnations.size()) - 1, "end",
-           report.outcome + (report.outcome_detail.empty() ? "" : ": " + report.outcome_detail));
-  if (o.out != nullptr) {
-    std::fputs(FormatRunReport(report).c_str(), o.out);
-    std::fflush(o.out);
-  }
-  RETURN_IF_ERROR(WriteFileAtomic(o.run_dir + "/report.json",
-                                  JsonWriter().Value(RunReportJson(report)).str() + "\n"));
+  RETURN_IF_ERROR(FinishReport(run, log, o, report));
   return outcome;
 }
 

@@ -43,12 +43,23 @@ PipelineRunner::~PipelineRunner() { (void)DrainSends(); }
 Result<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(const PipelineOptions& options,
                                                                Communicator* pp,
                                                                std::vector<Transformer*> chunks,
-                                                               ParamShards* shards) {
+                                                               ParamShards* shards,
+                                                               std::function<void()> before_micro_batch) {
   RETURN_IF_ERROR(CheckPipelineSchedule(options.schedule, options.pp, options.micro_batches,
                                         options.virtual_stages));
-  TESSERA_CHECK(pp != nullptr && pp->size() == options.pp && pp->rank() == options.stage);
   TESSERA_CHECK(static_cast<int>(chunks.size()) == options.virtual_stages);
   std::unique_ptr<PipelineRunner> r(new PipelineRunner(options, std::move(chunks), shards));
+  r->before_micro_batch_ = std::move(before_micro_batch);
+  r->ops_ = BuildPipelineSchedule(options.schedule, options.pp, options.micro_batches,
+                                  options.virtual_stages, options.stage);
+  if (pp == nullptr) {
+    TESSERA_CHECK(options.pp == 1 && options.virtual_stages == 1 &&
+                  options.schedule == PipelineSchedule::k1F1B);
+    const Transformer& m = *r->chunks_.front();
+    r->tokens_ = m.batch_size() * m.seq_len();
+    return r;
+  }
+  TESSERA_CHECK(pp != nullptr && pp->size() == options.pp && pp->rank() == options.stage);
   r->pp_ = pp;
   for (int c = 0; c < options.virtual_stages; ++c) {
     for (int dir = 0; dir < 2; ++dir) {
@@ -63,8 +74,6 @@ Result<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(const PipelineOpt
     co.name = pp->name() + ".embedding";
     ASSIGN_OR_RETURN(r->embedding_, pp->Split(0, pp->rank(), co));
   }
-  r->ops_ = BuildPipelineSchedule(options.schedule, options.pp, options.micro_batches,
-                                  options.virtual_stages, options.stage);
   const Transformer& m = *r->chunks_.front();
   r->elems_ = m.stage_rows() * m.config().hidden_size;
   r->tokens_ = m.batch_size() * m.seq_len();
@@ -107,10 +116,34 @@ Status PipelineRunner::DrainSends() {
   return first;
 }
 
-Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* targets,
-                                         float grad_scale) {
-  const auto t_step = Clock::now();
-  double busy = 0, loss = 0;
+Status PipelineRunner::PassStatus(const Transformer& model) const {
+  RETURN_IF_ERROR(shards_->status());
+  return model.comm_status();
+}
+
+Result<double> PipelineRunner::TrainOneStage(const int32_t* inputs, const int32_t* targets,
+                                             float grad_scale, double* busy) {
+  Transformer& model = *chunks_.front();
+  double loss = 0;
+  for (size_t i = 0; i < ops_.size(); i += 2) {
+    // 1F1B on one stage alternates: micro k's forward, then its backward.
+    TESSERA_CHECK(i + 1 < ops_.size() && ops_[i].kind == PipeOp::Kind::kForward &&
+                  ops_[i + 1].kind == PipeOp::Kind::kBackward && ops_[i].micro == ops_[i + 1].micro);
+    const int k = ops_[i].micro;
+    if (before_micro_batch_) before_micro_batch_();
+    shards_->BeginMicroBatch(k);
+    const auto t0 = Clock::now();
+    loss += model.ForwardBackward(inputs + k * tokens_, targets + k * tokens_, grad_scale);
+    *busy += Since(t0);
+    RETURN_IF_ERROR(PassStatus(model));
+  }
+  return loss;
+}
+
+// The schedule over several virtual stages: each pass fed from its neighbour and sent on.
+Result<double> PipelineRunner::TrainStages(const int32_t* inputs, const int32_t* targets,
+                                           float grad_scale, double* busy) {
+  double loss = 0;
   // (chunk, micro) -> activation context; each chunk's free contexts.
   std::map<std::pair<int, int>, int> ctx_of;
   std::vector<std::vector<int>> free_ctx(chunks_.size());
@@ -131,9 +164,8 @@ Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* t
       ctx_of[{c, k}] = ctx;
       const auto t0 = Clock::now();
       loss += model.ForwardStage(ctx, in, tg, recv_.data(), out.data());
-      busy += Since(t0);
-      RETURN_IF_ERROR(shards_->status());
-      RETURN_IF_ERROR(model.comm_status());
+      *busy += Since(t0);
+      RETURN_IF_ERROR(PassStatus(model));
       if (!last_vs(c)) RETURN_IF_ERROR(Send(*forward_[c], out.data(), next_rank()));
     } else {
       if (!last_vs(c)) RETURN_IF_ERROR(Recv(*backward_[c], recv_.data(), next_rank()));
@@ -142,12 +174,23 @@ Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* t
       shards_->BeginMicroBatch(k);
       const auto t0 = Clock::now();
       model.BackwardStage(ctx, recv_.data(), out.data(), grad_scale);
-      busy += Since(t0);
+      *busy += Since(t0);
       free_ctx[c].push_back(ctx);
-      RETURN_IF_ERROR(shards_->status());
-      RETURN_IF_ERROR(model.comm_status());
+      RETURN_IF_ERROR(PassStatus(model));
       if (!first_vs(c)) RETURN_IF_ERROR(Send(*backward_[prev_chunk(c)], out.data(), prev_rank()));
     }
+  }
+  return loss;
+}
+
+Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* targets,
+                                         float grad_scale) {
+  const auto t_step = Clock::now();
+  double busy = 0, loss = 0;
+  if (one_stage()) {
+    ASSIGN_OR_RETURN(loss, TrainOneStage(inputs, targets, grad_scale, &busy));
+  } else {
+    ASSIGN_OR_RETURN(loss, TrainStages(inputs, targets, grad_scale, &busy));
   }
   RETURN_IF_ERROR(DrainSends());
   stats_.busy_seconds = busy;
@@ -160,14 +203,18 @@ Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* t
 }
 
 Result<double> PipelineRunner::Forward(const int32_t* inputs, const int32_t* targets) {
+  if (one_stage()) {
+    const double loss = chunks_.front()->Forward(inputs, targets);
+    RETURN_IF_ERROR(PassStatus(*chunks_.front()));
+    return loss;
+  }
   std::vector<float> out(static_cast<size_t>(elems_));
   double loss = 0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int ci = static_cast<int>(c);
     if (!first_vs(ci)) RETURN_IF_ERROR(Recv(*forward_[prev_chunk(ci)], recv_.data(), prev_rank()));
     loss += chunks_[c]->ForwardStage(0, inputs, targets, recv_.data(), out.data());
-    RETURN_IF_ERROR(shards_->status());
-    RETURN_IF_ERROR(chunks_[c]->comm_status());
+    RETURN_IF_ERROR(PassStatus(*chunks_[c]));
     if (!last_vs(ci)) RETURN_IF_ERROR(Send(*forward_[c], out.data(), next_rank()));
   }
   RETURN_IF_ERROR(DrainSends());

@@ -16,11 +16,16 @@
 // (param_shards.h), so accumulation over micro-batches adds the same per-unit sums in the same
 // order as one rank. Tied embeddings: after the dp reduction, SyncTiedEmbeddings sums the first
 // stage's embedding gradient and the last stage's copy's, so both copies take the same step.
+// One stage (pp = 1, one chunk: the whole model): the same executor runs the one-stage case
+// of 1F1B, F0 B0 F1 B1 ..., with no channels; each forward and the backward right after it
+// are one fused pass of the model (Transformer::ForwardBackward, as the trainer ran them
+// before: the same bits), so the trainer drives every layout through this one object.
 // Thread-safety: the trainer's thread only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -59,14 +64,17 @@ struct PipelineStats {
 
 class PipelineRunner {
  public:
-  // `pp`: this rank's pipeline group (rank == stage); `chunks`: this rank's models in chunk
-  // order, each with PipelineContextsPerChunk contexts; `shards`: their parameter state (a
+  // `pp`: this rank's pipeline group (rank == stage; null for one stage, options.pp == 1 and
+  // one chunk); `chunks`: this rank's models in chunk order, each with
+  // PipelineContextsPerChunk contexts (one stage: any); `shards`: their parameter state (a
   // store whose units are the rank's partition). All must outlive the runner. Collective over
-  // pp (the channel splits).
+  // pp (the channel splits). `before_micro_batch` (may be empty), one stage only: runs before
+  // each micro-batch's fused pass (the trainer reports its phase there).
   static Result<std::unique_ptr<PipelineRunner>> Create(const PipelineOptions& options,
                                                         Communicator* pp,
                                                         std::vector<Transformer*> chunks,
-                                                        ParamShards* shards);
+                                                        ParamShards* shards,
+                                                        std::function<void()> before_micro_batch = {});
   ~PipelineRunner();
 
   // Forward and backward of the step's m micro-batches: micro k's token ids at
@@ -77,7 +85,7 @@ class PipelineRunner {
   Result<double> TrainStep(const int32_t* inputs, const int32_t* targets, float grad_scale);
 
   // Forward only of one micro-batch through every virtual stage (evaluation): the mean loss on
-  // the rank holding the last virtual stage, 0 elsewhere.
+  // the rank holding the last virtual stage, 0 elsewhere. One stage: the model's Forward.
   Result<double> Forward(const int32_t* inputs, const int32_t* targets);
 
   // Tied embeddings with pp > 1: adds the last stage's reduced gradient of its embedding copy
@@ -102,6 +110,15 @@ class PipelineRunner {
   Status Send(Communicator& channel, const float* data, int peer);
   Status Recv(Communicator& channel, float* data, int peer);
   Status DrainSends();
+  // Made without a pp group: the whole model on this rank (options pp = 1, one chunk).
+  bool one_stage() const { return pp_ == nullptr; }
+  // The one-stage walk of the schedule: each forward fused with its backward.
+  Result<double> TrainOneStage(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                               double* busy);
+  Result<double> TrainStages(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                             double* busy);
+  // The parameter state's and the model's errors after a pass.
+  Status PassStatus(const Transformer& model) const;
 
   PipelineOptions options_;
   std::vector<Transformer*> chunks_;
@@ -119,6 +136,7 @@ class PipelineRunner {
   };
   std::deque<PendingSend> sends_;
   std::vector<std::vector<float>> free_buffers_;
+  std::function<void()> before_micro_batch_;
   PipelineStats stats_;
 };
 

@@ -39,6 +39,7 @@
 // thread while backward runs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -92,7 +93,7 @@ class Trainer {
   const MemoryTracker& memory() const { return memory_; }
   // The pipeline executor's timing (pp > 1), else null.
   const PipelineStats* pipeline_stats() const {
-    return pipeline_ ? &pipeline_->stats() : nullptr;
+    return pp_ != nullptr ? &pipeline_->stats() : nullptr;
   }
 
  private:
@@ -104,8 +105,33 @@ class Trainer {
     StepGuard::Decision guard;  // why it was applied, skipped (or the run stops)
   };
 
+  using Clock = std::chrono::steady_clock;
+
+  // What one step's forward and backward passes over this rank's micro-batches produced.
+  // Errors (a failed reduction, gather or transfer inside them) come back as the Result's
+  // Status, never as state to poll afterwards.
+  struct ForwardBackwardResult {
+    double loss_sum = 0;        // sum of the micro-batches' mean losses (0 off the last stage)
+    int64_t micro_batches = 0;  // this rank's: grad_accum_steps
+    int64_t tokens = 0;         // this rank's: micro_batches * micro_batch_size * seq_len
+  };
+
+  // Run's state across steps.
+  struct RunProgress {
+    TrainSummary summary;
+    std::unique_ptr<MetricsFile> metrics;  // rank 0 only
+    int64_t tokens_per_step = 0;           // the global batch
+    double flops_per_token = 0;            // this rank's share
+    double interval_loss = 0;              // since the last progress line (finite losses)
+    int64_t interval_steps = 0;
+    Clock::time_point start;  // after the banner: rates and elapsed time count from here
+  };
+
   Trainer(const Config& config) : config_(config) {}
   Status SetUpParameters();
+  Status BuildModels(ModelOptions mo);
+  Status LoadInitialWeights();
+  void SetUpLossScaler();  // fp16
   // resume: auto — the newest usable checkpoint's tensors and state (step, data position,
   // loss scale); a fresh start when there is none.
   Status ResumeFromCheckpoint();
@@ -120,7 +146,33 @@ class Trainer {
   Status StopNonFinite(int64_t step, const StepResult& r, const Status& why, MetricsFile* metrics,
                        FILE* out);
   JsonValue LayoutJson() const;
+
+  // The loop's phases (Run reads as their sequence; trainer.cc, trainer_report.cc).
+  Result<RunProgress> BeginRun(FILE* out);
+  void PrintBanner(int64_t tokens_per_step, FILE* out) const;
+  void PrintTensorParallelBanner(FILE* out) const;
+  void PrintPipelineBanner(FILE* out) const;
   Result<StepResult> TrainStep(float lr);
+  Result<ForwardBackwardResult> ForwardBackward(float grad_scale);
+  Status LoadStepBatches();
+  Status PassStatus(const Transformer& model) const;
+  Status SyncGrads();
+  Result<double> GlobalLoss(const ForwardBackwardResult& pass);
+  void Guard(StepResult& r);
+  Result<bool> AfterStep(int64_t done, float lr, const StepResult& r, Clock::time_point t0,
+                         RunProgress& run, FILE* out);
+  void Account(const StepResult& r, const StepMetrics& m, RunProgress& run);
+  Status MaybeEval(int64_t done, bool last, StepMetrics& m, TrainSummary& summary);
+  Result<bool> MaybeCheckpoint(int64_t done, bool last);
+  Status Log(int64_t done, float lr, const StepResult& r, double step_seconds,
+             double elapsed_seconds, bool last, StepMetrics& m, RunProgress& run, FILE* out);
+  void ReportStopped(int64_t done, RunProgress& run, FILE* out);
+  Status FinishCheckpoints();
+  Result<TrainSummary> Finish(RunProgress& run, FILE* out);
+  void PrintSummaryExtras(const std::vector<double>& idle, FILE* out) const;
+  static double Seconds(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
   // The global gradient norm (unscaled) and the clipping factor for Step to fold in.
   struct ClippedNorm {
     double norm = 0;
@@ -152,11 +204,13 @@ class Trainer {
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)
   std::unique_ptr<Transformer> model_;  // the whole model (pp = 1)
-  // Pipeline (pp > 1): one model per chunk of this rank and the schedule's executor.
+  // Pipeline (pp > 1): one model per chunk of this rank.
   std::vector<std::unique_ptr<Transformer>> chunks_;
+  // The schedule's executor over model_ (pp = 1: its one-stage case) or chunks_; every step
+  // and evaluation runs through it.
   std::unique_ptr<PipelineRunner> pipeline_;
   Communicator* pp_ = nullptr;  // the pipeline group (null: pp = 1)
-  std::vector<int32_t> step_inputs_, step_targets_;  // a pipelined step's micro-batches
+  std::vector<int32_t> step_inputs_, step_targets_;  // a step's micro-batches
   std::optional<LossScaler> loss_scaler_;  // fp16 only
   std::optional<StepGuard> guard_;          // non-finite and loss-spike policy (step_guard.h)
   bool init_from_checkpoint_ = false;       // init_from names a Tessera checkpoint

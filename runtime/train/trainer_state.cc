@@ -158,8 +158,9 @@ Result<std::vector<float>> Trainer::GatherGlobalWeights() {
   return global;
 }
 
-// The value the last pipeline stage has (the loss), on every stage.
+// The value the last pipeline stage has (the loss), on every stage (one stage: its own).
 Result<double> Trainer::FromLastStage(double value) {
+  if (pp_ == nullptr) return value;
   ASSIGN_OR_RETURN(std::vector<double> all, AllGatherDoubles(pp_, {value}));
   return all.back();
 }

@@ -27,6 +27,8 @@
 // that never runs its step makes the others' TrainStep fail with kTimeout / kAborted within a
 // short comm timeout (never a hang), and PipelineContextsPerChunk gives the schedules'
 // in-flight counts. TiedCopyKeepsItsSlot guards the tied copy's ParamShards slot.
+// One stage (pp = 1, no pp group): TrainStep is the one-rank loop bit for bit, Forward the
+// model's evaluation loss.
 // Thread-safety: each test drives its own hub and threads; kernels run single-threaded.
 // links: tessera_train
 #include "runtime/train/pipeline.h"
@@ -396,6 +398,48 @@ INSTANTIATE_TEST_SUITE_P(
     TiedCopyKeepsItsSlot, PipelineRunnerTest,
     ::testing::Values(PpCase{PipelineSchedule::kInterleaved, 2, 4, 2, 8, ModelFamily::kGpt2}),
     CaseName);
+
+// pp = 1 as the one-stage case (no pp group): the runner's TrainStep is the one-rank loop —
+// the same loss and reduced gradients, bit for bit, as m BeginMicroBatch + ForwardBackward
+// calls (RunOneRank's store path), its hook runs once per micro-batch, and Forward is the
+// model's evaluation loss.
+TEST(PipelineRunner, OneStageIsTheOneRankLoopBitForBit) {
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    const ModelConfig config = Tiny(family, 2);
+    const int m = 3;
+    const Batches b = MakeBatches(config.vocab_size, m);
+    const Reference ref = RunOneRank(config, b, m, /*own_buffers=*/false);
+    MemoryTracker memory;
+    auto partition = ModelPartition::Create(config, 1, 0);
+    ASSERT_TRUE(partition.ok());
+    auto shards = MakeShards(*partition, m, &memory);
+    ASSERT_TRUE(shards.ok());
+    ModelOptions mo;
+    mo.store = shards->get();
+    mo.partition = &*partition;
+    auto model = Transformer::Create(config, kB, kT, &memory, mo);
+    ASSERT_TRUE(model.ok());
+    PipelineOptions po;
+    po.micro_batches = m;
+    int hooks = 0;
+    auto runner = PipelineRunner::Create(po, nullptr, {model->get()}, shards->get(), [&] { ++hooks; });
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    (*shards)->BeginStep();
+    auto loss = (*runner)->TrainStep(b.inputs.data(), b.targets.data(), 1.0f / m);
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    ASSERT_TRUE((*shards)->FinishGradients().ok());
+    ASSERT_TRUE((*runner)->SyncTiedEmbeddings().ok());  // nothing to sync on one stage
+    EXPECT_EQ(hooks, m);
+    EXPECT_EQ(*loss, ref.loss);
+    const std::vector<float> grads = LocalGrads(**shards, *partition);
+    ASSERT_EQ(grads.size(), ref.grads.size());
+    EXPECT_EQ(std::memcmp(grads.data(), ref.grads.data(), grads.size() * sizeof(float)), 0)
+        << ModelFamilyName(family);
+    auto eval = (*runner)->Forward(b.inputs.data(), b.targets.data());
+    ASSERT_TRUE(eval.ok());
+    EXPECT_EQ(*eval, (*model)->Forward(b.inputs.data(), b.targets.data()));
+  }
+}
 
 TEST(PipelineRunner, DeadNeighbourTimesOutInsteadOfHanging) {
   cpu::SetNumThreads(1);

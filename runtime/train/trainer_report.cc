@@ -1,0 +1,203 @@
+// runtime/train/trainer_report.cc — what the Trainer (trainer.h) shows and writes around the
+// loop: the run's output files and banner at its start (BeginRun), and at its end the final
+// export, memory.json and the summary (Finish). Split from trainer.cc, which keeps the loop.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "models/hf_weights.h"
+#include "models/param_layout.h"
+#include "runtime/core/file_util.h"
+#include "runtime/core/json.h"
+#include "runtime/kernels/cpu/threads.h"
+#include "runtime/train/env_info.h"
+#include "runtime/train/metrics.h"
+#include "runtime/train/rank_layout.h"
+#include "runtime/train/trainer.h"
+
+namespace tessera {
+namespace {
+
+// <out_dir>/memory.json: the layout and each rank's peak reserved bytes by kind.
+std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks) {
+  const int kinds = static_cast<int>(MemoryKind::kCount);
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("dp").Int(c.parallel.dp);
+  w.Key("tp").Int(c.parallel.tp);
+  w.Key("pp").Int(c.parallel.pp);
+  w.Key("sequence_parallel").Bool(c.parallel.sequence_parallel);
+  w.Key("zero").Int(c.parallel.zero);
+  w.Key("precision").String(PrecisionName(c.precision));
+  w.Key("offload").String(OptimizerOffloadName(c.optimizer.offload));
+  w.Key("ranks").BeginArray();
+  for (int r = 0; r < ranks; ++r) {
+    w.BeginObject().Key("rank").Int(r);
+    for (int k = 0; k < kinds; ++k) {
+      std::string name = MemoryKindName(static_cast<MemoryKind>(k));
+      std::replace(name.begin(), name.end(), ' ', '_');
+      w.Key(name + "_bytes").Int(static_cast<int64_t>(all[r * kinds + k]));
+    }
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str() + "\n";
+}
+
+}  // namespace
+
+// Rank 0: the run's files (config.yaml, env.json, metrics.jsonl continued from the resumed
+// step) and banner; every rank: the per-step constants and the clock the rates count from.
+Result<Trainer::RunProgress> Trainer::BeginRun(FILE* out) {
+  const TrainConfig& tc = config_.train;
+  RunProgress run;
+  if (is_root()) {
+    std::error_code ec;  // out_dir exists: Create made it (CheckOutputs)
+    // Weights of an earlier run in the same directory must not outlive its metrics: a run
+    // that is interrupted leaves no model.safetensors rather than one of another run.
+    std::filesystem::remove(tc.out_dir + "/model.safetensors", ec);
+    RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/config.yaml", config_.resolved_yaml));
+    RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/env.json", EnvironmentFingerprintJson() + "\n"));
+    // A resumed run continues the metrics of the run it resumes, from the resumed step: lines
+    // the interrupted run wrote past its checkpoint are dropped (they are redone).
+    const std::string metrics_path = tc.out_dir + "/metrics.jsonl";
+    if (start_step_ > 0) RETURN_IF_ERROR(TruncateMetrics(metrics_path, start_step_));
+    ASSIGN_OR_RETURN(run.metrics, MetricsFile::Create(metrics_path, start_step_ > 0));
+  }
+  run.tokens_per_step = tc.micro_batch_size * tc.seq_len * tc.grad_accum_steps * dp_size_;
+  // This rank's share of the FLOPs per token (tp already divides it; pp splits the layers).
+  run.flops_per_token = model_ ? model_->TrainFlopsPerToken()
+                               : chunks_.front()->TrainFlopsPerToken() / static_cast<double>(pp_->size());
+  if (is_root()) PrintBanner(run.tokens_per_step, out);
+  run.summary.floor = train_data_->entropy_floor();
+  run.summary.best_loss = INFINITY;
+  run.start = Clock::now();
+  if (is_root() && start_step_ > 0) {
+    std::fprintf(out, "tessera: resumed at step %lld of %lld%s\n", static_cast<long long>(start_step_),
+                 static_cast<long long>(tc.steps),
+                 start_step_ >= tc.steps ? " (nothing left to train: raise train.steps to go on)" : "");
+  }
+  return run;
+}
+
+// The model, data, parallel layout, precision and step shape, one line each.
+void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
+  const TrainConfig& tc = config_.train;
+  std::fprintf(out, "tessera: %s model, %.2fM parameters, %lld layers, %s recompute\n",
+               ModelFamilyName(config_.model.family), UnitBounds(config_.model).back() / 1e6,
+               static_cast<long long>(config_.model.num_layers),
+               RecomputePolicyName(config_.model.recompute));
+  std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
+  if (dp_size_ > 1 || config_.parallel.zero > 0 || config_.precision != Precision::kFp32 ||
+      config_.optimizer.offload != OptimizerOffload::kNone) {
+    std::fprintf(out, "tessera: data parallel: dp=%d, %s, optimizer offload %s\n", dp_size_,
+                 shards_->Describe().c_str(), OptimizerOffloadName(config_.optimizer.offload));
+  }
+  if (tp_ != nullptr) PrintTensorParallelBanner(out);
+  if (pp_ != nullptr) PrintPipelineBanner(out);
+  if (loss_scaler_) {
+    std::fprintf(out, "tessera: fp16 %s loss scaling from %g\n",
+                 LossScaleModeName(config_.mixed_precision.loss_scale), loss_scaler_->scale());
+  }
+  std::fprintf(out,
+               "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
+               "dp %d), threads %s, %s %.1f GFLOP/s (MFU denominator)\n",
+               static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
+               static_cast<long long>(tc.micro_batch_size), static_cast<long long>(tc.seq_len),
+               static_cast<long long>(tc.grad_accum_steps), dp_size_, threads_.c_str(),
+               tc.peak_gflops > 0 ? "train.peak_gflops" : "sgemm peak", peak_flops_ / 1e9);
+  std::fflush(out);
+}
+
+void Trainer::PrintTensorParallelBanner(FILE* out) const {
+  std::fprintf(out,
+               "tessera: tensor parallel: tp=%d (%lld heads, %lld kv heads, %lld MLP columns "
+               "and %lld vocabulary rows per rank%s), %.2fM parameters per rank\n",
+               tp_->size(), static_cast<long long>(config_.model.num_heads / tp_->size()),
+               static_cast<long long>(config_.model.kv_heads() / tp_->size()),
+               static_cast<long long>(config_.model.ffn_size() / tp_->size()),
+               static_cast<long long>(partition_->vocab_per_rank()),
+               config_.parallel.sequence_parallel ? ", sequence parallel" : "",
+               partition_->num_local() / 1e6);
+}
+
+void Trainer::PrintPipelineBanner(FILE* out) const {
+  const ParallelConfig& par = config_.parallel;
+  const int v = par.virtual_stages;
+  const int64_t accum = config_.train.grad_accum_steps;
+  auto split = PipelineLayerSplit(config_.model.num_layers, pp_->size() * v, par.pipeline_split,
+                                  par.account_for_embedding_and_head);
+  std::string layers;
+  for (int64_t n : split.ok() ? *split : std::vector<int64_t>()) {
+    layers += (layers.empty() ? "" : ", ") + std::to_string(n);
+  }
+  std::fprintf(out,
+               "tessera: pipeline parallel: pp=%d, %s%s, %lld micro-batches per step, layers "
+               "per virtual stage [%s], theoretical bubble %.1f%%\n",
+               pp_->size(), PipelineScheduleName(par.pipeline_schedule),
+               v > 1 ? (" x " + std::to_string(v) + " chunks per rank").c_str() : "",
+               static_cast<long long>(accum), layers.c_str(),
+               100 * TheoreticalBubble(par.pipeline_schedule, pp_->size(), static_cast<int>(accum), v));
+}
+
+Result<std::vector<double>> Trainer::GatherMemory() {
+  std::vector<double> mine;
+  for (int k = 0; k < static_cast<int>(MemoryKind::kCount); ++k) {
+    mine.push_back(static_cast<double>(memory_.reserved(static_cast<MemoryKind>(k))));
+  }
+  if (all_ == nullptr) return mine;
+  return AllGatherDoubles(all_, mine);
+}
+
+// The end of a finished run (collective: every rank gathers): rank 0 exports the global fp32
+// weights, writes memory.json and prints the summary.
+Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
+  const TrainConfig& tc = config_.train;
+  TrainSummary& summary = run.summary;
+  summary.wall_seconds = Seconds(run.start, Clock::now());
+  ASSIGN_OR_RETURN(std::vector<double> memory, GatherMemory());
+  ASSIGN_OR_RETURN(std::vector<float> full, GatherGlobalWeights());
+  std::vector<double> idle;  // per rank: idle share of the pipelined passes (pp > 1)
+  if (pp_ != nullptr) {
+    ASSIGN_OR_RETURN(idle, AllGatherDoubles(all_, {pipeline_->stats().mean_idle_fraction()}));
+  }
+  if (!is_root()) return summary;
+  const std::string weights = tc.out_dir + "/model.safetensors";
+  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
+                                  DType::kF32));
+  const int ranks = all_ != nullptr ? all_->size() : 1;
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks)));
+  std::string report = memory_.Report();
+  if (ranks > 1) report += FormatMemoryTable(memory, ranks);
+  std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
+  PrintSummaryExtras(idle, out);
+  std::fflush(out);
+  return summary;
+}
+
+// The summary's checkpoint line and, pipelined, the measured idle share beside the bubble.
+void Trainer::PrintSummaryExtras(const std::vector<double>& idle, FILE* out) const {
+  if (checkpointer_->enabled()) {
+    const CheckpointStats& cs = checkpointer_->stats();
+    std::fprintf(out,
+                 "  checkpoints      %lld committed, %lld failed, %lld skipped under %s; training "
+                 "stalled %.1f ms for them in all\n",
+                 static_cast<long long>(cs.committed), static_cast<long long>(cs.failed),
+                 static_cast<long long>(cs.skipped), config_.checkpoint.dir.c_str(),
+                 1e3 * cs.stall_seconds);
+  }
+  if (!idle.empty() && pipeline_->stats().steps > 1) {
+    double mean = 0;
+    for (double v : idle) mean += v / static_cast<double>(idle.size());
+    std::fprintf(out,
+                 "  pipeline         ranks idle %.1f%% of the pipelined passes on average "
+                 "(theoretical bubble %.1f%%; the rest: transfers and stage imbalance)\n",
+                 100 * mean,
+                 100 * TheoreticalBubble(config_.parallel.pipeline_schedule, pp_->size(),
+                                         static_cast<int>(config_.train.grad_accum_steps),
+                                         config_.parallel.virtual_stages));
+  }
+}
+
+}  // namespace tessera
