@@ -46,6 +46,17 @@ OpState::OpState(std::string group, int rank, int size, CommOp op, uint64_t seq,
     : group_(std::move(group)), rank_(rank), size_(size), op_(op), seq_(seq),
       default_timeout_(default_timeout), waiters_(std::move(waiters)) {}
 
+OpState::~OpState() {
+  if (release_event_ != nullptr) release_event_(ready_event_);
+}
+
+void OpState::SetReadyEvent(Event e, ReleaseEvent release) {
+  TESSERA_CHECK_MSG(ready_event_.is_null() && !e.is_null() && release != nullptr,
+                    "%s: the ready event is set once, with its release", Describe().c_str());
+  ready_event_ = e;
+  release_event_ = release;
+}
+
 bool OpState::Complete(Status status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,6 +124,7 @@ Status Work::Wait(std::chrono::milliseconds timeout) {
 Status Work::Wait() { return Wait(state_->default_timeout()); }
 uint64_t Work::sequence_number() const { return state_->seq(); }
 CommOp Work::op() const { return state_->op(); }
+Event Work::ready_event() const { return state_->ready_event(); }
 std::string Work::Describe() const { return state_->Describe(); }
 
 // ---- Communicator ----
@@ -354,6 +366,13 @@ Result<std::unique_ptr<Communicator>> Communicator::Split(int color, int key,
   }
   TESSERA_CHECK(new_rank >= 0);
   return DoSplit(color, key, std::move(members), new_rank, split_seq, options);
+}
+
+void Communicator::After(Event e) { DoAfter(e); }
+
+void Communicator::DoAfter(Event e) {
+  TESSERA_CHECK_MSG(e.is_null(), "group '%s': a host communicator cannot wait on a device event",
+                    name().c_str());
 }
 
 void Communicator::Abort(const Status& reason) {

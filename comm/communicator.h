@@ -15,6 +15,13 @@
 // a kTimeout or kAborted the backend may still write to them (MPI cannot cancel a collective), so
 // the caller stops using the buffers and ends the process (AbortJob in comm/mpi.h).
 //
+// Streams and events (runtime/core/stream.h), for overlapping communication with compute on a
+// device: After(event) makes the ops issued next wait, on the device, for work a compute
+// backend recorded (their inputs are ready); Work::ready_event() is the point after the op a
+// compute stream waits on (runtime/kernels/backend.h Backend::Wait) to read its output without
+// blocking the host. Host backends (MPI, fake) run on the host: their events are null, and
+// Work::Wait is how to order after them. A Work must still be waited on for its Status.
+//
 // Thread-safety: issue operations on one Communicator from one thread at a time (collectives
 // must be issued in the same order on every rank anyway). Work::Wait/IsCompleted and
 // Communicator::Abort may be called from any thread.
@@ -30,6 +37,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/core/stream.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -92,6 +100,10 @@ class Work {
   Status Wait();
   uint64_t sequence_number() const;
   CommOp op() const;
+  // The event after this op on the communicator's device stream (valid while this Work
+  // lives): a compute stream that waits on it reads the op's output in order, the host not
+  // blocked. Null on host backends and for an op that failed before it was enqueued.
+  Event ready_event() const;
   // "group 'dp' rank 1/4 all_reduce #17"
   std::string Describe() const;
 
@@ -138,6 +150,11 @@ class Communicator {
   // new group, ranked by (key, rank here). `options.name` names the new group.
   Result<std::unique_ptr<Communicator>> Split(int color, int key, const CommOptions& options);
 
+  // Ops issued after this call start only once `e` (recorded by a compute backend on this
+  // communicator's device) has completed; the host does not block. Host backends take only the
+  // null event (host work is complete when recorded): anything else is a CHECK failure.
+  void After(Event e);
+
   // Fails every pending and future operation with kAborted naming `reason` and wakes their
   // waiters. Idempotent, any thread. The first reason wins.
   void Abort(const Status& reason);
@@ -168,6 +185,9 @@ class Communicator {
                                                         std::vector<int> members, int new_rank,
                                                         uint64_t split_seq,
                                                         const CommOptions& options) = 0;
+  // Backend part of After: a device backend makes its stream wait for `e`. Default (host
+  // backends): only the null event is valid.
+  virtual void DoAfter(Event e);
   // Backend part of Abort (wake a progress thread, ncclCommAbort). Called once, after every
   // pending OpState has been completed with the abort status.
   virtual void OnAbort(const Status& reason) {}

@@ -56,6 +56,10 @@ char* At(void* p, int64_t elems, DType t) {
   return static_cast<char*>(p) + elems * static_cast<int64_t>(DTypeSize(t));
 }
 
+// OpState's release of an op's event: destroying an event still pending is allowed (CUDA frees
+// it once it completes).
+void ReleaseCudaEvent(Event e) { cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e.handle)); }
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, int rank, int size, CommOptions options)
@@ -85,7 +89,7 @@ class NcclCommunicator final : public Communicator {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(comm_);
     }
-    for (auto& p : pending_) cudaEventDestroy(p.event);
+    pending_.clear();  // each op's event goes with its OpState (ReleaseCudaEvent)
     cudaFree(barrier_word_);
     cudaStreamDestroy(stream_);
   }
@@ -93,6 +97,14 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return Device::kCuda; }
 
  protected:
+  // The next ops wait on the device for a compute backend's event; the host goes on.
+  void DoAfter(Event e) override {
+    if (e.is_null()) return;
+    cudaSetDevice(device_);
+    TESSERA_CHECK(cudaStreamWaitEvent(stream_, reinterpret_cast<cudaEvent_t>(e.handle), 0) ==
+                  cudaSuccess);
+  }
+
   void DoAllReduce(Tensor& buf, ReduceOp op, ReduceOrder order,
                    std::shared_ptr<OpState> s) override {
     if (order == ReduceOrder::kRankOrder) return RankOrderUnsupported(std::move(s));
@@ -200,6 +212,8 @@ class NcclCommunicator final : public Communicator {
       s->Complete(st.WithPrefix(s->Describe()));
       return;
     }
+    // The Work exposes the event (ready_event) until it and the poller let go of the op.
+    s->SetReadyEvent(Event{reinterpret_cast<uintptr_t>(event)}, &ReleaseCudaEvent);
     {
       std::lock_guard<std::mutex> lock(mu_);
       pending_.push_back({std::move(s), event});
@@ -224,7 +238,6 @@ class NcclCommunicator final : public Communicator {
                     : async != ncclSuccess ? NcclStatus(async, "NCCL")
                                            : CudaStatus(e, "CUDA");
         it->state->Complete(st.ok() ? st : st.WithPrefix(it->state->Describe()));
-        cudaEventDestroy(it->event);
         it = pending_.erase(it);
       }
       if (pending_.empty()) continue;

@@ -24,6 +24,16 @@ class OpState {
  public:
   OpState(std::string group, int rank, int size, CommOp op, uint64_t seq,
           std::chrono::milliseconds default_timeout, std::shared_ptr<std::atomic<int>> waiters);
+  ~OpState();
+  OpState(const OpState&) = delete;
+  OpState& operator=(const OpState&) = delete;
+
+  // A device backend's event after the op (Work::ready_event), set once while the op is
+  // issued, before its Work reaches the caller; `release(e)` frees it when the last holder of
+  // this record (Work, backend) lets go, so the event outlives neither.
+  using ReleaseEvent = void (*)(Event e);
+  void SetReadyEvent(Event e, ReleaseEvent release);
+  Event ready_event() const { return ready_event_; }
 
   // Records the outcome and wakes every waiter. Later calls are ignored; returns whether this
   // call was the first.
@@ -47,6 +57,9 @@ class OpState {
   const uint64_t seq_;
   const std::chrono::milliseconds default_timeout_;
   const std::shared_ptr<std::atomic<int>> waiters_;  // the communicator's count of blocked waiters
+
+  Event ready_event_;
+  ReleaseEvent release_event_ = nullptr;
 
   std::atomic<bool> done_{false};
   mutable std::mutex mu_;

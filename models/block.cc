@@ -1,14 +1,10 @@
 // models/block.cc — forward, backward and recomputation of one decoder block (block.h).
 //
-// Every kernel call is guarded by arenas.live(): a measuring step runs the same allocation
-// sequence with null tensors and no arithmetic. Backward code quotes the forward line it
-// differentiates.
+// Every kernel runs on the step's backend; a measuring step (MeasuringBackend, measuring
+// arenas) makes the same calls with null tensors and no arithmetic, so no call is guarded.
+// Backward code quotes the forward line it differentiates.
 #include "models/block.h"
 
-#include <cstring>
-
-#include "runtime/kernels/cpu/convert.h"
-#include "runtime/kernels/cpu/ops.h"
 
 namespace tessera {
 namespace {
@@ -56,11 +52,11 @@ BlockGrads BlockLayout::Grads(float* base) const {
   return g;
 }
 
-void DecoderBlock::Round(float* x, int64_t n) const {
-  if (d_.act_dtype != DType::kF32) cpu::RoundTo(d_.act_dtype, x, n);
+void DecoderBlock::Round(Backend& be, float* x, int64_t n) const {
+  if (d_.act_dtype != DType::kF32) be.Round(d_.act_dtype, x, n);
 }
 
-void DecoderBlock::Round(const Tensor& t) const { Round(t.f32(), t.numel()); }
+void DecoderBlock::Round(Backend& be, const Tensor& t) const { Round(be, t.f32(), t.numel()); }
 
 void DecoderBlock::AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const {
   out = Alloc(a, {d_.rows(), d_.C});
@@ -68,72 +64,73 @@ void DecoderBlock::AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) 
   rstd = Alloc(a, {d_.rows()});
 }
 
-void DecoderBlock::NormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                               const float* x, const float* w, const float* b) const {
+void DecoderBlock::NormForward(Backend& be, const Tensor& out, const Tensor& mean,
+                               const Tensor& rstd, const float* x, const float* w,
+                               const float* b) const {
   if (d_.gpt2()) {
-    cpu::LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, w, b, d_.rows(), d_.C, d_.eps);
+    be.LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, w, b, d_.rows(), d_.C, d_.eps);
   } else {
-    cpu::RmsNormForward(out.f32(), rstd.f32(), x, w, d_.rows(), d_.C, d_.eps);
+    be.RmsNormForward(out.f32(), rstd.f32(), x, w, d_.rows(), d_.C, d_.eps);
   }
 }
 
-void DecoderBlock::NormBackward(float* d_x, float* d_w, float* d_b, const float* d_out,
-                                const float* x, const float* w, const Tensor& mean,
-                                const Tensor& rstd) const {
+void DecoderBlock::NormBackward(Backend& be, float* d_x, float* d_w, float* d_b,
+                                const float* d_out, const float* x, const float* w,
+                                const Tensor& mean, const Tensor& rstd) const {
   if (d_.gpt2()) {
-    cpu::LayerNormBackward(d_x, d_w, d_b, d_out, x, w, mean.f32(), rstd.f32(), d_.rows(),
+    be.LayerNormBackward(d_x, d_w, d_b, d_out, x, w, mean.f32(), rstd.f32(), d_.rows(),
                            d_.C);
   } else {
-    cpu::RmsNormBackward(d_x, d_w, d_out, x, w, rstd.f32(), d_.rows(), d_.C);
+    be.RmsNormBackward(d_x, d_w, d_out, x, w, rstd.f32(), d_.rows(), d_.C);
   }
 }
 
-void DecoderBlock::Activation(const Tensor& act_out, const Tensor& fc_out) const {
+void DecoderBlock::Activation(Backend& be, const Tensor& act_out, const Tensor& fc_out) const {
   if (d_.gpt2()) {
-    cpu::GeluForward(act_out.f32(), fc_out.f32(), d_.N() * d_.F);
+    be.GeluForward(act_out.f32(), fc_out.f32(), d_.N() * d_.F);
   } else {
-    cpu::SwigluForward(act_out.f32(), fc_out.f32(), d_.N(), d_.F);
+    be.SwigluForward(act_out.f32(), fc_out.f32(), d_.N(), d_.F);
   }
-  Round(act_out);
+  Round(be, act_out);
 }
 
-void DecoderBlock::AttentionCore(const Tensor& att_out, const Tensor& att,
+void DecoderBlock::AttentionCore(Backend& be, const Tensor& att_out, const Tensor& att,
                                  const Tensor& qkv) const {
-  cpu::AttentionForward(att_out.f32(), att.f32(), qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
-  Round(att);
-  Round(att_out);
+  be.AttentionForward(att_out.f32(), att.f32(), qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
+  Round(be, att);
+  Round(be, att_out);
 }
 
 // The input of a column-parallel layer: the norm output itself, or (sequence parallel) its
 // rows gathered from every tp rank into a workspace buffer.
-const float* DecoderBlock::Gathered(Arena& ws, const Tensor& norm_out, bool live) const {
+const float* DecoderBlock::Gathered(Arena& ws, const Tensor& norm_out) const {
   if (d_.tp == nullptr || !d_.tp->sequence_parallel()) return norm_out.f32();
   Tensor full = Alloc(ws, {d_.N(), d_.C});
-  return live ? d_.tp->EnterForward(norm_out.f32(), full.f32(), d_.N(), d_.C) : nullptr;
+  return d_.tp->EnterForward(norm_out.f32(), full.f32(), d_.N(), d_.C);
 }
 
 // out(rows, C) = linear(inp(N, K)) + b: one GEMM with the bias fused; under tp the partial
 // products of this rank's K columns are summed over tp (Exit region) before the bias is added.
-void DecoderBlock::RowParallel(Arena& ws, float* out, const float* inp, const float* w,
-                               const float* b, int64_t K, bool live) const {
+void DecoderBlock::RowParallel(StepContext& step, float* out, const float* inp, const float* w,
+                               const float* b, int64_t K) const {
+  Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
   if (d_.tp == nullptr) {
-    if (live) cpu::LinearForward(out, inp, w, b, N, K, C);
+    be.LinearForward(out, inp, w, b, N, K, C);
     return;
   }
   const bool sp = d_.tp->sequence_parallel();
-  Tensor partial = sp ? Alloc(ws, {N, C}) : Tensor();
-  if (!live) return;
+  Tensor partial = sp ? Alloc(*step.workspace, {N, C}) : Tensor();
   float* p = sp ? partial.f32() : out;  // without SP the output holds all N rows
-  cpu::LinearForward(p, inp, w, nullptr, N, K, C);
+  be.LinearForward(p, inp, w, nullptr, N, K, C);
   d_.tp->ExitForward(p, out, N, C);
-  if (b != nullptr) cpu::AddBias(out, b, d_.rows(), C);
+  if (b != nullptr) be.AddBias(out, b, d_.rows(), C);
 }
 
-void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x,
+void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const float* x,
                            float* out, BlockSaved& s, const BlockWeights& w) const {
-  const bool live = arenas.live();
-  Arena& ws = *arenas.workspace;
+  Backend& be = *step.backend;
+  Arena& ws = *step.workspace;
   const int64_t N = d_.N(), R = d_.rows(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
   AttentionSaved& at = s.attn;
   MlpSaved& m = s.mlp;
@@ -144,58 +141,46 @@ void DecoderBlock::Compute(StepArenas& arenas, Arena& kept, Arena& dropped, cons
   at.att = Alloc(dropped, {d_.B, d_.NH, d_.T, d_.T});
   at.att_out = Alloc(dropped, {N, A});
   s.mid = Alloc(kept, {R, C});
-  if (live) {
-    NormForward(at.norm_out, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
-    Round(at.norm_out);
+  NormForward(be, at.norm_out, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
+  Round(be, at.norm_out);
+  const float* qkv_in = Gathered(ws, at.norm_out);
+  be.LinearForward(at.qkv.f32(), qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
+  if (!d_.gpt2()) {
+    be.RopeForward(at.qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
   }
-  const float* qkv_in = Gathered(ws, at.norm_out, live);
-  if (live) {
-    cpu::LinearForward(at.qkv.f32(), qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
-    if (!d_.gpt2()) {
-      cpu::RopeForward(at.qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
-    }
-    Round(at.qkv);
-    AttentionCore(at.att_out, at.att, at.qkv);
-  }
-  RowParallel(ws, s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, A, live);
-  if (live) {
-    Round(s.mid);  // the projection's output
-    cpu::AddInPlace(s.mid.f32(), x, R * C);
-    Round(s.mid);  // the residual sum
-  }
+  Round(be, at.qkv);
+  AttentionCore(be, at.att_out, at.att, at.qkv);
+  RowParallel(step, s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, A);
+  Round(be, s.mid);  // the projection's output
+  be.AddInPlace(s.mid.f32(), x, R * C);
+  Round(be, s.mid);  // the residual sum
 
   // ---- MLP sublayer: out = mid + out_proj(act(fc(norm2(mid))))
   AllocNorm(kept, m.norm_out, m.norm_mean, m.norm_rstd);
   m.fc_out = Alloc(kept, {N, d_.fc_dim()});
   m.act_out = Alloc(dropped, {N, d_.F});
-  if (live) {
-    NormForward(m.norm_out, m.norm_mean, m.norm_rstd, s.mid.f32(), w.norm2_w, w.norm2_b);
-    Round(m.norm_out);
-  }
-  const float* fc_in = Gathered(ws, m.norm_out, live);
-  if (live) {
-    cpu::LinearForward(m.fc_out.f32(), fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
-    Round(m.fc_out);
-    Activation(m.act_out, m.fc_out);
-  }
+  NormForward(be, m.norm_out, m.norm_mean, m.norm_rstd, s.mid.f32(), w.norm2_w, w.norm2_b);
+  Round(be, m.norm_out);
+  const float* fc_in = Gathered(ws, m.norm_out);
+  be.LinearForward(m.fc_out.f32(), fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
+  Round(be, m.fc_out);
+  Activation(be, m.act_out, m.fc_out);
   if (out != nullptr) {
-    RowParallel(ws, out, m.act_out.f32(), w.out_w, w.out_b, d_.F, live);
-    if (live) {
-      Round(out, R * C);  // the projection's output
-      cpu::AddInPlace(out, s.mid.f32(), R * C);
-      Round(out, R * C);  // the block's output
-    }
+    RowParallel(step, out, m.act_out.f32(), w.out_w, w.out_b, d_.F);
+    Round(be, out, R * C);  // the projection's output
+    be.AddInPlace(out, s.mid.f32(), R * C);
+    Round(be, out, R * C);  // the block's output
   }
 }
 
-void DecoderBlock::Forward(StepArenas& arenas, RecomputePolicy keep, const float* x, float* out,
+void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const float* x, float* out,
                            BlockSaved& saved, const BlockWeights& w) const {
-  Arena& act = *arenas.activations;
-  Arena& ws = *arenas.workspace;
+  Arena& act = *step.activations;
+  Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
   Arena& kept = keep == RecomputePolicy::kFull ? ws : act;
   Arena& dropped = keep == RecomputePolicy::kNone ? act : ws;
-  Compute(arenas, kept, dropped, x, out, saved, w);
+  Compute(step, kept, dropped, x, out, saved, w);
   ws.Release(mark);
   if (keep == RecomputePolicy::kFull) saved = BlockSaved();  // nothing of it survives
 }
@@ -204,33 +189,35 @@ void DecoderBlock::Forward(StepArenas& arenas, RecomputePolicy keep, const float
 // weight and bias gradients accumulated. Under tp the bias gradient comes from this rank's
 // rows of d_out (all of them without SP) and d_out reaches the GEMMs through the Exit
 // region's dual (SP: gathered into workspace).
-void DecoderBlock::RowParallelBackward(Arena& ws, float* d_inp, float* g_w, float* g_b,
+void DecoderBlock::RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
                                        const float* d_out, const float* inp, const float* w,
-                                       int64_t K, bool live) const {
+                                       int64_t K) const {
+  Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
   if (d_.tp == nullptr) {
-    if (live) cpu::LinearBackward(d_inp, g_w, g_b, d_out, inp, w, N, K, C);
+    be.LinearBackward(d_inp, g_w, g_b, d_out, inp, w, N, K, C);
     return;
   }
-  Tensor full = d_.tp->sequence_parallel() ? Alloc(ws, {N, C}) : Tensor();
-  if (!live) return;
+  Tensor full = d_.tp->sequence_parallel() ? Alloc(*step.workspace, {N, C}) : Tensor();
   const float* d_full = d_.tp->ExitBackward(d_out, full.f32(), N, C);
-  cpu::LinearBackward(d_inp, g_w, nullptr, d_full, inp, w, N, K, C);
-  if (g_b != nullptr) cpu::LinearBackward(nullptr, nullptr, g_b, d_out, nullptr, nullptr, d_.rows(), 1, C);
+  be.LinearBackward(d_inp, g_w, nullptr, d_full, inp, w, N, K, C);
+  if (g_b != nullptr) {
+    be.LinearBackward(nullptr, nullptr, g_b, d_out, nullptr, nullptr, d_.rows(), 1, C);
+  }
 }
 
 // Backward of a column-parallel layer fed through the Enter region: the layer's input
 // gradient d_full (N, C) (this rank's partial) becomes d_local (rows, C), summed over tp.
-void DecoderBlock::EnterBackward(float* d_full, float* d_local, bool live) const {
-  if (live && d_.tp != nullptr) d_.tp->EnterBackward(d_full, d_local, d_.N(), d_.C);
+void DecoderBlock::EnterBackward(float* d_full, float* d_local) const {
+  if (d_.tp != nullptr) d_.tp->EnterBackward(d_full, d_local, d_.N(), d_.C);
 }
 
-void DecoderBlock::MlpBackward(StepArenas& arenas, float* d_res, const BlockSaved& s,
+void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved& s,
                                const Tensor& act_out, const BlockWeights& w,
                                const BlockGrads& g) const {
-  Arena& ws = *arenas.workspace;
+  Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t N = d_.N(), R = d_.rows(), C = d_.C, F = d_.F, FC = d_.fc_dim();
   const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
   const MlpSaved& m = s.mlp;
@@ -242,37 +229,31 @@ void DecoderBlock::MlpBackward(StepArenas& arenas, float* d_res, const BlockSave
   Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;  // summed over tp, this rank's rows
   Tensor d_mid = Alloc(ws, {R, C});
   // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
-  RowParallelBackward(ws, d_act.f32(), g.out_w, g.out_b, d_res, act_out.f32(), w.out_w, F, live);
+  RowParallelBackward(step, d_act.f32(), g.out_w, g.out_b, d_res, act_out.f32(), w.out_w, F);
   // act_out = act(fc_out)
-  if (live) {
-    if (d_.gpt2()) {
-      cpu::GeluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N * F);
-    } else {
-      cpu::SwigluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N, F);
-    }
+  if (d_.gpt2()) {
+    be.GeluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N * F);
+  } else {
+    be.SwigluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N, F);
   }
   // fc_out = fc(norm_out)
-  const float* fc_in = Gathered(ws, m.norm_out, live);
-  if (live) {
-    cpu::LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
-  }
-  EnterBackward(d_norm.f32(), d_norm_local.f32(), live);
-  if (live) {
-    // norm_out = norm2(mid); d_res becomes dL/d(mid)
-    NormBackward(d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(), s.mid.f32(), w.norm2_w,
-                 m.norm_mean, m.norm_rstd);
-    cpu::AddInPlace(d_res, d_mid.f32(), R * C);
-  }
+  const float* fc_in = Gathered(ws, m.norm_out);
+  be.LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
+  EnterBackward(d_norm.f32(), d_norm_local.f32());
+  // norm_out = norm2(mid); d_res becomes dL/d(mid)
+  NormBackward(be, d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(), s.mid.f32(),
+               w.norm2_w, m.norm_mean, m.norm_rstd);
+  be.AddInPlace(d_res, d_mid.f32(), R * C);
   ws.Release(mark);
 }
 
-void DecoderBlock::AttentionBackward(StepArenas& arenas, float* d_res, const float* x,
+void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const float* x,
                                      const BlockSaved& s, const Tensor& att,
                                      const Tensor& att_out, const BlockWeights& w,
                                      const BlockGrads& g) const {
-  Arena& ws = *arenas.workspace;
+  Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t N = d_.N(), R = d_.rows(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
   const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
   const AttentionSaved& at = s.attn;
@@ -283,38 +264,32 @@ void DecoderBlock::AttentionBackward(StepArenas& arenas, float* d_res, const flo
   Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;
   Tensor d_x = Alloc(ws, {R, C});
   // mid = x + proj(att_out)
-  RowParallelBackward(ws, d_att_out.f32(), g.proj_w, g.proj_b, d_res, att_out.f32(), w.proj_w,
-                      A, live);
-  if (live) {
-    // att_out = attention(qkv)
-    cpu::AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), at.qkv.f32(), att.f32(),
-                           d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
-    // qkv = rope(qkv): the gradient goes back through the inverse rotation
-    if (!d_.gpt2()) {
-      cpu::RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
-    }
+  RowParallelBackward(step, d_att_out.f32(), g.proj_w, g.proj_b, d_res, att_out.f32(), w.proj_w,
+                      A);
+  // att_out = attention(qkv)
+  be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), at.qkv.f32(), att.f32(), d_.B,
+                       d_.T, d_.NH, d_.NKV, d_.HS);
+  // qkv = rope(qkv): the gradient goes back through the inverse rotation
+  if (!d_.gpt2()) {
+    be.RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
   }
   // qkv = qkv_proj(norm_out)
-  const float* qkv_in = Gathered(ws, at.norm_out, live);
-  if (live) {
-    cpu::LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
-  }
-  EnterBackward(d_norm.f32(), d_norm_local.f32(), live);
-  if (live) {
-    // norm_out = norm1(x); d_res becomes dL/dx
-    NormBackward(d_x.f32(), g.norm1_w, g.norm1_b, d_norm_local.f32(), x, w.norm1_w, at.norm_mean,
-                 at.norm_rstd);
-    cpu::AddInPlace(d_res, d_x.f32(), R * C);
-  }
+  const float* qkv_in = Gathered(ws, at.norm_out);
+  be.LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
+  EnterBackward(d_norm.f32(), d_norm_local.f32());
+  // norm_out = norm1(x); d_res becomes dL/dx
+  NormBackward(be, d_x.f32(), g.norm1_w, g.norm1_b, d_norm_local.f32(), x, w.norm1_w,
+               at.norm_mean, at.norm_rstd);
+  be.AddInPlace(d_res, d_x.f32(), R * C);
   ws.Release(mark);
 }
 
-void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_res,
+void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_res,
                             const float* x, const BlockSaved& saved, const BlockWeights& w,
                             const BlockGrads& g) const {
-  Arena& ws = *arenas.workspace;
+  Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const BlockSaved* s = &saved;
   BlockSaved recomputed;
   // Sequence parallel: the norm and row-parallel bias gradients of this micro-batch are
@@ -325,8 +300,8 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
   const bool sp = d_.tp != nullptr && d_.tp->sequence_parallel();
   if (sp) {
     partial = Alloc(ws, {6 * d_.C});
-    if (live) std::memset(partial.f32(), 0, partial.nbytes());
-    float* p = live ? partial.f32() : nullptr;
+    be.Zero(partial.f32(), partial.nbytes());
+    float* p = partial.f32();
     float** fields[6] = {&gs.norm1_w, &gs.norm1_b, &gs.proj_b, &gs.norm2_w, &gs.norm2_b, &gs.out_b};
     for (int i = 0; i < 6; ++i) {
       if (*fields[i] != nullptr) *fields[i] = p + i * d_.C;
@@ -334,7 +309,7 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
   }
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
-    Compute(arenas, ws, ws, x, nullptr, recomputed, w);
+    Compute(step, ws, ws, x, nullptr, recomputed, w);
     s = &recomputed;
   }
 
@@ -343,9 +318,9 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
   const size_t mlp_mark = ws.Mark();
   if (keep == RecomputePolicy::kSelective) {
     act_out = Alloc(ws, {d_.N(), d_.F});
-    if (live) Activation(act_out, s->mlp.fc_out);
+    Activation(be, act_out, s->mlp.fc_out);
   }
-  MlpBackward(arenas, d_res, *s, act_out, w, gs);
+  MlpBackward(step, d_res, *s, act_out, w, gs);
   ws.Release(mlp_mark);
 
   // Attention: probabilities and output are recomputed from the saved qkv under selective.
@@ -353,18 +328,18 @@ void DecoderBlock::Backward(StepArenas& arenas, RecomputePolicy keep, float* d_r
   if (keep == RecomputePolicy::kSelective) {
     att = Alloc(ws, {d_.B, d_.NH, d_.T, d_.T});
     att_out = Alloc(ws, {d_.N(), d_.attn_dim()});
-    if (live) AttentionCore(att_out, att, s->attn.qkv);
+    AttentionCore(be, att_out, att, s->attn.qkv);
   }
-  AttentionBackward(arenas, d_res, x, *s, att, att_out, w, gs);
-  if (sp && live) {
+  AttentionBackward(step, d_res, x, *s, att, att_out, w, gs);
+  if (sp) {
     d_.tp->SumInPlace(partial.f32(), 6 * d_.C);
     const float* sums[6] = {gs.norm1_w, gs.norm1_b, gs.proj_b, gs.norm2_w, gs.norm2_b, gs.out_b};
     float* dst[6] = {g.norm1_w, g.norm1_b, g.proj_b, g.norm2_w, g.norm2_b, g.out_b};
     for (int i = 0; i < 6; ++i) {
-      if (dst[i] != nullptr) cpu::AddInPlace(dst[i], sums[i], d_.C);
+      if (dst[i] != nullptr) be.AddInPlace(dst[i], sums[i], d_.C);
     }
   }
-  if (live) Round(d_res, d_.rows() * d_.C);
+  Round(be, d_res, d_.rows() * d_.C);
   ws.Release(mark);
 }
 

@@ -9,9 +9,11 @@
 // reads (the q/k/v weights are adjacent in the parameter buffer); Llama's gate and up
 // projections are one GEMM producing [gate | up] rows for the SwiGLU kernel.
 //
-// Owns: nothing but its dimensions. Tensors come from the two arenas of a step (StepArenas):
-// what backward needs lives in `activations` for the whole step, temporaries live in
-// `workspace` under stack discipline (every function releases what it took before returning).
+// Owns: nothing but its dimensions. Kernels run on the step's backend (StepContext, runtime/
+// kernels/backend.h) and tensors come from its two arenas: what backward needs lives in
+// `activations` for the whole step, temporaries live in `workspace` under stack discipline
+// (every function releases what it took before returning). The measuring pass is the same
+// code on a MeasuringBackend with measuring arenas: nothing here asks which pass it is in.
 // Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
 // Invariant: every policy runs the same kernels on the same inputs in the same order, so
 // gradients are bit-identical under none / selective / full.
@@ -27,7 +29,7 @@
 // Without tp the code path is the one-rank path bit for bit (biases fused into the GEMM).
 //
 // Low-precision activations (BlockDims::act_dtype = kBF16 / kF16): compute stays fp32, but
-// every activation a GPU would store in the low type is rounded to it (cpu::RoundTo) right
+// every activation a GPU would store in the low type is rounded to it (Backend::Round) right
 // after the op that produces it: norm outputs, qkv (after RoPE), attention probabilities and
 // output, each projection's output, the residual sums (mid, the block output), fc_out and the
 // activation output. Norm statistics (mean, rstd) stay fp32. Recomputation rounds the same
@@ -42,6 +44,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
+#include "runtime/kernels/backend.h"
 
 namespace tessera {
 
@@ -116,12 +119,13 @@ struct BlockLayout {
   BlockGrads Grads(float* base) const;
 };
 
-// The two arenas of one step. When they are measuring arenas (no buffer) every kernel call is
-// skipped, so running a step measures the capacities a real step needs.
-struct StepArenas {
+// What one step runs on: the backend of its kernels and its two arenas (the backend's). A
+// MeasuringBackend with measuring arenas runs the same calls and allocations with no
+// arithmetic, which measures the capacities a real step needs.
+struct StepContext {
+  Backend* backend = nullptr;
   Arena* activations = nullptr;  // kept for backward, whole step
   Arena* workspace = nullptr;    // temporaries, stack discipline
-  bool live() const { return !activations->measuring(); }
 };
 
 // What the attention sublayer's backward needs.
@@ -156,13 +160,13 @@ class DecoderBlock {
   // out(N,C) = block(x(N,C)). `keep` decides what of `saved` is kept in the activations arena
   // (kNone: everything; kSelective: all but att, att_out, act_out; kFull: nothing — the caller
   // keeps x). Workspace taken here is released before returning. out must not alias x.
-  void Forward(StepArenas& arenas, RecomputePolicy keep, const float* x, float* out,
+  void Forward(StepContext& step, RecomputePolicy keep, const float* x, float* out,
                BlockSaved& saved, const BlockWeights& w) const;
 
   // d_res(N,C): on entry dL/d(out), on return dL/dx. `x` and `saved` are what Forward was given
   // and filled under the same policy; what the policy dropped is recomputed into workspace.
   // Parameter gradients are accumulated into `g`. d_res is rounded to act_dtype on return.
-  void Backward(StepArenas& arenas, RecomputePolicy keep, float* d_res, const float* x,
+  void Backward(StepContext& step, RecomputePolicy keep, float* d_res, const float* x,
                 const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g) const;
 
   const BlockDims& dims() const { return d_; }
@@ -171,30 +175,31 @@ class DecoderBlock {
   // The forward computation. Tensors backward needs come from `kept`, the others from
   // `dropped`; nothing is released. With out == nullptr the last projection is skipped (a
   // full-recompute pass needs everything but the block's output).
-  void Compute(StepArenas& arenas, Arena& kept, Arena& dropped, const float* x, float* out,
+  void Compute(StepContext& step, Arena& kept, Arena& dropped, const float* x, float* out,
                BlockSaved& s, const BlockWeights& w) const;
   void AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const;
   // Tensor-parallel pieces (see the file comment); without tp they are the plain kernels.
-  const float* Gathered(Arena& ws, const Tensor& norm_out, bool live) const;
-  void RowParallel(Arena& ws, float* out, const float* inp, const float* w, const float* b,
-                   int64_t K, bool live) const;
-  void RowParallelBackward(Arena& ws, float* d_inp, float* g_w, float* g_b, const float* d_out,
-                           const float* inp, const float* w, int64_t K, bool live) const;
-  void EnterBackward(float* d_full, float* d_local, bool live) const;
-  void NormForward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const float* x,
-                   const float* w, const float* b) const;
+  const float* Gathered(Arena& ws, const Tensor& norm_out) const;
+  void RowParallel(StepContext& step, float* out, const float* inp, const float* w,
+                   const float* b, int64_t K) const;
+  void RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
+                           const float* d_out, const float* inp, const float* w, int64_t K) const;
+  void EnterBackward(float* d_full, float* d_local) const;
+  void NormForward(Backend& be, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                   const float* x, const float* w, const float* b) const;
   // d_x(N,C) written from d_out(N,C).
-  void NormBackward(float* d_x, float* d_w, float* d_b, const float* d_out, const float* x,
-                    const float* w, const Tensor& mean, const Tensor& rstd) const;
+  void NormBackward(Backend& be, float* d_x, float* d_w, float* d_b, const float* d_out,
+                    const float* x, const float* w, const Tensor& mean, const Tensor& rstd) const;
   // Rounds t (or n elements at x) to act_dtype; nothing for kF32.
-  void Round(const Tensor& t) const;
-  void Round(float* x, int64_t n) const;
+  void Round(Backend& be, const Tensor& t) const;
+  void Round(Backend& be, float* x, int64_t n) const;
   // The activation and the attention core, their outputs rounded (forward and recompute).
-  void Activation(const Tensor& act_out, const Tensor& fc_out) const;
-  void AttentionCore(const Tensor& att_out, const Tensor& att, const Tensor& qkv) const;
-  void MlpBackward(StepArenas& arenas, float* d_res, const BlockSaved& s, const Tensor& act_out,
+  void Activation(Backend& be, const Tensor& act_out, const Tensor& fc_out) const;
+  void AttentionCore(Backend& be, const Tensor& att_out, const Tensor& att,
+                     const Tensor& qkv) const;
+  void MlpBackward(StepContext& step, float* d_res, const BlockSaved& s, const Tensor& act_out,
                    const BlockWeights& w, const BlockGrads& g) const;
-  void AttentionBackward(StepArenas& arenas, float* d_res, const float* x, const BlockSaved& s,
+  void AttentionBackward(StepContext& step, float* d_res, const float* x, const BlockSaved& s,
                          const Tensor& att, const Tensor& att_out, const BlockWeights& w,
                          const BlockGrads& g) const;
 

@@ -26,7 +26,7 @@ void TensorParallel::Run(std::unique_ptr<Work> work) {
 const float* TensorParallel::EnterForward(const float* x_local, float* full_buf, int64_t N,
                                           int64_t C) {
   if (!sp_) return x_local;
-  if (!status_.ok()) return full_buf;
+  if (!active()) return full_buf;
   const int64_t shard = LocalRows(N) * C;
   Tensor in(const_cast<float*>(x_local), DType::kF32, {shard});
   Tensor out(full_buf, DType::kF32, {N * C});
@@ -35,7 +35,7 @@ const float* TensorParallel::EnterForward(const float* x_local, float* full_buf,
 }
 
 void TensorParallel::EnterBackward(float* d_full, float* d_local, int64_t N, int64_t C) {
-  if (!status_.ok()) return;
+  if (!active()) return;
   if (sp_) {
     Tensor in(d_full, DType::kF32, {N * C});
     Tensor out(d_local, DType::kF32, {LocalRows(N) * C});
@@ -57,13 +57,13 @@ const float* TensorParallel::ExitBackward(const float* d_out, float* full_buf, i
 }
 
 void TensorParallel::SumInPlace(float* x, int64_t n) {
-  if (!status_.ok() || n == 0) return;
+  if (!active() || n == 0) return;
   Tensor t(x, DType::kF32, {n});
   Run(comm_->AllReduce(t, ReduceOp::kSum, ReduceOrder::kRankOrder));
 }
 
 void TensorParallel::MaxInPlace(float* x, int64_t n) {
-  if (!status_.ok() || n == 0) return;
+  if (!active() || n == 0) return;
   Tensor t(x, DType::kF32, {n});
   Run(comm_->AllReduce(t, ReduceOp::kMax, ReduceOrder::kRankOrder));
 }

@@ -17,7 +17,8 @@
 // Every reduction is a rank-order fp32 sum (ReduceOrder::kRankOrder), so all tp ranks get the
 // same bits and replicated parameters stay identical without ever being synchronised.
 // Failures: the first failed or timed-out collective is kept in status(), aborts the group
-// (every later wait returns at once) and turns every later call into a no-op; the model's
+// (every later wait returns at once) and turns every later call into a no-op (as a measuring
+// pass does, set_measuring); the model's
 // results are then garbage and the trainer, which checks status() after each micro-batch,
 // ends the job (MPI cannot cancel; AbortJob).
 // Thread-safety: one thread (the model's driver).
@@ -65,12 +66,20 @@ class TensorParallel {
 
   const Status& status() const { return status_; }
 
+  // A measuring pass (runtime/kernels/measuring_backend.h) runs the model with null buffers:
+  // while set, every region and reduction returns at once, communicating nothing (the
+  // regions still return the buffer a real pass would use).
+  void set_measuring(bool measuring) { measuring_ = measuring; }
+
  private:
+  // Collectives run: no failure so far and not a measuring pass.
+  bool active() const { return status_.ok() && !measuring_; }
   void Run(std::unique_ptr<Work> work);
 
   Communicator* comm_;
   int size_, rank_;
   bool sp_;
+  bool measuring_ = false;
   Status status_ = Status::Ok();
 };
 

@@ -6,9 +6,10 @@
 // Weights and gradients are reached only through a ParamStore, unit by unit, in the order of
 // param_store.h: the caller's, or FlatStore over the model's own buffers. Every pointer into a
 // unit is the unit's base plus a unit-relative offset fixed at Create (BlockLayout for blocks).
-// Activations and workspace come from two arenas whose capacities a measuring pass learns at
-// Create for (B, T) and the policy; that pass makes no store calls (null weights, no
-// arithmetic).
+// Kernels run on the model's backend (ModelOptions::backend, runtime/kernels/backend.h).
+// Activations and workspace come from two arenas of that backend whose capacities a measuring
+// pass learns at Create for (B, T) and the policy: the same code on a MeasuringBackend and a
+// MeasuringStore (no store calls, null weights, no arithmetic, no tp communication).
 // The implementation class lives in transformer_impl.h; its tensor-parallel embedding / head /
 // final norm and the pipeline stage passes are in transformer_stage.cc.
 // Thread-safety: one thread drives a model (transformer.h).
@@ -28,8 +29,7 @@
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
 #include "models/transformer_impl.h"
-#include "runtime/kernels/cpu/convert.h"
-#include "runtime/kernels/cpu/ops.h"
+#include "runtime/kernels/cpu_backend.h"
 
 namespace tessera {
 namespace transformer_internal {
@@ -181,6 +181,9 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
       tp_(options.tp != nullptr && options.tp->size() > 1
               ? std::make_unique<TensorParallel>(options.tp, options.sequence_parallel)
               : nullptr),
+      own_backend_(options.backend == nullptr ? std::make_unique<CpuBackend>() : nullptr),
+      backend_(options.backend != nullptr ? options.backend : own_backend_.get()),
+      pass_backend_(backend_),
       B_(B),
       T_(T),
       tracker_(tracker),
@@ -315,19 +318,24 @@ void TransformerImpl::BindBlocks() {
   }
 }
 
-// Runs a training step and an evaluation step on measuring arenas (no arithmetic), then
-// reserves real arenas of the larger of the two peaks.
 // Runs each kind of pass the model will make (a training step and an evaluation step for the
-// whole model; a stage forward and backward for any chunk) on measuring arenas (no arithmetic),
-// then reserves real arenas of the largest peaks: one activation arena per context.
+// whole model; a stage forward and backward for any chunk) on a MeasuringBackend (its kernels
+// do nothing, its arenas only count) with a MeasuringStore and the tp regions silent, then
+// reserves the backend's arenas of the largest peaks: one activation arena per context.
 void TransformerImpl::MeasureArenas() {
+  MeasuringBackend measuring(backend_->device());
+  MeasuringStore no_store;
+  ParamStore* store = std::exchange(store_, &no_store);
+  pass_backend_ = &measuring;
+  if (tp_) tp_->set_measuring(true);
   size_t act_bytes = 0, ws_bytes = 0;
   auto measured = [&] {
     act_bytes = std::max(act_bytes, ctx_[0].act.peak());
     ws_bytes = std::max(ws_bytes, ws_.peak());
-    ctx_[0].act = Arena::Measuring(MemoryKind::kActivations);
-    ws_ = Arena::Measuring(MemoryKind::kWorkspace);
+    ctx_[0].act = measuring.MakeArena(MemoryKind::kActivations, 0, nullptr);
+    ws_ = measuring.MakeArena(MemoryKind::kWorkspace, 0, nullptr);
   };
+  measured();  // start from the measuring backend's arenas
   if (chunk_.first && chunk_.last) {
     Step(nullptr, nullptr, 1.0f, /*backward=*/true);
     measured();
@@ -337,8 +345,13 @@ void TransformerImpl::MeasureArenas() {
   ForwardStage(0, nullptr, nullptr, nullptr, nullptr);
   BackwardStage(0, nullptr, nullptr, 1.0f);
   measured();
-  for (Context& c : ctx_) c.act = Arena(MemoryKind::kActivations, act_bytes, tracker_);
-  ws_ = Arena(MemoryKind::kWorkspace, ws_bytes, tracker_);
+  if (tp_) tp_->set_measuring(false);
+  pass_backend_ = backend_;
+  store_ = store;
+  for (Context& c : ctx_) {
+    c.act = backend_->MakeArena(MemoryKind::kActivations, act_bytes, tracker_);
+  }
+  ws_ = backend_->MakeArena(MemoryKind::kWorkspace, ws_bytes, tracker_);
 }
 
 void TransformerImpl::InitRandom(uint64_t seed) {
@@ -359,20 +372,20 @@ void TransformerImpl::CheckTokens(const int32_t* inputs, const int32_t* targets)
   }
 }
 
-StepArenas TransformerImpl::Begin(int ctx) {
+StepContext TransformerImpl::Begin(int ctx) {
   TESSERA_CHECK(ctx >= 0 && ctx < static_cast<int>(ctx_.size()));
   cur_ = &ctx_[static_cast<size_t>(ctx)];
   cur_->act.Release(0);
   ws_.Release(0);
-  return StepArenas{&cur_->act, &ws_};
+  return StepContext{pass_backend_, &cur_->act, &ws_};
 }
 
 // Forward through the chunk: the embeddings (first chunk) or the previous stage's output x_in
 // (Rows, C), the blocks, and (last chunk) the final norm. Fills the context's resid, saved and
 // final (h = final_norm(x_L), what the LM head reads). The last chunk leaves its final unit
 // acquired (final_base_): the untied head and the final norm's backward read it.
-void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in) {
-  const bool live = arenas.live();
+void TransformerImpl::ForwardBody(StepContext& step, const int32_t* inputs, const float* x_in) {
+  Backend& be = *step.backend;
   const int64_t C = config_.hidden_size, L = n_blocks_;
   Context& x = *cur_;
   // x0 = embed[tokens] (+ wpe[t]); x_{l+1} = block_l(x_l)
@@ -381,79 +394,78 @@ void TransformerImpl::ForwardBody(StepArenas& arenas, const int32_t* inputs, con
   const int64_t R = Rows();
   x.resid[0] = x.act.Allocate(DType::kF32, {R, C});
   if (chunk_.first) {
-    const float* embed = Acquire(live, 0);
-    EmbedForward(arenas, inputs, embed);
-    Release(live, 0);
-  } else if (live) {
-    std::memcpy(x.resid[0].f32(), x_in, static_cast<size_t>(R * C) * sizeof(float));
+    const float* embed = Acquire(0);
+    EmbedForward(step, inputs, embed);
+    Release(0);
+  } else {
+    be.Copy(x.resid[0].f32(), x_in, static_cast<size_t>(R * C) * sizeof(float));
   }
   for (int64_t l = 0; l < L; ++l) {
     const int unit = static_cast<int>(1 + l);
     x.resid[l + 1] = x.act.Allocate(DType::kF32, {R, C});
-    const float* weights = Acquire(live, unit);
-    Prefetch(live, unit + 1);  // the next block, or the final norm after the last
+    const float* weights = Acquire(unit);
+    Prefetch(unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
-    block_.Forward(arenas, config_.recompute, x.resid[l].f32(), x.resid[l + 1].f32(), x.saved[l],
+    block_.Forward(step, config_.recompute, x.resid[l].f32(), x.resid[l + 1].f32(), x.saved[l],
                    block_layout_[l].Weights(weights));
-    Release(live, unit);
+    Release(unit);
   }
   if (!chunk_.last) return;
   // h = final_norm(x_L)
   x.final.out = x.act.Allocate(DType::kF32, {R, C});
   x.final.mean = config_.family == ModelFamily::kGpt2 ? x.act.Allocate(DType::kF32, {R}) : Tensor();
   x.final.rstd = x.act.Allocate(DType::kF32, {R});
-  final_base_ = Acquire(live, final_unit());
-  if (!live) return;
+  final_base_ = Acquire(final_unit());
   if (config_.family == ModelFamily::kGpt2) {
-    cpu::LayerNormForward(x.final.out.f32(), x.final.mean.f32(), x.final.rstd.f32(),
+    be.LayerNormForward(x.final.out.f32(), x.final.mean.f32(), x.final.rstd.f32(),
                           x.resid[L].f32(), At(final_base_, lnf_w_off_),
                           At(final_base_, lnf_b_off_), R, C, config_.norm_eps);
   } else {
-    cpu::RmsNormForward(x.final.out.f32(), x.final.rstd.f32(), x.resid[L].f32(),
+    be.RmsNormForward(x.final.out.f32(), x.final.rstd.f32(), x.resid[L].f32(),
                         At(final_base_, lnf_w_off_), R, C, config_.norm_eps);
   }
-  Round(x.final.out.f32(), R * C);
+  Round(be, x.final.out.f32(), R * C);
 }
 
 // Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
 // d_h sits on top of the workspace at `d_h_mark`: it is released once the final norm has read
 // it, so the blocks reuse its bytes. Unit L + 1 is acquired on entry and released here.
-void TransformerImpl::BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
+void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, const Tensor& d_h,
                                    size_t d_h_mark, const Tensor& d_res) {
-  const bool live = arenas.live();
   Context& x = *cur_;
   if (chunk_.last) {
     // h = final_norm(x_L)
-    float* final_grads = Grads(live, final_unit());
-    FinalNormBackward(arenas, d_res.f32(), d_h.f32(), final_grads);
-    GradsDone(live, final_unit());
-    Release(live, final_unit());
+    float* final_grads = Grads(final_unit());
+    FinalNormBackward(step, d_res.f32(), d_h.f32(), final_grads);
+    GradsDone(final_unit());
+    Release(final_unit());
     final_base_ = nullptr;
     ws_.Release(d_h_mark);
   }
   // x_{l+1} = block_l(x_l)
   for (int64_t l = n_blocks_ - 1; l >= 0; --l) {
     const int unit = static_cast<int>(1 + l);
-    const float* weights = Acquire(live, unit);
-    if (l > 0) Prefetch(live, unit - 1);  // unit 0 is not acquired by backward
-    float* grads = Grads(live, unit);
-    block_.Backward(arenas, config_.recompute, d_res.f32(), x.resid[l].f32(), x.saved[l],
+    const float* weights = Acquire(unit);
+    if (l > 0) Prefetch(unit - 1);  // unit 0 is not acquired by backward
+    float* grads = Grads(unit);
+    block_.Backward(step, config_.recompute, d_res.f32(), x.resid[l].f32(), x.saved[l],
                     block_layout_[l].Weights(weights), block_layout_[l].Grads(grads));
-    GradsDone(live, unit);
-    Release(live, unit);
+    GradsDone(unit);
+    Release(unit);
   }
   if (chunk_.first) {
     // x0 = embed[tokens] (+ wpe[t]): needs no weights
-    float* embed_grads = Grads(live, 0);
-    EmbedBackward(arenas, inputs, d_res.f32(), embed_grads);
-    GradsDone(live, 0);
+    float* embed_grads = Grads(0);
+    EmbedBackward(step, inputs, d_res.f32(), embed_grads);
+    GradsDone(0);
   } else if (holds_unit(0)) {
-    GradsDone(live, 0);  // the tied copy: only the LM head wrote its gradient
+    GradsDone(0);  // the tied copy: only the LM head wrote its gradient
   }
 }
 
 int64_t TransformerImpl::Counted(const int32_t* inputs, const int32_t* targets) const {
+  if (inputs == nullptr) return 0;
   CheckTokens(inputs, targets);
   int64_t counted = 0;
   for (int64_t i = 0; i < B_ * T_; ++i) counted += targets[i] >= 0;
@@ -464,24 +476,23 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
                              bool backward) {
   TESSERA_CHECK_MSG(chunk_.first && chunk_.last,
                     "a pipeline chunk runs ForwardStage / BackwardStage, not whole steps");
-  StepArenas arenas = Begin(0);
-  const bool live = arenas.live();
+  StepContext step = Begin(0);
   const int64_t C = config_.hidden_size;
-  const int64_t counted = live ? Counted(inputs, targets) : 0;
+  const int64_t counted = Counted(inputs, targets);
 
-  ForwardBody(arenas, inputs, nullptr);
+  ForwardBody(step, inputs, nullptr);
 
   // LM head + cross-entropy, fused with its backward.
   Tensor d_res = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const size_t d_h_mark = ws_.Mark();
   Tensor d_h = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const double loss_sum =
-      HeadPass(arenas, targets, grad_scale, counted, backward ? d_h.f32() : nullptr);
+      HeadPass(step, targets, grad_scale, counted, backward ? d_h.f32() : nullptr);
 
   if (backward) {
-    BackwardBody(arenas, inputs, d_h, d_h_mark, d_res);
+    BackwardBody(step, inputs, d_h, d_h_mark, d_res);
   } else {
-    Release(live, final_unit());
+    Release(final_unit());
     final_base_ = nullptr;
   }
   ws_.Release(0);

@@ -26,10 +26,15 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
+#include "runtime/kernels/backend.h"
 
 namespace tessera {
 
 struct ModelOptions {
+  // The backend every kernel of a step runs on (runtime/kernels/backend.h), outliving the
+  // model; its device's memory holds the activation and workspace arenas. Null: the CPU fp32
+  // reference (a CpuBackend the model owns).
+  Backend* backend = nullptr;
   // Where parameters come from and gradients go (param_store.h); null: the model owns flat
   // fp32 buffers. The store must outlive the model. Create never calls it (its measuring pass
   // runs no arithmetic), so it may become ready after Create.

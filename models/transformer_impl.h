@@ -15,7 +15,8 @@
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
 #include "models/transformer.h"
-#include "runtime/kernels/cpu/convert.h"
+#include "runtime/kernels/backend.h"
+#include "runtime/kernels/measuring_backend.h"
 
 namespace tessera::transformer_internal {
 
@@ -39,6 +40,15 @@ class FlatStore final : public ParamStore {
   float* grads_;
   const std::vector<int64_t>* bounds_;
   const Transformer::GradReadyCallback* grad_ready_;
+};
+
+// The store of a measuring pass (MeasureArenas): no weights, no gradients, nothing reported.
+class MeasuringStore final : public ParamStore {
+ public:
+  const float* Acquire(int unit) override { return nullptr; }
+  void Release(int unit) override {}
+  float* Grads(int unit) override { return nullptr; }
+  void GradsDone(int unit) override {}
 };
 
 // base + offset, null for a null base (measuring step) or an absent parameter (offset < 0).
@@ -101,49 +111,41 @@ class TransformerImpl final : public Transformer {
   void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
   double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
   // Uses context ctx for the pass that follows (its activation arena, saved tensors).
-  StepArenas Begin(int ctx);
-  void ForwardBody(StepArenas& arenas, const int32_t* inputs, const float* x_in);
+  StepContext Begin(int ctx);
+  void ForwardBody(StepContext& step, const int32_t* inputs, const float* x_in);
   // d_h: dL/dh on top of the workspace at d_h_mark (last chunk only; empty otherwise).
-  void BackwardBody(StepArenas& arenas, const int32_t* inputs, const Tensor& d_h,
+  void BackwardBody(StepContext& step, const int32_t* inputs, const Tensor& d_h,
                     size_t d_h_mark, const Tensor& d_res);
-  double HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale, int64_t counted,
+  double HeadPass(StepContext& step, const int32_t* targets, float grad_scale, int64_t counted,
                   float* d_h);
-  // Checks the token ids (CHECK failure when out of range) and counts the counted targets.
+  // Checks the token ids (CHECK failure when out of range) and counts the counted targets;
+  // 0 without tokens (a measuring pass has none).
   int64_t Counted(const int32_t* inputs, const int32_t* targets) const;
   bool holds_unit(int u) const { return bounds_[u + 1] > bounds_[u]; }
   // Rounds n activations (or gradients) at x to act_dtype_; nothing for fp32.
-  void Round(float* x, int64_t n) const {
-    if (act_dtype_ != DType::kF32) cpu::RoundTo(act_dtype_, x, n);
+  void Round(Backend& be, float* x, int64_t n) const {
+    if (act_dtype_ != DType::kF32) be.Round(act_dtype_, x, n);
   }
 
-  // Store calls of a step. A measuring step (live == false) makes none: its weight and
-  // gradient bases are null.
+  // Store calls of a step (a measuring pass runs them on a MeasuringStore: null bases).
   // Units are chunk-relative here (0 embeddings, 1 + l block layer_begin + l, blocks + 1 the
   // final unit); a caller's store numbers the rank's units, chunk after chunk: unit_base_.
-  const float* Acquire(bool live, int unit) {
-    return live ? store_->Acquire(unit_base_ + unit) : nullptr;
+  const float* Acquire(int unit) { return store_->Acquire(unit_base_ + unit); }
+  void Release(int unit) { store_->Release(unit_base_ + unit); }
+  void Prefetch(int unit) {
+    if (unit >= 0 && unit < num_units() && holds_unit(unit)) store_->Prefetch(unit_base_ + unit);
   }
-  void Release(bool live, int unit) {
-    if (live) store_->Release(unit_base_ + unit);
-  }
-  void Prefetch(bool live, int unit) {
-    if (live && unit >= 0 && unit < num_units() && holds_unit(unit)) {
-      store_->Prefetch(unit_base_ + unit);
-    }
-  }
-  float* Grads(bool live, int unit) { return live ? store_->Grads(unit_base_ + unit) : nullptr; }
-  void GradsDone(bool live, int unit) {
-    if (live) store_->GradsDone(unit_base_ + unit);
-  }
+  float* Grads(int unit) { return store_->Grads(unit_base_ + unit); }
+  void GradsDone(int unit) { store_->GradsDone(unit_base_ + unit); }
   int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
   int final_unit() const { return static_cast<int>(n_blocks_) + 1; }
   // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
   int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
-  void EmbedForward(StepArenas& arenas, const int32_t* inputs, const float* embed);
-  void EmbedBackward(StepArenas& arenas, const int32_t* inputs, const float* d_res,
+  void EmbedForward(StepContext& step, const int32_t* inputs, const float* embed);
+  void EmbedBackward(StepContext& step, const int32_t* inputs, const float* d_res,
                      float* embed_grads);
-  void FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h, float* grads);
-  double Head(StepArenas& arenas, const int32_t* targets, float loss_scale, const float* head_w,
+  void FinalNormBackward(StepContext& step, float* d_res, const float* d_h, float* grads);
+  double Head(StepContext& step, const int32_t* targets, float loss_scale, const float* head_w,
               float* head_grads, float* d_h, Tensor& losses, Tensor& logits);
 
   ModelConfig config_;
@@ -154,6 +156,11 @@ class TransformerImpl final : public Transformer {
   int64_t n_blocks_;    // blocks of this chunk
   int unit_base_ = 0;   // the chunk's first unit in a caller's store
   std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
+  // The backend of real steps (ModelOptions::backend, or own_backend_), and the one the
+  // current pass runs on: backend_, or a MeasuringBackend during MeasureArenas.
+  std::unique_ptr<Backend> own_backend_;
+  Backend* backend_ = nullptr;
+  Backend* pass_backend_ = nullptr;
   int64_t B_, T_;
   MemoryTracker* tracker_;
   DType act_dtype_;

@@ -7,60 +7,51 @@
 #include <cstring>
 
 #include "models/transformer_impl.h"
-#include "runtime/kernels/cpu/ops.h"
 
 namespace tessera::transformer_internal {
 
 // x0 = embed[tokens] (+ wpe[t]) into the context's resid[0]. Under tp each rank looks up the tokens of its
 // vocabulary rows (zeros elsewhere), the Exit region sums the partial rows over tp (SP:
 // reduce-scatter to this rank's rows), then the positions are added once.
-void TransformerImpl::EmbedForward(StepArenas& arenas, const int32_t* inputs,
+void TransformerImpl::EmbedForward(StepContext& step, const int32_t* inputs,
                                    const float* embed) {
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t N = B_ * T_, C = config_.hidden_size, R = Rows();
   float* x0 = cur_->resid[0].f32();
   if (!tp_) {
-    if (live) {
-      cpu::EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
-      Round(x0, N * C);
-    }
+    be.EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
+    Round(be, x0, N * C);
     return;
   }
   const size_t mark = ws_.Mark();
   Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : cur_->resid[0];
-  if (live) {
-    cpu::VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_),
-                               partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
-    tp_->ExitForward(partial.f32(), x0, N, C);
-    if (wpe_off_ >= 0) cpu::AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
-    Round(x0, R * C);
-  }
+  be.VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_), partition_->vocab_begin(),
+                           partition_->vocab_per_rank(), N, C);
+  tp_->ExitForward(partial.f32(), x0, N, C);
+  if (wpe_off_ >= 0) be.AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
+  Round(be, x0, R * C);
   ws_.Release(mark);
 }
 
 // Backward of EmbedForward from d_res (Rows(), C): needs no weights. Under tp the Exit
 // region's dual gathers the rows (SP), each rank scatters into its vocabulary rows, and every
 // rank computes the (replicated) position gradient from all rows.
-void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
+void TransformerImpl::EmbedBackward(StepContext& step, const int32_t* inputs,
                                     const float* d_res, float* embed_grads) {
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
   if (!tp_) {
-    if (live) {
-      cpu::EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res,
-                             inputs, B_, T_, C, V);
-    }
+    be.EmbeddingBackward(At(embed_grads, wte_off_), At(embed_grads, wpe_off_), d_res, inputs,
+                         B_, T_, C, V);
     return;
   }
   const size_t mark = ws_.Mark();
   Tensor full = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  if (live) {
-    const float* d_full = tp_->ExitBackward(d_res, full.f32(), N, C);
-    cpu::VocabEmbeddingBackward(At(embed_grads, wte_off_), d_full, inputs,
-                                partition_->vocab_begin(), partition_->vocab_per_rank(), N, C);
-    if (wpe_off_ >= 0) {
-      cpu::EmbeddingBackward(nullptr, At(embed_grads, wpe_off_), d_full, inputs, B_, T_, C, V);
-    }
+  const float* d_full = tp_->ExitBackward(d_res, full.f32(), N, C);
+  be.VocabEmbeddingBackward(At(embed_grads, wte_off_), d_full, inputs, partition_->vocab_begin(),
+                            partition_->vocab_per_rank(), N, C);
+  if (wpe_off_ >= 0) {
+    be.EmbeddingBackward(nullptr, At(embed_grads, wpe_off_), d_full, inputs, B_, T_, C, V);
   }
   ws_.Release(mark);
 }
@@ -68,35 +59,33 @@ void TransformerImpl::EmbedBackward(StepArenas& arenas, const int32_t* inputs,
 // h = final_norm(x_L) backward: d_res (Rows(), C) written from d_h. Under sequence
 // parallelism the norm's gradients of this rank's rows are summed over tp before they are
 // accumulated into `grads` (unit L + 1).
-void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const float* d_h,
+void TransformerImpl::FinalNormBackward(StepContext& step, float* d_res, const float* d_h,
                                         float* grads) {
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t R = Rows(), C = config_.hidden_size, L = n_blocks_;
   const bool sp = tp_ && tp_->sequence_parallel();
   const size_t mark = ws_.Mark();
   Tensor partial = sp ? ws_.Allocate(DType::kF32, {2 * C}) : Tensor();
-  if (live) {
-    float* g_w = At(grads, lnf_w_off_);
-    float* g_b = At(grads, lnf_b_off_);
-    if (sp) {
-      std::memset(partial.f32(), 0, partial.nbytes());
-      g_w = partial.f32();
-      g_b = partial.f32() + C;
-    }
-    const float* w = At(final_base_, lnf_w_off_);
-    if (config_.family == ModelFamily::kGpt2) {
-      cpu::LayerNormBackward(d_res, g_w, g_b, d_h, cur_->resid[L].f32(), w, cur_->final.mean.f32(),
-                             cur_->final.rstd.f32(), R, C);
-    } else {
-      cpu::RmsNormBackward(d_res, g_w, d_h, cur_->resid[L].f32(), w, cur_->final.rstd.f32(), R, C);
-    }
-    if (sp) {
-      tp_->SumInPlace(partial.f32(), 2 * C);
-      cpu::AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
-      if (lnf_b_off_ >= 0) cpu::AddInPlace(At(grads, lnf_b_off_), partial.f32() + C, C);
-    }
-    Round(d_res, R * C);
+  float* g_w = At(grads, lnf_w_off_);
+  float* g_b = At(grads, lnf_b_off_);
+  if (sp) {
+    be.Zero(partial.f32(), partial.nbytes());
+    g_w = At(partial.f32(), 0);
+    g_b = At(partial.f32(), C);
   }
+  const float* w = At(final_base_, lnf_w_off_);
+  if (config_.family == ModelFamily::kGpt2) {
+    be.LayerNormBackward(d_res, g_w, g_b, d_h, cur_->resid[L].f32(), w, cur_->final.mean.f32(),
+                         cur_->final.rstd.f32(), R, C);
+  } else {
+    be.RmsNormBackward(d_res, g_w, d_h, cur_->resid[L].f32(), w, cur_->final.rstd.f32(), R, C);
+  }
+  if (sp) {
+    tp_->SumInPlace(partial.f32(), 2 * C);
+    be.AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
+    if (lnf_b_off_ >= 0) be.AddInPlace(At(grads, lnf_b_off_), At(partial.f32(), C), C);
+  }
+  Round(be, d_res, R * C);
   ws_.Release(mark);
 }
 
@@ -105,26 +94,24 @@ void TransformerImpl::FinalNormBackward(StepArenas& arenas, float* d_res, const 
 // norm output enters through the Enter region (SP: gathered), the classifier reduces its
 // softmax statistics over tp, and the partial d_h is summed by the Enter region's dual.
 // `losses` (N) and `logits` (the chunk scratch) are the caller's workspace tensors.
-double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float loss_scale,
+double TransformerImpl::Head(StepContext& step, const int32_t* targets, float loss_scale,
                              const float* head_w, float* head_grads, float* d_h,
                              Tensor& losses, Tensor& logits) {
-  const bool live = arenas.live();
+  Backend& be = *step.backend;
   const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
   if (!tp_) {
-    if (!live) return 0.0;
-    return cpu::ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
-                                          cur_->final.out.f32(), At(head_w, head_off_), targets, N,
-                                          C, V, loss_scale, logits.f32(), chunk_rows_);
+    return be.ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
+                                        cur_->final.out.f32(), At(head_w, head_off_), targets, N,
+                                        C, V, loss_scale, logits.f32(), chunk_rows_);
   }
   const bool sp = tp_->sequence_parallel();
   Tensor h_full = sp ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
   Tensor d_full = sp && d_h != nullptr ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  if (!live) return 0.0;
   const float* h = tp_->EnterForward(cur_->final.out.f32(), h_full.f32(), N, C);
   float* d_partial = d_h == nullptr ? nullptr : sp ? d_full.f32() : d_h;
   const int64_t vp = partition_->vocab_per_rank(), vb = partition_->vocab_begin();
   const int64_t real = std::clamp<int64_t>(V - vb, 0, vp);
-  const double sum = cpu::VocabParallelClassifier(
+  const double sum = be.VocabParallelClassifier(
       losses.f32(), d_partial, At(head_grads, head_off_), h, At(head_w, head_off_), targets, N,
       C, vp, real, vb, loss_scale, logits.f32(), chunk_rows_, &TensorParallel::Combine,
       tp_.get());
@@ -136,9 +123,8 @@ double TransformerImpl::Head(StepArenas& arenas, const int32_t* targets, float l
 // With d_h it is fused with its backward: d_h = dL/dh scaled for the mean over counted tokens
 // and the caller's grad_scale, the head's weight gradient accumulated. The head's weights:
 // unit 0's token table when tied (acquired here), else in the final unit (acquired already).
-double TransformerImpl::HeadPass(StepArenas& arenas, const int32_t* targets, float grad_scale,
+double TransformerImpl::HeadPass(StepContext& step, const int32_t* targets, float grad_scale,
                                  int64_t counted, float* d_h) {
-  const bool live = arenas.live();
   const int64_t N = B_ * T_, V = config_.vocab_size;
   const size_t head_mark = ws_.Mark();
   Tensor losses = ws_.Allocate(DType::kF32, {N});
@@ -148,11 +134,11 @@ double TransformerImpl::HeadPass(StepArenas& arenas, const int32_t* targets, flo
       counted > 0 ? static_cast<float>(static_cast<double>(grad_scale) / counted) : 0.0f;
   const bool tied = config_.tie_embeddings;
   const int head_unit = tied ? 0 : final_unit();
-  const float* head_base = tied ? Acquire(live, 0) : final_base_;
-  float* head_grads = d_h != nullptr ? Grads(live, head_unit) : nullptr;
-  const double loss_sum = Head(arenas, targets, loss_scale, head_base, head_grads, d_h, losses,
+  const float* head_base = tied ? Acquire(0) : final_base_;
+  float* head_grads = d_h != nullptr ? Grads(head_unit) : nullptr;
+  const double loss_sum = Head(step, targets, loss_scale, head_base, head_grads, d_h, losses,
                                logits);
-  if (tied) Release(live, 0);
+  if (tied) Release(0);
   ws_.Release(head_mark);
   return loss_sum;
 }
@@ -162,20 +148,20 @@ double TransformerImpl::HeadPass(StepArenas& arenas, const int32_t* targets, flo
 // gradient requests only inside BackwardStage, whatever the schedule).
 double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
                                      const float* x_in, float* x_out) {
-  StepArenas arenas = Begin(ctx);
-  const bool live = arenas.live();
+  StepContext step = Begin(ctx);
+  Backend& be = *step.backend;
   cur_->inputs = inputs;
   cur_->targets = targets;
-  const int64_t counted = live ? Counted(inputs, targets) : 0;
-  ForwardBody(arenas, inputs, x_in);
+  const int64_t counted = Counted(inputs, targets);
+  ForwardBody(step, inputs, x_in);
   double loss_sum = 0.0;
   if (chunk_.last) {
-    loss_sum = HeadPass(arenas, targets, 0.0f, counted, nullptr);
-    Release(live, final_unit());
+    loss_sum = HeadPass(step, targets, 0.0f, counted, nullptr);
+    Release(final_unit());
     final_base_ = nullptr;
-  } else if (live) {
-    std::memcpy(x_out, cur_->resid[n_blocks_].f32(),
-                static_cast<size_t>(Rows() * config_.hidden_size) * sizeof(float));
+  } else {
+    be.Copy(x_out, cur_->resid[n_blocks_].f32(),
+            static_cast<size_t>(Rows() * config_.hidden_size) * sizeof(float));
   }
   ws_.Release(0);
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
@@ -185,25 +171,23 @@ void TransformerImpl::BackwardStage(int ctx, const float* d_out, float* d_in, fl
   TESSERA_CHECK(ctx >= 0 && ctx < static_cast<int>(ctx_.size()));
   cur_ = &ctx_[static_cast<size_t>(ctx)];
   ws_.Release(0);
-  StepArenas arenas{&cur_->act, &ws_};
-  const bool live = arenas.live();
+  StepContext step{pass_backend_, &cur_->act, &ws_};
+  Backend& be = *step.backend;
   const int64_t R = Rows(), C = config_.hidden_size;
   Tensor d_res = ws_.Allocate(DType::kF32, {R, C});
   const size_t d_h_mark = ws_.Mark();
   Tensor d_h;
   if (chunk_.last) {
     // The head again, now fused with its backward (the same bits as the forward's loss).
-    const int64_t counted = live ? Counted(cur_->inputs, cur_->targets) : 0;
-    final_base_ = Acquire(live, final_unit());
+    const int64_t counted = Counted(cur_->inputs, cur_->targets);
+    final_base_ = Acquire(final_unit());
     d_h = ws_.Allocate(DType::kF32, {R, C});
-    HeadPass(arenas, cur_->targets, grad_scale, counted, d_h.f32());
-  } else if (live) {
-    std::memcpy(d_res.f32(), d_out, static_cast<size_t>(R * C) * sizeof(float));
+    HeadPass(step, cur_->targets, grad_scale, counted, d_h.f32());
+  } else {
+    be.Copy(d_res.f32(), d_out, static_cast<size_t>(R * C) * sizeof(float));
   }
-  BackwardBody(arenas, cur_->inputs, d_h, d_h_mark, d_res);
-  if (!chunk_.first && live) {
-    std::memcpy(d_in, d_res.f32(), static_cast<size_t>(R * C) * sizeof(float));
-  }
+  BackwardBody(step, cur_->inputs, d_h, d_h_mark, d_res);
+  if (!chunk_.first) be.Copy(d_in, d_res.f32(), static_cast<size_t>(R * C) * sizeof(float));
   ws_.Release(0);
 }
 

@@ -48,7 +48,7 @@ std::string MemoryTracker::Report() const {
 }
 
 Arena::Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker)
-    : kind_(kind), capacity_(capacity_bytes), tracker_(tracker) {
+    : kind_(kind), free_fn_(&Arena::FreeHost), capacity_(capacity_bytes), tracker_(tracker) {
   size_t rounded = (std::max<size_t>(capacity_bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   base_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
   TESSERA_CHECK_MSG(base_ != nullptr, "out of memory reserving %zu bytes for %s", rounded,
@@ -57,7 +57,28 @@ Arena::Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker)
   if (tracker_) tracker_->OnReserve(kind_, static_cast<int64_t>(capacity_));
 }
 
-Arena Arena::Measuring(MemoryKind kind) { return Arena(kind); }
+Arena::Arena(MemoryKind kind, Device device, std::byte* base, size_t capacity_bytes,
+             FreeFn free_fn, MemoryTracker* tracker)
+    : kind_(kind),
+      device_(device),
+      base_(base),
+      free_fn_(free_fn),
+      capacity_(capacity_bytes),
+      tracker_(tracker) {
+  TESSERA_CHECK_MSG(base_ != nullptr && free_fn_ != nullptr,
+                    "a %s arena adopts a buffer and the function that frees it",
+                    MemoryKindName(kind));
+  if (tracker_) tracker_->OnReserve(kind_, static_cast<int64_t>(capacity_));
+}
+
+Arena Arena::Measuring(MemoryKind kind, Device device) { return Arena(kind, device); }
+
+void Arena::FreeHost(std::byte* base) { std::free(base); }
+
+void Arena::Free() {
+  if (base_ != nullptr) free_fn_(base_);
+  base_ = nullptr;
+}
 
 Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
 
@@ -68,9 +89,11 @@ Arena& Arena::operator=(Arena&& o) noexcept {
       if (used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
       if (base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
     }
-    std::free(base_);
+    Free();
     kind_ = o.kind_;
+    device_ = o.device_;
     base_ = std::exchange(o.base_, nullptr);
+    free_fn_ = std::exchange(o.free_fn_, nullptr);
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
     peak_ = std::exchange(o.peak_, 0);
@@ -82,7 +105,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
 Arena::~Arena() {
   if (tracker_ && used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
   if (tracker_ && base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
-  std::free(base_);
+  Free();
 }
 
 Tensor Arena::Allocate(DType dtype, Shape shape) {
@@ -96,7 +119,7 @@ Tensor Arena::Allocate(DType dtype, Shape shape) {
   if (tracker_) tracker_->OnUse(kind_, static_cast<int64_t>(end - used_));
   used_ = end;
   peak_ = std::max(peak_, used_);
-  return Tensor(measuring() ? nullptr : base_ + start, dtype, shape);
+  return Tensor(measuring() ? nullptr : base_ + start, dtype, shape, device_);
 }
 
 void Arena::Release(size_t mark) {

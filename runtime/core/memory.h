@@ -6,6 +6,9 @@
 // An Arena is a bump allocator with stack discipline (Mark/Release) — activations of a layer
 // recomputed in backward reuse the bytes of the layer before. A measuring arena (no buffer)
 // runs the same allocation sequence to learn the capacity a real one needs.
+// An arena belongs to a device (tensor.h Device): a host arena allocates its own buffer; a
+// device arena adopts one a compute backend allocated (runtime/kernels/backend.h MakeArena)
+// and gives it back through the backend's free function; its tensors carry the device.
 // Thread-safety: an Arena and a MemoryTracker belong to one thread (the trainer's).
 #pragma once
 
@@ -58,8 +61,13 @@ class Arena {
  public:
   // A real arena of `capacity_bytes`, zero-filled (which also pre-faults the pages).
   Arena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker);
+  // An arena over `capacity_bytes` of `device` memory at `base` (allocated and zero-filled by
+  // a compute backend), handed back with free_fn(base) when the arena is destroyed.
+  using FreeFn = void (*)(std::byte* base);
+  Arena(MemoryKind kind, Device device, std::byte* base, size_t capacity_bytes, FreeFn free_fn,
+        MemoryTracker* tracker);
   // A measuring arena: Allocate returns tensors with null data and counts what was asked for.
-  static Arena Measuring(MemoryKind kind);
+  static Arena Measuring(MemoryKind kind, Device device = Device::kCpu);
   Arena(Arena&&) noexcept;
   Arena& operator=(Arena&&) noexcept;
   ~Arena();
@@ -73,6 +81,7 @@ class Arena {
   void Release(size_t mark);
 
   MemoryKind kind() const { return kind_; }
+  Device device() const { return device_; }
   size_t used() const { return used_; }
   size_t peak() const { return peak_; }
   size_t capacity() const { return capacity_; }
@@ -80,9 +89,13 @@ class Arena {
   std::byte* base() const { return base_; }
 
  private:
-  Arena(MemoryKind kind) : kind_(kind) {}
+  Arena(MemoryKind kind, Device device) : kind_(kind), device_(device) {}
+  void Free();
+  static void FreeHost(std::byte* base);
   MemoryKind kind_;
+  Device device_ = Device::kCpu;
   std::byte* base_ = nullptr;
+  FreeFn free_fn_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;
   size_t peak_ = 0;

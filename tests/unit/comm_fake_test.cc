@@ -131,6 +131,30 @@ TEST_P(FakeRanks, F16AllReduceAndReduceScatterRoundOnceLikeASerialFp32Loop) {
   }
 }
 
+// A host backend's ops complete on the host: no device event to wait on, and the only event it
+// can be ordered after is the null one (what a CPU compute backend records).
+TEST(FakeComm, HostWorkHasNoReadyEventAndWaitsOnlyForTheNullEvent) {
+  auto hub = FakeHub::Create(1);
+  CommOptions o;
+  o.name = "host";
+  std::unique_ptr<Communicator> c = hub->Connect(0, o);
+  c->After(Event{});
+  std::vector<float> x = {1.0f, 2.0f};
+  Tensor t(x.data(), DType::kF32, {2});
+  std::unique_ptr<Work> w = c->AllReduce(t, ReduceOp::kSum);
+  EXPECT_TRUE(w->ready_event().is_null());
+  EXPECT_TRUE(w->Wait().ok());
+}
+
+TEST(FakeCommDeathTest, HostCommunicatorRefusesADeviceEvent) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto hub = FakeHub::Create(1);
+  CommOptions o;
+  o.name = "host";
+  std::unique_ptr<Communicator> c = hub->Connect(0, o);
+  EXPECT_DEATH(c->After(Event{1}), "group 'host': a host communicator cannot wait on a device");
+}
+
 TEST(FakeComm, F16RankOrderRoundsOnceNotAfterEveryAdd) {
   // 2048 + 1 + 1: every intermediate rounded to f16 (ulp 2 at 2048, ties to even) stays 2048;
   // the fp32 accumulator reaches 2050, which f16 holds exactly.

@@ -71,6 +71,54 @@ TEST(Nccl, SingleRankCollectivesOnDeviceBuffers) {
   }
   mpi->reset();
 }
+
+// Overlap without the host: a compute stream writes the input and records an event, the
+// communicator's ops are ordered After it, and the compute stream reads the op's output after
+// waiting on Work::ready_event — no host synchronisation between the three.
+TEST(Nccl, StreamsOrderComputeAndCommunicationThroughEvents) {
+  Status avail = NcclAvailable();
+  if (!avail.ok()) GTEST_SKIP() << avail.ToString();
+  auto mpi = MpiSession::Init(nullptr, nullptr);
+  ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();
+  {
+    CommOptions o;
+    o.name = "nccl";
+    o.timeout_s = 30;
+    auto comm = NcclWorld(**mpi, o, /*device=*/0);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    Communicator& c = **comm;
+    const int64_t n = 1 << 22;  // large enough that a missing wait would be seen
+    std::vector<float> host(n), back(n, -1.0f);
+    for (int64_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 4093);
+    float* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d, 0, n * 4), cudaSuccess);
+    cudaStream_t compute = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+    cudaEvent_t written = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&written, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(d, host.data(), n * 4, cudaMemcpyHostToDevice, compute),
+              cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(written, compute), cudaSuccess);
+    c.After(Event{reinterpret_cast<uintptr_t>(written)});
+    Tensor t(d, DType::kF32, {n}, Device::kCuda);
+    std::unique_ptr<Work> w = c.AllReduce(t, ReduceOp::kMax);  // one rank: the identity
+    ASSERT_FALSE(w->ready_event().is_null());
+    ASSERT_EQ(cudaStreamWaitEvent(
+                  compute, reinterpret_cast<cudaEvent_t>(w->ready_event().handle), 0),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), d, n * 4, cudaMemcpyDeviceToHost, compute),
+              cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    EXPECT_TRUE(w->Wait().ok());
+    EXPECT_EQ(back, host);
+    w.reset();  // releases the op's event
+    cudaEventDestroy(written);
+    cudaStreamDestroy(compute);
+    cudaFree(d);
+  }
+  mpi->reset();
+}
 #endif
 
 }  // namespace

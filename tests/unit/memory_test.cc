@@ -32,6 +32,45 @@ TEST(Arena, MeasuringPassGivesTheCapacityARealOneNeeds) {
   EXPECT_EQ(real.used(), m.peak());
 }
 
+// What a device backend does: allocate the buffer itself and give the arena the function that
+// frees it. The arena's tensors carry the device; the buffer is freed exactly once, by the
+// arena that owns it after moves.
+std::byte* g_freed = nullptr;
+int g_frees = 0;
+void RecordFree(std::byte* base) {
+  g_freed = base;
+  ++g_frees;
+}
+
+TEST(Arena, AdoptedDeviceBufferIsFreedOnceByItsOwnerAndTensorsCarryTheDevice) {
+  alignas(Arena::kAlignment) static std::byte buffer[256] = {};
+  g_freed = nullptr;
+  g_frees = 0;
+  MemoryTracker tracker;
+  {
+    Arena a(MemoryKind::kActivations, Device::kCuda, buffer, sizeof buffer, &RecordFree,
+            &tracker);
+    EXPECT_EQ(a.device(), Device::kCuda);
+    EXPECT_EQ(tracker.current(MemoryKind::kActivations), 0u);
+    EXPECT_EQ(tracker.reserved(MemoryKind::kActivations), sizeof buffer);
+    Tensor t = a.Allocate(DType::kF32, {4});
+    EXPECT_EQ(t.data(), buffer);
+    EXPECT_EQ(t.device(), Device::kCuda);
+    Arena b = std::move(a);
+    EXPECT_EQ(b.device(), Device::kCuda);
+    EXPECT_EQ(g_frees, 0);
+  }
+  EXPECT_EQ(g_frees, 1);
+  EXPECT_EQ(g_freed, buffer);
+}
+
+TEST(Arena, MeasuringArenaBelongsToItsDevice) {
+  Arena m = Arena::Measuring(MemoryKind::kWorkspace, Device::kCuda);
+  EXPECT_EQ(m.device(), Device::kCuda);
+  EXPECT_EQ(m.Allocate(DType::kF32, {8}).device(), Device::kCuda);
+  EXPECT_EQ(Arena::Measuring(MemoryKind::kWorkspace).device(), Device::kCpu);
+}
+
 TEST(DType, HalfConversionsRoundTrip) {
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.1f}) {
     EXPECT_EQ(F16ToF32(F32ToF16(f)), F16ToF32(F32ToF16(F16ToF32(F32ToF16(f)))));

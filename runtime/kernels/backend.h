@@ -1,0 +1,149 @@
+// runtime/kernels/backend.h — the compute-backend seam: every kernel a model runs, by op name,
+// behind one interface, so call sites stay backend-neutral (llm.c's `matmul_forward` whether
+// CPU or CUDA) and a new backend (CUDA, CPU bf16) is one class, tested against the reference.
+//
+// Implementations:
+//   CpuBackend        (cpu_backend.h)       the CPU fp32 reference: forwards to cpu/ops.h and
+//                                           cpu/convert.h, bit for bit.
+//   MeasuringBackend  (measuring_backend.h) the measuring pass that sizes a model's arenas:
+//                                           its kernels do nothing and its arenas only count,
+//                                           so the model code runs the same calls in both
+//                                           passes and never asks which one it is in.
+// Contract of every op: the one of cpu/ops.h (shapes, `+=` into parameter gradients, `=` into
+// input gradients, null gradient pointers skip work, deterministic order), on memory of this
+// backend's device(). The ops take pointers and int64_t shapes as ops.h does; activations are
+// fp32 today. Room for bf16 storage: an op whose activations may be stored in a low type
+// will take its dtype (or a Tensor, which carries it) beside the pointer, added per op when a
+// backend implements it; Round / ConvertFromF32 / ConvertToF32 already take a DType.
+// Cost: one virtual call per op (per layer and micro-batch), nothing per element.
+//
+// Streams and events (runtime/core/stream.h): ops are enqueued on the backend's current
+// stream (stream(), SetStream); Record / Wait / Synchronize order work across streams and
+// with the host. On CPU every op completes before it returns, so they are no-ops there; a
+// device backend uses them to overlap copies, compute and communication (comm's Work takes
+// the same handles).
+// Thread-safety: one thread drives a backend (the model's); kernels parallelise inside.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/stream.h"
+#include "runtime/core/tensor.h"
+
+namespace tessera {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- Device, memory, ordering --------------------------------------------------------
+  virtual Device device() const = 0;
+  // "cpu-fp32", "measuring": for banners and test names.
+  virtual const char* name() const = 0;
+  // An arena of `capacity_bytes` in this backend's device memory (a measuring backend: a
+  // measuring arena, which only counts). The model's activation and workspace arenas come
+  // from here, so they belong to the device its kernels run on.
+  virtual Arena MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) = 0;
+  // The stream ops are enqueued on (initially the default stream).
+  virtual Stream stream() const = 0;
+  virtual void SetStream(Stream s) = 0;
+  // An event after everything enqueued on `s` so far.
+  virtual Event Record(Stream s) = 0;
+  // Work enqueued on `s` after this call starts only once `e` has completed (host not blocked).
+  virtual void Wait(Stream s, Event e) = 0;
+  // Blocks the host until `e` has completed.
+  virtual void Synchronize(Event e) = 0;
+
+  // ---- Memory operations on device memory ----------------------------------------------
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* dst, size_t bytes) = 0;
+  // x(n) rounded in place to `dtype` (kBF16 / kF16; kF32: unchanged), as cpu::RoundTo.
+  virtual void Round(DType dtype, float* x, int64_t n) = 0;
+  virtual void ConvertFromF32(DType dtype, const float* src, void* dst, int64_t n) = 0;
+  virtual void ConvertToF32(DType dtype, const void* src, float* dst, int64_t n) = 0;
+
+  // ---- GEMM and Linear -------------------------------------------------------------------
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    float* C, int64_t ldc) = 0;
+  virtual void LinearForward(float* out, const float* inp, const float* weight,
+                             const float* bias, int64_t N, int64_t C, int64_t OC) = 0;
+  virtual void LinearBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                              const float* inp, const float* weight, int64_t N, int64_t C,
+                              int64_t OC) = 0;
+
+  // ---- Embeddings ------------------------------------------------------------------------
+  virtual void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                                const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
+  virtual void EmbeddingBackward(float* d_wte, float* d_wpe, const float* d_out,
+                                 const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                 int64_t V) = 0;
+
+  // ---- Normalisation ---------------------------------------------------------------------
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                const float* weight, const float* bias, int64_t N, int64_t C,
+                                float eps) = 0;
+  virtual void LayerNormBackward(float* d_inp, float* d_weight, float* d_bias,
+                                 const float* d_out, const float* inp, const float* weight,
+                                 const float* mean, const float* rstd, int64_t N,
+                                 int64_t C) = 0;
+  virtual void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight,
+                              int64_t N, int64_t C, float eps) = 0;
+  virtual void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out,
+                               const float* inp, const float* weight, const float* rstd,
+                               int64_t N, int64_t C) = 0;
+
+  // ---- Activations and residual ------------------------------------------------------------
+  virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;
+  virtual void GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n) = 0;
+  virtual void SwigluForward(float* out, const float* inp, int64_t N, int64_t H) = 0;
+  virtual void SwigluBackward(float* d_inp, const float* d_out, const float* inp, int64_t N,
+                              int64_t H) = 0;
+  virtual void Add(float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void AddInPlace(float* acc, const float* x, int64_t n) = 0;
+
+  // ---- Rotary embedding and attention -----------------------------------------------------
+  virtual void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                           int64_t HS, float theta, int64_t pos_offset) = 0;
+  virtual void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t HS, float theta, int64_t pos_offset) = 0;
+  virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                int64_t NH, int64_t NKV, int64_t HS) = 0;
+  virtual void AttentionBackward(float* d_qkv, float* scratch, const float* d_out,
+                                 const float* qkv, const float* att, int64_t B, int64_t T,
+                                 int64_t NH, int64_t NKV, int64_t HS) = 0;
+
+  // ---- Classifier (LM head + cross-entropy) -------------------------------------------------
+  // Returns the loss sum over counted rows (a measuring backend: 0).
+  virtual double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight,
+                                           const float* x, const float* weight,
+                                           const int32_t* targets, int64_t N, int64_t C,
+                                           int64_t V, float loss_scale, float* logits_scratch,
+                                           int64_t chunk_rows) = 0;
+
+  // ---- Tensor-parallel pieces ----------------------------------------------------------------
+  virtual void AddBias(float* out, const float* bias, int64_t N, int64_t OC) = 0;
+  virtual void AddPositions(float* out, const float* wpe, int64_t row_begin, int64_t rows,
+                            int64_t T, int64_t C) = 0;
+  virtual void VocabEmbeddingForward(float* out, const int32_t* tokens, const float* wte_local,
+                                     int64_t vocab_begin, int64_t vocab_rows, int64_t N,
+                                     int64_t C) = 0;
+  virtual void VocabEmbeddingBackward(float* d_wte_local, const float* d_out,
+                                      const int32_t* tokens, int64_t vocab_begin,
+                                      int64_t vocab_rows, int64_t N, int64_t C) = 0;
+  // `combine(ctx, values, n, max)` reduces across the tp ranks (cpu/ops.h); a measuring
+  // backend never calls it.
+  using CombineFn = void (*)(void* ctx, float* values, int64_t n, bool max);
+  virtual double VocabParallelClassifier(float* losses, float* d_x, float* d_weight,
+                                         const float* x, const float* weight,
+                                         const int32_t* targets, int64_t N, int64_t C,
+                                         int64_t V_local, int64_t V_real, int64_t vocab_begin,
+                                         float loss_scale, float* logits_scratch,
+                                         int64_t chunk_rows, CombineFn combine,
+                                         void* combine_ctx) = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,180 @@
+// runtime/kernels/cpu_backend.cc — CpuBackend (cpu_backend.h): forwards every op to cpu/.
+#include "runtime/kernels/cpu_backend.h"
+
+#include <cstring>
+
+#include "runtime/core/check.h"
+#include "runtime/kernels/cpu/convert.h"
+#include "runtime/kernels/cpu/ops.h"
+
+namespace tessera {
+
+Arena CpuBackend::MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) {
+  return Arena(kind, capacity_bytes, tracker);
+}
+
+// The CPU has one queue, the calling thread: only the default stream exists.
+void CpuBackend::SetStream(Stream s) {
+  TESSERA_CHECK_MSG(s.is_default(), "the CPU backend has only the default stream");
+}
+
+// Every op has completed when it returns, so a CPU event is complete when recorded.
+void CpuBackend::Wait(Stream s, Event e) { SetStream(s); }
+void CpuBackend::Synchronize(Event e) {}
+
+void CpuBackend::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::Zero(void* dst, size_t bytes) {
+  if (bytes > 0) std::memset(dst, 0, bytes);
+}
+
+void CpuBackend::Round(DType dtype, float* x, int64_t n) { cpu::RoundTo(dtype, x, n); }
+
+void CpuBackend::ConvertFromF32(DType dtype, const float* src, void* dst, int64_t n) {
+  cpu::ConvertFromF32(dtype, src, dst, n);
+}
+
+void CpuBackend::ConvertToF32(DType dtype, const void* src, float* dst, int64_t n) {
+  cpu::ConvertToF32(dtype, src, dst, n);
+}
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                      float* C, int64_t ldc) {
+  cpu::Gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void CpuBackend::LinearForward(float* out, const float* inp, const float* weight, const float* bias,
+                               int64_t N, int64_t C, int64_t OC) {
+  cpu::LinearForward(out, inp, weight, bias, N, C, OC);
+}
+
+void CpuBackend::LinearBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                                const float* inp, const float* weight, int64_t N, int64_t C,
+                                int64_t OC) {
+  cpu::LinearBackward(d_inp, d_weight, d_bias, d_out, inp, weight, N, C, OC);
+}
+
+void CpuBackend::EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                                  const float* wpe, int64_t B, int64_t T, int64_t C) {
+  cpu::EmbeddingForward(out, tokens, wte, wpe, B, T, C);
+}
+
+void CpuBackend::EmbeddingBackward(float* d_wte, float* d_wpe, const float* d_out,
+                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                   int64_t V) {
+  cpu::EmbeddingBackward(d_wte, d_wpe, d_out, tokens, B, T, C, V);
+}
+
+void CpuBackend::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int64_t N, int64_t C,
+                                  float eps) {
+  cpu::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+void CpuBackend::LayerNormBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int64_t N, int64_t C) {
+  cpu::LayerNormBackward(d_inp, d_weight, d_bias, d_out, inp, weight, mean, rstd, N, C);
+}
+
+void CpuBackend::RmsNormForward(float* out, float* rstd, const float* inp, const float* weight,
+                                int64_t N, int64_t C, float eps) {
+  cpu::RmsNormForward(out, rstd, inp, weight, N, C, eps);
+}
+
+void CpuBackend::RmsNormBackward(float* d_inp, float* d_weight, const float* d_out,
+                                 const float* inp, const float* weight, const float* rstd,
+                                 int64_t N, int64_t C) {
+  cpu::RmsNormBackward(d_inp, d_weight, d_out, inp, weight, rstd, N, C);
+}
+
+void CpuBackend::GeluForward(float* out, const float* inp, int64_t n) {
+  cpu::GeluForward(out, inp, n);
+}
+
+void CpuBackend::GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n) {
+  cpu::GeluBackward(d_inp, d_out, inp, n);
+}
+
+void CpuBackend::SwigluForward(float* out, const float* inp, int64_t N, int64_t H) {
+  cpu::SwigluForward(out, inp, N, H);
+}
+
+void CpuBackend::SwigluBackward(float* d_inp, const float* d_out, const float* inp, int64_t N,
+                                int64_t H) {
+  cpu::SwigluBackward(d_inp, d_out, inp, N, H);
+}
+
+void CpuBackend::Add(float* out, const float* a, const float* b, int64_t n) {
+  cpu::Add(out, a, b, n);
+}
+
+void CpuBackend::AddInPlace(float* acc, const float* x, int64_t n) { cpu::AddInPlace(acc, x, n); }
+
+void CpuBackend::RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                             float theta, int64_t pos_offset) {
+  cpu::RopeForward(qkv, B, T, NH, NKV, HS, theta, pos_offset);
+}
+
+void CpuBackend::RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                              int64_t HS, float theta, int64_t pos_offset) {
+  cpu::RopeBackward(d_qkv, B, T, NH, NKV, HS, theta, pos_offset);
+}
+
+void CpuBackend::AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                  int64_t NH, int64_t NKV, int64_t HS) {
+  cpu::AttentionForward(out, att, qkv, B, T, NH, NKV, HS);
+}
+
+void CpuBackend::AttentionBackward(float* d_qkv, float* scratch, const float* d_out,
+                                   const float* qkv, const float* att, int64_t B, int64_t T,
+                                   int64_t NH, int64_t NKV, int64_t HS) {
+  cpu::AttentionBackward(d_qkv, scratch, d_out, qkv, att, B, T, NH, NKV, HS);
+}
+
+double CpuBackend::ClassifierForwardBackward(float* losses, float* d_x, float* d_weight,
+                                             const float* x, const float* weight,
+                                             const int32_t* targets, int64_t N, int64_t C,
+                                             int64_t V, float loss_scale, float* logits_scratch,
+                                             int64_t chunk_rows) {
+  return cpu::ClassifierForwardBackward(losses, d_x, d_weight, x, weight, targets, N, C, V,
+                                        loss_scale, logits_scratch, chunk_rows);
+}
+
+void CpuBackend::AddBias(float* out, const float* bias, int64_t N, int64_t OC) {
+  cpu::AddBias(out, bias, N, OC);
+}
+
+void CpuBackend::AddPositions(float* out, const float* wpe, int64_t row_begin, int64_t rows,
+                              int64_t T, int64_t C) {
+  cpu::AddPositions(out, wpe, row_begin, rows, T, C);
+}
+
+void CpuBackend::VocabEmbeddingForward(float* out, const int32_t* tokens, const float* wte_local,
+                                       int64_t vocab_begin, int64_t vocab_rows, int64_t N,
+                                       int64_t C) {
+  cpu::VocabEmbeddingForward(out, tokens, wte_local, vocab_begin, vocab_rows, N, C);
+}
+
+void CpuBackend::VocabEmbeddingBackward(float* d_wte_local, const float* d_out,
+                                        const int32_t* tokens, int64_t vocab_begin,
+                                        int64_t vocab_rows, int64_t N, int64_t C) {
+  cpu::VocabEmbeddingBackward(d_wte_local, d_out, tokens, vocab_begin, vocab_rows, N, C);
+}
+
+double CpuBackend::VocabParallelClassifier(float* losses, float* d_x, float* d_weight,
+                                           const float* x, const float* weight,
+                                           const int32_t* targets, int64_t N, int64_t C,
+                                           int64_t V_local, int64_t V_real, int64_t vocab_begin,
+                                           float loss_scale, float* logits_scratch,
+                                           int64_t chunk_rows, CombineFn combine,
+                                           void* combine_ctx) {
+  return cpu::VocabParallelClassifier(losses, d_x, d_weight, x, weight, targets, N, C, V_local,
+                                      V_real, vocab_begin, loss_scale, logits_scratch, chunk_rows,
+                                      combine, combine_ctx);
+}
+
+}  // namespace tessera

@@ -1,0 +1,95 @@
+// runtime/kernels/measuring_backend.h — the measuring pass as a backend (backend.h): a model
+// runs one step of each kind it will make on this backend to learn the capacities its arenas
+// need. Its kernels do nothing and its arenas are measuring arenas (memory.h: Allocate hands
+// out null tensors and counts), so the model code makes exactly the calls and allocations of a
+// real step, with no `live` guards: a tensor it allocates is only ever passed to this
+// backend's ops, which never touch memory. Classifiers return a loss sum of 0.
+// Device: the device of the backend it measures for (arenas belong to a device even when they
+// only count). Streams and events are null handles.
+// Thread-safety: stateless; as backend.h.
+#pragma once
+
+#include "runtime/kernels/backend.h"
+
+namespace tessera {
+
+class MeasuringBackend final : public Backend {
+ public:
+  explicit MeasuringBackend(Device device = Device::kCpu) : device_(device) {}
+
+  Device device() const override { return device_; }
+  const char* name() const override { return "measuring"; }
+  // A measuring arena: capacity_bytes and tracker are not used (nothing is reserved).
+  Arena MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) override;
+  Stream stream() const override { return Stream{}; }
+  void SetStream(Stream s) override {}
+  Event Record(Stream s) override { return Event{}; }
+  void Wait(Stream s, Event e) override {}
+  void Synchronize(Event e) override {}
+
+  void Copy(void* dst, const void* src, size_t bytes) override {}
+  void Zero(void* dst, size_t bytes) override {}
+  void Round(DType dtype, float* x, int64_t n) override;
+  void ConvertFromF32(DType dtype, const float* src, void* dst, int64_t n) override;
+  void ConvertToF32(DType dtype, const void* src, float* dst, int64_t n) override;
+  void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) override;
+  void LinearForward(float* out, const float* inp, const float* weight, const float* bias,
+                     int64_t N, int64_t C, int64_t OC) override;
+  void LinearBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                      const float* inp, const float* weight, int64_t N, int64_t C,
+                      int64_t OC) override;
+  void EmbeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                        int64_t B, int64_t T, int64_t C) override;
+  void EmbeddingBackward(float* d_wte, float* d_wpe, const float* d_out, const int32_t* tokens,
+                         int64_t B, int64_t T, int64_t C, int64_t V) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int64_t N, int64_t C, float eps) override;
+  void LayerNormBackward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
+                         const float* inp, const float* weight, const float* mean,
+                         const float* rstd, int64_t N, int64_t C) override;
+  void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                      int64_t C, float eps) override;
+  void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
+                       const float* weight, const float* rstd, int64_t N, int64_t C) override;
+  void GeluForward(float* out, const float* inp, int64_t n) override;
+  void GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n) override;
+  void SwigluForward(float* out, const float* inp, int64_t N, int64_t H) override;
+  void SwigluBackward(float* d_inp, const float* d_out, const float* inp, int64_t N,
+                      int64_t H) override;
+  void Add(float* out, const float* a, const float* b, int64_t n) override;
+  void AddInPlace(float* acc, const float* x, int64_t n) override;
+  void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                   float theta, int64_t pos_offset) override;
+  void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                    float theta, int64_t pos_offset) override;
+  void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
+                        int64_t NKV, int64_t HS) override;
+  void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
+                         const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                         int64_t HS) override;
+  double ClassifierForwardBackward(float* losses, float* d_x, float* d_weight, const float* x,
+                                   const float* weight, const int32_t* targets, int64_t N,
+                                   int64_t C, int64_t V, float loss_scale, float* logits_scratch,
+                                   int64_t chunk_rows) override;
+  void AddBias(float* out, const float* bias, int64_t N, int64_t OC) override;
+  void AddPositions(float* out, const float* wpe, int64_t row_begin, int64_t rows, int64_t T,
+                    int64_t C) override;
+  void VocabEmbeddingForward(float* out, const int32_t* tokens, const float* wte_local,
+                             int64_t vocab_begin, int64_t vocab_rows, int64_t N,
+                             int64_t C) override;
+  void VocabEmbeddingBackward(float* d_wte_local, const float* d_out, const int32_t* tokens,
+                              int64_t vocab_begin, int64_t vocab_rows, int64_t N,
+                              int64_t C) override;
+  double VocabParallelClassifier(float* losses, float* d_x, float* d_weight, const float* x,
+                                 const float* weight, const int32_t* targets, int64_t N, int64_t C,
+                                 int64_t V_local, int64_t V_real, int64_t vocab_begin,
+                                 float loss_scale, float* logits_scratch, int64_t chunk_rows,
+                                 CombineFn combine, void* combine_ctx) override;
+
+ private:
+  Device device_;
+};
+
+}  // namespace tessera
