@@ -13,7 +13,7 @@
 #   launcher_test             ProcessSession (real child processes, signals, waits)
 #   checkpointer_test         the async checkpoint writer and its copier thread
 # Suppressions: tools/dev/tsan.supp, only for libraries that are not built with TSan (libgomp,
-# OpenBLAS, RocksDB); never for Tessera's own code.
+# OpenBLAS, RocksDB and its compressors); never for Tessera's own code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(comm_fake_test comm_mpi_driver control_transport_test control_plane_test launcher_test
