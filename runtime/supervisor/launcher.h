@@ -7,7 +7,7 @@
 // The argv is
 //   <mpirun> -np N [--hostfile F] --mca pml ob1 --mca btl self,vader
 //            --mca odls_base_sigkill_timeout 0 --output-filename LOG_DIR <program> <args...>
-// and the environment additions are the ones ../shared/PLATFORM.md requires: run as root,
+// and the environment additions are the ones Open MPI needs on such a machine: run as root,
 // oversubscription and yield_when_idle always; OPENBLAS_NUM_THREADS=1 when there is more than
 // one rank; OMP_NUM_THREADS=1 when ranks outnumber the cores. Then MpirunSpec::extra_env
 // (names non-empty, without '='), which may override any of them. Why each flag:
