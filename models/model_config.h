@@ -1,11 +1,17 @@
 // models/model_config.h — the shape of a decoder-only transformer, as typed config.
 //
-// Filled and validated by runtime/train/config.cc from the `model:` section of a YAML config;
-// each field documents its YAML key, meaning, default and range. Plain data.
+// Filled by runtime/train/config.cc from the `model:` section of a YAML config; each field
+// documents its YAML key, meaning, default and range. Plain data. Its rules are written once,
+// in ModelConfig::Check: the config loader reports a broken one at the keys' file:line:col, the
+// model constructor (Validate) refuses a config that breaks one.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
 
 namespace tessera {
 
@@ -18,6 +24,13 @@ enum class ModelFamily { kGpt2, kLlama };
 //  kFull      keep only each block's input; recompute the whole block in backward.
 // Gradients are identical under all three.
 enum class RecomputePolicy { kNone, kSelective, kFull };
+
+// A broken rule: the YAML keys it involves, most specific first ("model.num_heads"), and the
+// problem in words ("num_heads=3 does not divide hidden_size=64").
+struct ModelConfigProblem {
+  std::vector<std::string> keys;
+  std::string problem;
+};
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::kGpt2;  // model.family: gpt2 | llama
@@ -45,6 +58,12 @@ struct ModelConfig {
     int64_t h = 2 * 4 * hidden_size / 3;
     return (h + 63) / 64 * 64;
   }
+
+  // The first rule this config breaks (the ranges above, then the rules between keys, in that
+  // order, so no rule divides by a zero an earlier one refuses), or nullopt.
+  std::optional<ModelConfigProblem> Check() const;
+  // Check as a Status: InvalidArgument("<first key>: <problem>").
+  Status Validate() const;
 };
 
 const char* ModelFamilyName(ModelFamily f);

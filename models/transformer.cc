@@ -70,37 +70,7 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_p
 
 Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& options) {
   auto bad = [](const std::string& m) { return InvalidArgument("model: " + m); };
-  const bool gpt2 = c.family == ModelFamily::kGpt2;
-  if (c.vocab_size < 2) return bad("vocab_size=" + Num(c.vocab_size) + " must be >= 2");
-  if (c.num_layers < 1) return bad("num_layers=" + Num(c.num_layers) + " must be >= 1");
-  if (c.hidden_size < 1) return bad("hidden_size=" + Num(c.hidden_size) + " must be >= 1");
-  if (c.num_heads < 1) return bad("num_heads=" + Num(c.num_heads) + " must be >= 1");
-  if (c.hidden_size % c.num_heads != 0) {
-    return bad("hidden_size=" + Num(c.hidden_size) + " is not divisible by num_heads=" +
-               Num(c.num_heads));
-  }
-  if (c.num_kv_heads < 0) return bad("num_kv_heads=" + Num(c.num_kv_heads) + " must be >= 0");
-  if (c.num_heads % c.kv_heads() != 0) {
-    return bad("num_kv_heads=" + Num(c.kv_heads()) + " does not divide num_heads=" +
-               Num(c.num_heads));
-  }
-  if (gpt2 && c.kv_heads() != c.num_heads) {
-    return bad("gpt2 needs num_kv_heads == num_heads (num_kv_heads=" + Num(c.kv_heads()) +
-               ", num_heads=" + Num(c.num_heads) + ")");
-  }
-  if (!gpt2 && c.head_size() % 2 != 0) {
-    return bad("llama RoPE needs an even head size (hidden_size=" + Num(c.hidden_size) +
-               " / num_heads=" + Num(c.num_heads) + " = " + Num(c.head_size()) + ")");
-  }
-  if (c.ffn_hidden_size < 0) {
-    return bad("ffn_hidden_size=" + Num(c.ffn_hidden_size) + " must be >= 0");
-  }
-  if (c.max_seq_len < 1) return bad("max_seq_len=" + Num(c.max_seq_len) + " must be >= 1");
-  if (!(c.norm_eps > 0)) return bad("norm_eps=" + std::to_string(c.norm_eps) + " must be > 0");
-  if (!gpt2 && !(c.rope_theta > 0)) {
-    return bad("rope_theta=" + std::to_string(c.rope_theta) + " must be > 0");
-  }
-  if (!(c.init_std > 0)) return bad("init_std=" + std::to_string(c.init_std) + " must be > 0");
+  RETURN_IF_ERROR(c.Validate());
   if (B < 1) return bad("micro-batch size B=" + Num(B) + " must be >= 1");
   if (T < 1) return bad("sequence length T=" + Num(T) + " must be >= 1");
   if (T > c.max_seq_len) {

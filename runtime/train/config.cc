@@ -602,27 +602,8 @@ std::string N(int64_t v) { return std::to_string(v); }
 // Constraints between keys, each reported at the most specific key the config set.
 Status CheckCrossField(const Context& ctx, const Config& c) {
   const ModelConfig& m = c.model;
-  if (m.hidden_size % m.num_heads != 0) {
-    return ctx.CrossFieldError({"model.num_heads", "model.hidden_size"},
-                               "num_heads=" + N(m.num_heads) + " does not divide hidden_size=" +
-                                   N(m.hidden_size));
-  }
-  if (m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads != 0) {
-    return ctx.CrossFieldError({"model.num_kv_heads", "model.num_heads"},
-                               "num_kv_heads=" + N(m.num_kv_heads) + " does not divide num_heads=" +
-                                   N(m.num_heads));
-  }
-  if (m.family == ModelFamily::kGpt2 && m.num_kv_heads > 0 && m.num_kv_heads != m.num_heads) {
-    return ctx.CrossFieldError({"model.num_kv_heads", "model.family"},
-                               "gpt2 has no grouped-query attention: num_kv_heads=" +
-                                   N(m.num_kv_heads) + " must equal num_heads=" + N(m.num_heads) +
-                                   " (or be 0)");
-  }
-  if (m.family == ModelFamily::kLlama && m.head_size() % 2 != 0) {
-    return ctx.CrossFieldError({"model.hidden_size", "model.num_heads", "model.family"},
-                               "llama needs an even head size for RoPE, got hidden_size=" +
-                                   N(m.hidden_size) + " / num_heads=" + N(m.num_heads) + " = " +
-                                   N(m.head_size()));
+  if (std::optional<ModelConfigProblem> p = m.Check()) {
+    return ctx.CrossFieldError(p->keys, p->problem);
   }
   if (c.train.seq_len > m.max_seq_len) {
     return ctx.CrossFieldError({"train.seq_len", "model.max_seq_len"},

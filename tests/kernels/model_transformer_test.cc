@@ -386,25 +386,25 @@ void ExpectInvalid(const ModelConfig& c, int64_t B, int64_t T, const std::string
 TEST(Create, RejectsInvalidShapesNamingTheNumbers) {
   ModelConfig c = Tiny(ModelFamily::kGpt2, RecomputePolicy::kNone);
   c.num_heads = 3;
-  ExpectInvalid(c, kB, kT, "hidden_size=16 is not divisible by num_heads=3");
+  ExpectInvalid(c, kB, kT, "model.num_heads: num_heads=3 does not divide hidden_size=16");
   c = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
   c.num_kv_heads = 3;
   ExpectInvalid(c, kB, kT, "num_kv_heads=3 does not divide num_heads=4");
   c = Tiny(ModelFamily::kGpt2, RecomputePolicy::kNone);
   c.num_kv_heads = 2;
-  ExpectInvalid(c, kB, kT, "num_kv_heads=2, num_heads=4");
+  ExpectInvalid(c, kB, kT, "gpt2 has no grouped-query attention: num_kv_heads=2 must equal num_heads=4");
   c = Tiny(ModelFamily::kGpt2, RecomputePolicy::kNone);
   ExpectInvalid(c, kB, 17, "T=17 exceeds max_seq_len=16");
   ExpectInvalid(c, 0, kT, "B=0");
   ExpectInvalid(c, kB, 0, "T=0");
   c.vocab_size = 1;
-  ExpectInvalid(c, kB, kT, "vocab_size=1");
+  ExpectInvalid(c, kB, kT, "model.vocab_size: must be >= 2, got 1");
   c = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
   c.hidden_size = 12;  // head size 3: RoPE rotates pairs
   ExpectInvalid(c, kB, kT, "even head size");
   c = Tiny(ModelFamily::kGpt2, RecomputePolicy::kNone);
   c.num_layers = 0;
-  ExpectInvalid(c, kB, kT, "num_layers=0");
+  ExpectInvalid(c, kB, kT, "model.num_layers: must be >= 1, got 0");
 }
 
 }  // namespace
