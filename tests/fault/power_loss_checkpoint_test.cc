@@ -599,8 +599,8 @@ TEST_P(CheckpointCrashPoints, ResumeFindsOnlyCompleteCommittedCheckpointsAndAnIn
 
 INSTANTIATE_TEST_SUITE_P(, CheckpointCrashPoints,
                          ::testing::Values(Crash::kPowerLoss, Crash::kProcessKilled),
-                         [](const ::testing::TestParamInfo<Crash>& info) {
-                           return info.param == Crash::kPowerLoss ? "PowerLoss" : "ProcessKilled";
+                         [](const ::testing::TestParamInfo<Crash>& p) {
+                           return p.param == Crash::kPowerLoss ? "PowerLoss" : "ProcessKilled";
                          });
 
 }  // namespace

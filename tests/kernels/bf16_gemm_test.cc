@@ -328,8 +328,8 @@ TEST_P(Bf16GemmOnPath, LinearBackwardSkipsNullGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, Bf16GemmOnPath,
                          ::testing::Values(Bf16GemmPath::kFp32Compute, Bf16GemmPath::kOneDnn),
-                         [](const ::testing::TestParamInfo<Bf16GemmPath>& info) {
-                           return std::string(PathName(info.param));
+                         [](const ::testing::TestParamInfo<Bf16GemmPath>& p) {
+                           return std::string(PathName(p.param));
                          });
 
 // ---- The two paths against each other ----

@@ -158,7 +158,7 @@ TEST_P(Convert16, SameBitsOnOneAndTwoThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Convert16, ::testing::Values(DType::kBF16, DType::kF16),
-                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+                         [](const auto& p) { return std::string(DTypeName(p.param)); });
 
 TEST(ConvertF32, RoundIsNoOpAndConversionsCopy) {
   std::vector<float> x = {1.0f / 3.0f, -1e-40f, 1e38f, std::nanf(""), 0.1f};

@@ -148,9 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
                        ::testing::Values(RecomputePolicy::kNone, RecomputePolicy::kSelective,
                                          RecomputePolicy::kFull)),
-    [](const auto& info) {
-      return std::string(Name(std::get<0>(info.param))) + "_" +
-             RecomputePolicyName(std::get<1>(info.param));
+    [](const auto& p) {
+      return std::string(Name(std::get<0>(p.param))) + "_" +
+             RecomputePolicyName(std::get<1>(p.param));
     });
 
 // ---- recompute policies ------------------------------------------------------------------
@@ -209,9 +209,9 @@ INSTANTIATE_TEST_SUITE_P(
     Models, Recompute,
     ::testing::Combine(::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
                        ::testing::Bool()),
-    [](const auto& info) {
-      return std::string(Name(std::get<0>(info.param))) +
-             (std::get<1>(info.param) ? "_medium" : "_tiny");
+    [](const auto& p) {
+      return std::string(Name(std::get<0>(p.param))) +
+             (std::get<1>(p.param) ? "_medium" : "_tiny");
     });
 
 // ---- determinism, accumulation, known values --------------------------------------------
@@ -335,7 +335,7 @@ TEST_P(Family, ParametersAreContiguousNamedViews) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Family,
                          ::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
-                         [](const auto& info) { return std::string(Name(info.param)); });
+                         [](const auto& p) { return std::string(Name(p.param)); });
 
 // ---- published sizes and FLOPs ----------------------------------------------------------
 

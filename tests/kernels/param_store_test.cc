@@ -267,10 +267,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(),
                        ::testing::Values(RecomputePolicy::kNone, RecomputePolicy::kSelective,
                                          RecomputePolicy::kFull)),
-    [](const auto& info) {
-      return std::string(ModelFamilyName(std::get<0>(info.param))) +
-             (std::get<1>(info.param) ? "_tied_" : "_untied_") +
-             RecomputePolicyName(std::get<2>(info.param));
+    [](const auto& p) {
+      return std::string(ModelFamilyName(std::get<0>(p.param))) +
+             (std::get<1>(p.param) ? "_tied_" : "_untied_") +
+             RecomputePolicyName(std::get<2>(p.param));
     });
 
 TEST(StoreSeamBf16, SameBitsAsOwningModel) {
@@ -459,9 +459,9 @@ INSTANTIATE_TEST_SUITE_P(
     Models, LowPrecision,
     ::testing::Combine(::testing::Values(ModelFamily::kGpt2, ModelFamily::kLlama),
                        ::testing::Values(DType::kBF16, DType::kF16)),
-    [](const auto& info) {
-      return std::string(ModelFamilyName(std::get<0>(info.param))) + "_" +
-             std::string(DTypeName(std::get<1>(info.param)));
+    [](const auto& p) {
+      return std::string(ModelFamilyName(std::get<0>(p.param))) + "_" +
+             std::string(DTypeName(std::get<1>(p.param)));
     });
 
 TEST(ActivationDtype, RejectsNonFloatType) {

@@ -220,8 +220,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{ModelFamily::kLlama, 2, false, RecomputePolicy::kSelective},
                       Case{ModelFamily::kLlama, 2, true, RecomputePolicy::kFull},
                       Case{ModelFamily::kLlama, 2, true, RecomputePolicy::kNone}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
+    [](const ::testing::TestParamInfo<Case>& p) {
+      const Case& c = p.param;
       const char* policy = c.policy == RecomputePolicy::kNone        ? "none"
                            : c.policy == RecomputePolicy::kSelective ? "selective"
                                                                      : "full";

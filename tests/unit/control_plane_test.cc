@@ -189,7 +189,7 @@ TEST(ControlPlane, CommitReported) {
   ASSERT_NE(client, nullptr);
   client->ReportCommit(100);
   ControlEvent e =
-      f.log.WaitFor([](const ControlEvent& e) { return e.kind == ControlEventKind::kCommit; });
+      f.log.WaitFor([](const ControlEvent& ev) { return ev.kind == ControlEventKind::kCommit; });
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.step, 100);
   EXPECT_EQ(f.server->Snapshot()[0].last_commit_step, 100);
@@ -321,8 +321,8 @@ TEST(ControlPlane, StaleIncarnationAndForeignRunRejected) {
   opts = f.ClientOptions(0);
   opts.hello.run_id = "other-run";
   auto foreign = f.Connect(opts);
-  e = f.log.WaitFor([](const ControlEvent& e) {
-    return e.kind == ControlEventKind::kRejected && e.reason.find("run_id") != std::string::npos;
+  e = f.log.WaitFor([](const ControlEvent& ev) {
+    return ev.kind == ControlEventKind::kRejected && ev.reason.find("run_id") != std::string::npos;
   });
   EXPECT_EQ(e.kind, ControlEventKind::kRejected);
   EXPECT_FALSE(f.server->Snapshot()[0].ever_registered);
@@ -350,8 +350,8 @@ TEST(ControlPlane, KilledRankDetectedQuickly) {
   ASSERT_EQ(f.WaitRegistered(0).kind, ControlEventKind::kRegistered);
   const auto killed_at = Clock::now();
   ASSERT_EQ(::kill(child, SIGKILL), 0);
-  ControlEvent e = f.log.WaitFor([](const ControlEvent& e) {
-    return e.kind == ControlEventKind::kDisconnected && e.rank == 0;
+  ControlEvent e = f.log.WaitFor([](const ControlEvent& ev) {
+    return ev.kind == ControlEventKind::kDisconnected && ev.rank == 0;
   });
   int wstatus = 0;
   ::waitpid(child, &wstatus, 0);
@@ -372,7 +372,7 @@ TEST(ControlPlane, ClosedSocketDetectedQuickly) {
   const auto closed_at = Clock::now();
   ::close(fd);
   ControlEvent e = f.log.WaitFor(
-      [](const ControlEvent& e) { return e.kind == ControlEventKind::kDisconnected; });
+      [](const ControlEvent& ev) { return ev.kind == ControlEventKind::kDisconnected; });
   ASSERT_EQ(e.kind, ControlEventKind::kDisconnected);
   const double latency_ms = std::chrono::duration<double, std::milli>(e.time - closed_at).count();
   std::printf("disconnect detection latency after close(): %.3f ms\n", latency_ms);
@@ -628,8 +628,8 @@ TEST(ControlPlane, CatalogRecordArrivesAsAnEvent) {
   invalid.kind.clear();
   EXPECT_EQ(client->SendCatalogRecord(invalid).code(), StatusCode::kInvalidArgument);
   for (const CatalogRecordMsg& r : sent) {
-    ControlEvent e = f.log.WaitFor([&](const ControlEvent& e) {
-      return e.kind == ControlEventKind::kCatalog && e.catalog.op == r.op;
+    ControlEvent e = f.log.WaitFor([&](const ControlEvent& ev) {
+      return ev.kind == ControlEventKind::kCatalog && ev.catalog.op == r.op;
     });
     ASSERT_EQ(e.kind, ControlEventKind::kCatalog);
     EXPECT_EQ(e.rank, 0);
