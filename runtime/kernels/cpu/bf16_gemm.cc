@@ -32,8 +32,6 @@ constexpr int64_t kDefaultScratchFloats = int64_t{8} << 20;
 std::atomic<int64_t> g_scratch_floats{kDefaultScratchFloats};
 // Blocks are not cut below this edge (3 such panels fit any budget of at least 12288 floats).
 constexpr int64_t kMinBlock = 64;
-// Channels per d_bias work item: 64 floats = 4 cache lines, so threads never share a line.
-constexpr int64_t kBiasBlock = 64;
 
 // One product, whichever public function asked for it. Exactly one of c_f32 / c_bf16 is set.
 struct GemmCall {
@@ -266,22 +264,6 @@ GemmCall Call(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
   return g;
 }
 
-// d_bias(OC) += sum over rows of d_out(N,OC), rows in index order per channel.
-void AddColumnSums(float* d_bias, const uint16_t* d_out, int64_t N, int64_t OC) {
-  const int64_t num_blocks = (OC + kBiasBlock - 1) / kBiasBlock;
-#pragma omp parallel for schedule(static) if (N * OC >= vec::kMinParallelElems)
-  for (int64_t blk = 0; blk < num_blocks; ++blk) {
-    const int64_t c0 = blk * kBiasBlock;
-    const int64_t width = std::min(kBiasBlock, OC - c0);
-    float acc[kBiasBlock] = {};
-    for (int64_t i = 0; i < N; ++i) {
-      const uint16_t* row = d_out + i * OC + c0;
-      for (int64_t c = 0; c < width; ++c) acc[c] += Bf16ToF32(row[c]);
-    }
-    for (int64_t c = 0; c < width; ++c) d_bias[c0 + c] += acc[c];
-  }
-}
-
 }  // namespace
 
 // ---- GEMM ----
@@ -332,7 +314,7 @@ void LinearBackwardParams(float* d_weight, float* d_bias, const uint16_t* d_out,
     g.c_f32 = d_weight;
     Run(g);
   }
-  if (d_bias != nullptr) AddColumnSums(d_bias, d_out, N, OC);
+  if (d_bias != nullptr) vec::AddColumnSums(d_bias, d_out, N, OC, Bf16ToF32);
 }
 
 }  // namespace

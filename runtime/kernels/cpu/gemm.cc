@@ -21,9 +21,6 @@
 namespace tessera::cpu {
 namespace {
 
-// Channels per d_bias work item: 64 floats = 4 cache lines, so threads never share a line.
-constexpr int64_t kBiasBlock = 64;
-
 // blasint is int32 in the usual OpenBLAS build (int64 only with INTERFACE64); a larger size
 // would be silently truncated by the cast, so refuse it loudly instead.
 void CheckFitsBlasint(int64_t v, const char* what, int64_t M, int64_t N, int64_t K) {
@@ -85,18 +82,7 @@ void LinearBackward(float* d_inp, float* d_weight, float* d_bias, const float* d
     Gemm(true, false, OC, C, N, 1.0f, d_out, OC, inp, C, 1.0f, d_weight, C);
   // d_bias(OC) += sum_i d_out[i, :], rows summed in order per channel.
   if (d_bias != nullptr) {
-    const int64_t num_blocks = (OC + kBiasBlock - 1) / kBiasBlock;
-#pragma omp parallel for schedule(static) if (N * OC >= vec::kMinParallelElems)
-    for (int64_t blk = 0; blk < num_blocks; ++blk) {
-      const int64_t c0 = blk * kBiasBlock;
-      const int64_t width = std::min(kBiasBlock, OC - c0);
-      float acc[kBiasBlock] = {};
-      for (int64_t i = 0; i < N; ++i) {
-        const float* row = d_out + i * OC + c0;
-        for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
-      }
-      for (int64_t c = 0; c < width; ++c) d_bias[c0 + c] += acc[c];
-    }
+    vec::AddColumnSums(d_bias, d_out, N, OC, [](float v) { return v; });
   }
 }
 

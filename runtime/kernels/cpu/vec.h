@@ -11,6 +11,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #if defined(__AVX__)
@@ -151,6 +152,26 @@ inline double ExpShiftSum(float* x, float shift, int64_t n) {
     s += static_cast<double>(e);
   }
   return s;
+}
+
+// sums(OC) += the column sums of x(N, OC) (a linear layer's d_bias), each column's rows added
+// in index order inside its block of 64 columns, so the result is independent of the thread
+// count. `widen(v)` gives the float of one element (identity for fp32, bf16 -> fp32).
+template <typename T, typename Widen>
+void AddColumnSums(float* sums, const T* x, int64_t N, int64_t OC, Widen widen) {
+  constexpr int64_t kBlock = 64;  // 64 floats = 4 cache lines: threads never share a line
+  const int64_t num_blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelElems)
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t width = std::min(kBlock, OC - c0);
+    float acc[kBlock] = {};
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = x + i * OC + c0;
+      for (int64_t c = 0; c < width; ++c) acc[c] += widen(row[c]);
+    }
+    for (int64_t c = 0; c < width; ++c) sums[c0 + c] += acc[c];
+  }
 }
 
 }  // namespace tessera::cpu::vec
