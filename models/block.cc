@@ -5,6 +5,8 @@
 // Backward code quotes the forward line it differentiates.
 #include "models/block.h"
 
+#include "models/activation_store.h"
+
 
 namespace tessera {
 namespace {
@@ -56,21 +58,19 @@ void DecoderBlock::Round(Backend& be, float* x, int64_t n) const {
   if (d_.act_dtype != DType::kF32) be.Round(d_.act_dtype, x, n);
 }
 
-void DecoderBlock::Round(Backend& be, const Tensor& t) const { Round(be, t.f32(), t.numel()); }
-
-void DecoderBlock::AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const {
-  out = Alloc(a, {d_.rows(), d_.C});
+void DecoderBlock::AllocNorm(const StepContext& step, Arena& a, Tensor& out, Tensor& mean,
+                             Tensor& rstd) const {
+  out = ActivationStore(d_.act_dtype).Keep(step, a, {d_.rows(), d_.C});
   mean = d_.gpt2() ? Alloc(a, {d_.rows()}) : Tensor();
   rstd = Alloc(a, {d_.rows()});
 }
 
-void DecoderBlock::NormForward(Backend& be, const Tensor& out, const Tensor& mean,
-                               const Tensor& rstd, const float* x, const float* w,
-                               const float* b) const {
+void DecoderBlock::NormForward(Backend& be, float* out, const Tensor& mean, const Tensor& rstd,
+                               const float* x, const float* w, const float* b) const {
   if (d_.gpt2()) {
-    be.LayerNormForward(out.f32(), mean.f32(), rstd.f32(), x, w, b, d_.rows(), d_.C, d_.eps);
+    be.LayerNormForward(out, mean.f32(), rstd.f32(), x, w, b, d_.rows(), d_.C, d_.eps);
   } else {
-    be.RmsNormForward(out.f32(), rstd.f32(), x, w, d_.rows(), d_.C, d_.eps);
+    be.RmsNormForward(out, rstd.f32(), x, w, d_.rows(), d_.C, d_.eps);
   }
 }
 
@@ -85,28 +85,37 @@ void DecoderBlock::NormBackward(Backend& be, float* d_x, float* d_w, float* d_b,
   }
 }
 
-void DecoderBlock::Activation(Backend& be, const Tensor& act_out, const Tensor& fc_out) const {
+float* DecoderBlock::Activation(const StepContext& step, const Tensor& act_out,
+                                const float* fc_out) const {
+  const ActivationStore store(d_.act_dtype);
+  Backend& be = *step.backend;
+  float* out = store.Working(step, act_out);
   if (d_.gpt2()) {
-    be.GeluForward(act_out.f32(), fc_out.f32(), d_.N() * d_.F);
+    be.GeluForward(out, fc_out, d_.N() * d_.F);
   } else {
-    be.SwigluForward(act_out.f32(), fc_out.f32(), d_.N(), d_.F);
+    be.SwigluForward(out, fc_out, d_.N(), d_.F);
   }
-  Round(be, act_out);
+  store.Commit(step, act_out, out);
+  return out;
 }
 
-void DecoderBlock::AttentionCore(Backend& be, const Tensor& att_out, const Tensor& att,
-                                 const Tensor& qkv) const {
-  be.AttentionForward(att_out.f32(), att.f32(), qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
-  Round(be, att);
-  Round(be, att_out);
+float* DecoderBlock::AttentionCore(const StepContext& step, const Tensor& att_out,
+                                   const Tensor& att, const float* qkv) const {
+  const ActivationStore store(d_.act_dtype);
+  float* o = store.Working(step, att_out);
+  float* p = store.Working(step, att);
+  step.backend->AttentionForward(o, p, qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
+  store.Commit(step, att, p);
+  store.Commit(step, att_out, o);
+  return o;
 }
 
 // The input of a column-parallel layer: the norm output itself, or (sequence parallel) its
 // rows gathered from every tp rank into a workspace buffer.
-const float* DecoderBlock::Gathered(Arena& ws, const Tensor& norm_out) const {
-  if (d_.tp == nullptr || !d_.tp->sequence_parallel()) return norm_out.f32();
+const float* DecoderBlock::Gathered(Arena& ws, const float* norm_out) const {
+  if (d_.tp == nullptr || !d_.tp->sequence_parallel()) return norm_out;
   Tensor full = Alloc(ws, {d_.N(), d_.C});
-  return d_.tp->EnterForward(norm_out.f32(), full.f32(), d_.N(), d_.C);
+  return d_.tp->EnterForward(norm_out, full.f32(), d_.N(), d_.C);
 }
 
 // out(rows, C) = linear(inp(N, K)) + b: one GEMM with the bias fused; under tp the partial
@@ -127,60 +136,68 @@ void DecoderBlock::RowParallel(StepContext& step, float* out, const float* inp, 
   if (b != nullptr) be.AddBias(out, b, d_.rows(), C);
 }
 
-void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const float* x,
-                           float* out, BlockSaved& s, const BlockWeights& w) const {
+void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const Tensor& x_in,
+                           const Tensor* out, BlockSaved& s, const BlockWeights& w) const {
   Backend& be = *step.backend;
   Arena& ws = *step.workspace;
+  const ActivationStore store(d_.act_dtype);
   const int64_t N = d_.N(), R = d_.rows(), C = d_.C, QKV = d_.qkv_dim(), A = d_.attn_dim();
   AttentionSaved& at = s.attn;
   MlpSaved& m = s.mlp;
+  const float* x = store.Read(step, x_in);
 
   // ---- attention sublayer: mid = x + proj(attn(qkv(norm1(x))))
-  AllocNorm(kept, at.norm_out, at.norm_mean, at.norm_rstd);
-  at.qkv = Alloc(kept, {N, QKV});
-  at.att = Alloc(dropped, {d_.B, d_.NH, d_.T, d_.T});
-  at.att_out = Alloc(dropped, {N, A});
-  s.mid = Alloc(kept, {R, C});
-  NormForward(be, at.norm_out, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
-  Round(be, at.norm_out);
-  const float* qkv_in = Gathered(ws, at.norm_out);
-  be.LinearForward(at.qkv.f32(), qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
-  if (!d_.gpt2()) {
-    be.RopeForward(at.qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
-  }
-  Round(be, at.qkv);
-  AttentionCore(be, at.att_out, at.att, at.qkv);
-  RowParallel(step, s.mid.f32(), at.att_out.f32(), w.proj_w, w.proj_b, A);
-  Round(be, s.mid);  // the projection's output
-  be.AddInPlace(s.mid.f32(), x, R * C);
-  Round(be, s.mid);  // the residual sum
+  AllocNorm(step, kept, at.norm_out, at.norm_mean, at.norm_rstd);
+  at.qkv = store.Keep(step, kept, {N, QKV});
+  at.att = store.Keep(step, dropped, {d_.B, d_.NH, d_.T, d_.T});
+  at.att_out = store.Keep(step, dropped, {N, A});
+  s.mid = store.Keep(step, kept, {R, C});
+  float* mid = store.Working(step, s.mid);  // the MLP's input: lives to the end
+  const size_t attention_mark = ws.Mark();  // the attention's fp32 copies end with it
+  float* norm1 = store.Working(step, at.norm_out);
+  NormForward(be, norm1, at.norm_mean, at.norm_rstd, x, w.norm1_w, w.norm1_b);
+  store.Commit(step, at.norm_out, norm1);
+  const float* qkv_in = Gathered(ws, norm1);
+  float* qkv = store.Working(step, at.qkv);
+  be.LinearForward(qkv, qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
+  if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
+  store.Commit(step, at.qkv, qkv);
+  const float* att_out = AttentionCore(step, at.att_out, at.att, qkv);
+  RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A);
+  Round(be, mid, R * C);  // the projection's output
+  be.AddInPlace(mid, x, R * C);
+  store.Commit(step, s.mid, mid);  // the residual sum
+  ws.Release(attention_mark);
 
   // ---- MLP sublayer: out = mid + out_proj(act(fc(norm2(mid))))
-  AllocNorm(kept, m.norm_out, m.norm_mean, m.norm_rstd);
-  m.fc_out = Alloc(kept, {N, d_.fc_dim()});
-  m.act_out = Alloc(dropped, {N, d_.F});
-  NormForward(be, m.norm_out, m.norm_mean, m.norm_rstd, s.mid.f32(), w.norm2_w, w.norm2_b);
-  Round(be, m.norm_out);
-  const float* fc_in = Gathered(ws, m.norm_out);
-  be.LinearForward(m.fc_out.f32(), fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
-  Round(be, m.fc_out);
-  Activation(be, m.act_out, m.fc_out);
+  AllocNorm(step, kept, m.norm_out, m.norm_mean, m.norm_rstd);
+  m.fc_out = store.Keep(step, kept, {N, d_.fc_dim()});
+  m.act_out = store.Keep(step, dropped, {N, d_.F});
+  float* norm2 = store.Working(step, m.norm_out);
+  NormForward(be, norm2, m.norm_mean, m.norm_rstd, mid, w.norm2_w, w.norm2_b);
+  store.Commit(step, m.norm_out, norm2);
+  const float* fc_in = Gathered(ws, norm2);
+  float* fc_out = store.Working(step, m.fc_out);
+  be.LinearForward(fc_out, fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
+  store.Commit(step, m.fc_out, fc_out);
+  const float* act_out = Activation(step, m.act_out, fc_out);
   if (out != nullptr) {
-    RowParallel(step, out, m.act_out.f32(), w.out_w, w.out_b, d_.F);
-    Round(be, out, R * C);  // the projection's output
-    be.AddInPlace(out, s.mid.f32(), R * C);
-    Round(be, out, R * C);  // the block's output
+    float* y = store.Working(step, *out);
+    RowParallel(step, y, act_out, w.out_w, w.out_b, d_.F);
+    Round(be, y, R * C);  // the projection's output
+    be.AddInPlace(y, mid, R * C);
+    store.Commit(step, *out, y);  // the block's output
   }
 }
 
-void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const float* x, float* out,
-                           BlockSaved& saved, const BlockWeights& w) const {
+void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const Tensor& x,
+                           const Tensor& out, BlockSaved& saved, const BlockWeights& w) const {
   Arena& act = *step.activations;
   Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
   Arena& kept = keep == RecomputePolicy::kFull ? ws : act;
   Arena& dropped = keep == RecomputePolicy::kNone ? act : ws;
-  Compute(step, kept, dropped, x, out, saved, w);
+  Compute(step, kept, dropped, x, &out, saved, w);
   ws.Release(mark);
   if (keep == RecomputePolicy::kFull) saved = BlockSaved();  // nothing of it survives
 }
@@ -228,27 +245,30 @@ void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved
   Tensor d_norm = Alloc(ws, {N, C});                   // fc's input gradient (partial under tp)
   Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;  // summed over tp, this rank's rows
   Tensor d_mid = Alloc(ws, {R, C});
+  const ActivationStore store(d_.act_dtype);
   // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
-  RowParallelBackward(step, d_act.f32(), g.out_w, g.out_b, d_res, act_out.f32(), w.out_w, F);
+  RowParallelBackward(step, d_act.f32(), g.out_w, g.out_b, d_res, store.Read(step, act_out),
+                      w.out_w, F);
   // act_out = act(fc_out)
+  const float* fc_out = store.Read(step, m.fc_out);
   if (d_.gpt2()) {
-    be.GeluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N * F);
+    be.GeluBackward(d_fc.f32(), d_act.f32(), fc_out, N * F);
   } else {
-    be.SwigluBackward(d_fc.f32(), d_act.f32(), m.fc_out.f32(), N, F);
+    be.SwigluBackward(d_fc.f32(), d_act.f32(), fc_out, N, F);
   }
   // fc_out = fc(norm_out)
-  const float* fc_in = Gathered(ws, m.norm_out);
+  const float* fc_in = Gathered(ws, store.Read(step, m.norm_out));
   be.LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm2(mid); d_res becomes dL/d(mid)
-  NormBackward(be, d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(), s.mid.f32(),
-               w.norm2_w, m.norm_mean, m.norm_rstd);
+  NormBackward(be, d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(),
+               store.Read(step, s.mid), w.norm2_w, m.norm_mean, m.norm_rstd);
   be.AddInPlace(d_res, d_mid.f32(), R * C);
   ws.Release(mark);
 }
 
 void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const float* x,
-                                     const BlockSaved& s, const Tensor& att,
+                                     const float* qkv, const BlockSaved& s, const Tensor& att,
                                      const Tensor& att_out, const BlockWeights& w,
                                      const BlockGrads& g) const {
   Arena& ws = *step.workspace;
@@ -263,18 +283,19 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   Tensor d_norm = Alloc(ws, {N, C});
   Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;
   Tensor d_x = Alloc(ws, {R, C});
+  const ActivationStore store(d_.act_dtype);
   // mid = x + proj(att_out)
-  RowParallelBackward(step, d_att_out.f32(), g.proj_w, g.proj_b, d_res, att_out.f32(), w.proj_w,
-                      A);
+  RowParallelBackward(step, d_att_out.f32(), g.proj_w, g.proj_b, d_res,
+                      store.Read(step, att_out), w.proj_w, A);
   // att_out = attention(qkv)
-  be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), at.qkv.f32(), att.f32(), d_.B,
-                       d_.T, d_.NH, d_.NKV, d_.HS);
+  be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), qkv, store.Read(step, att),
+                       d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
   // qkv = rope(qkv): the gradient goes back through the inverse rotation
   if (!d_.gpt2()) {
     be.RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
   }
   // qkv = qkv_proj(norm_out)
-  const float* qkv_in = Gathered(ws, at.norm_out);
+  const float* qkv_in = Gathered(ws, store.Read(step, at.norm_out));
   be.LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm1(x); d_res becomes dL/dx
@@ -285,7 +306,7 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
 }
 
 void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_res,
-                            const float* x, const BlockSaved& saved, const BlockWeights& w,
+                            const Tensor& x_in, const BlockSaved& saved, const BlockWeights& w,
                             const BlockGrads& g) const {
   Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
@@ -309,7 +330,7 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
   }
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
-    Compute(step, ws, ws, x, nullptr, recomputed, w);
+    Compute(step, ws, ws, x_in, nullptr, recomputed, w);
     s = &recomputed;
   }
 
@@ -318,19 +339,22 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
   const size_t mlp_mark = ws.Mark();
   if (keep == RecomputePolicy::kSelective) {
     act_out = Alloc(ws, {d_.N(), d_.F});
-    Activation(be, act_out, s->mlp.fc_out);
+    Activation(step, act_out, ActivationStore(d_.act_dtype).Read(step, s->mlp.fc_out));
   }
   MlpBackward(step, d_res, *s, act_out, w, gs);
   ws.Release(mlp_mark);
 
   // Attention: probabilities and output are recomputed from the saved qkv under selective.
+  const ActivationStore store(d_.act_dtype);
+  const float* x = store.Read(step, x_in);
+  const float* qkv = store.Read(step, s->attn.qkv);
   Tensor att = s->attn.att, att_out = s->attn.att_out;
   if (keep == RecomputePolicy::kSelective) {
     att = Alloc(ws, {d_.B, d_.NH, d_.T, d_.T});
     att_out = Alloc(ws, {d_.N(), d_.attn_dim()});
-    AttentionCore(be, att_out, att, s->attn.qkv);
+    AttentionCore(step, att_out, att, qkv);
   }
-  AttentionBackward(step, d_res, x, *s, att, att_out, w, gs);
+  AttentionBackward(step, d_res, x, qkv, *s, att, att_out, w, gs);
   if (sp) {
     d_.tp->SumInPlace(partial.f32(), 6 * d_.C);
     const float* sums[6] = {gs.norm1_w, gs.norm1_b, gs.proj_b, gs.norm2_w, gs.norm2_b, gs.out_b};

@@ -28,13 +28,15 @@
 // from this rank's rows only, are summed over tp once per block backward.
 // Without tp the code path is the one-rank path bit for bit (biases fused into the GEMM).
 //
-// Low-precision activations (BlockDims::act_dtype = kBF16 / kF16): compute stays fp32, but
-// every activation a GPU would store in the low type is rounded to it (Backend::Round) right
-// after the op that produces it: norm outputs, qkv (after RoPE), attention probabilities and
-// output, each projection's output, the residual sums (mid, the block output), fc_out and the
-// activation output. Norm statistics (mean, rstd) stay fp32. Recomputation rounds the same
-// way, so gradients stay bit-identical across policies. Backward rounds the residual
-// gradient d_res once per block, on return; the gradients inside a block stay fp32.
+// Low-precision activations (BlockDims::act_dtype = kBF16 / kF16): what the block keeps for
+// backward in the activations arena is STORED in the low type (activation_store.h: half the
+// bytes), while kernels compute in fp32 on workspace copies. Every activation is rounded to
+// the low type right after the op that produces it: norm outputs, qkv (after RoPE),
+// attention probabilities and output, each projection's output, the residual sums (mid, the
+// block output), fc_out and the activation output; the stored bits are those rounded values,
+// so reading them back is exact. Norm statistics (mean, rstd) stay fp32. Recomputation
+// rounds the same way, so gradients stay bit-identical across policies. Backward rounds the
+// residual gradient d_res once per block, on return; the gradients inside a block stay fp32.
 #pragma once
 
 #include <cstdint>
@@ -58,7 +60,7 @@ struct BlockDims {
   int64_t F = 0;         // MLP width (ffn_size)
   float eps = 1e-5f;     // norm epsilon
   float rope_theta = 10000.0f;
-  DType act_dtype = DType::kF32;  // activations are rounded to this type (kF32: not at all)
+  DType act_dtype = DType::kF32;  // activations are stored in / rounded to this type
   // Tensor parallelism (tensor_parallel.h), null without. NH, NKV and F are then THIS rank's
   // heads and MLP width (models/partition.h); under sequence parallelism the residual stream
   // (x, out, mid, norm outputs) holds rows() = N/tp rows.
@@ -129,6 +131,8 @@ struct StepContext {
 };
 
 // What the attention sublayer's backward needs.
+// Tensors kept in the activations arena are of the activation dtype; those a policy keeps in
+// the workspace are fp32 (activation_store.h).
 struct AttentionSaved {
   Tensor norm_out;   // (N, C)        input of the qkv projection
   Tensor norm_mean;  // (N)           LayerNorm mean (GPT-2 only)
@@ -157,51 +161,54 @@ class DecoderBlock {
  public:
   explicit DecoderBlock(const BlockDims& dims) : d_(dims) {}
 
-  // out(N,C) = block(x(N,C)). `keep` decides what of `saved` is kept in the activations arena
-  // (kNone: everything; kSelective: all but att, att_out, act_out; kFull: nothing — the caller
-  // keeps x). Workspace taken here is released before returning. out must not alias x.
-  void Forward(StepContext& step, RecomputePolicy keep, const float* x, float* out,
+  // out(rows,C) = block(x(rows,C)); x and out are kept tensors of the caller (activations
+  // arena: the activation dtype). `keep` decides what of `saved` is kept in the activations
+  // arena (kNone: everything; kSelective: all but att, att_out, act_out; kFull: nothing — the
+  // caller keeps x). Workspace taken here is released before returning. out must not alias x.
+  void Forward(StepContext& step, RecomputePolicy keep, const Tensor& x, const Tensor& out,
                BlockSaved& saved, const BlockWeights& w) const;
 
   // d_res(N,C): on entry dL/d(out), on return dL/dx. `x` and `saved` are what Forward was given
   // and filled under the same policy; what the policy dropped is recomputed into workspace.
   // Parameter gradients are accumulated into `g`. d_res is rounded to act_dtype on return.
-  void Backward(StepContext& step, RecomputePolicy keep, float* d_res, const float* x,
+  void Backward(StepContext& step, RecomputePolicy keep, float* d_res, const Tensor& x,
                 const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g) const;
 
   const BlockDims& dims() const { return d_; }
 
  private:
   // The forward computation. Tensors backward needs come from `kept`, the others from
-  // `dropped`; nothing is released. With out == nullptr the last projection is skipped (a
-  // full-recompute pass needs everything but the block's output).
-  void Compute(StepContext& step, Arena& kept, Arena& dropped, const float* x, float* out,
-               BlockSaved& s, const BlockWeights& w) const;
-  void AllocNorm(Arena& a, Tensor& out, Tensor& mean, Tensor& rstd) const;
+  // `dropped`; what stays in the workspace is not released (the attention's fp32 copies
+  // are). With out == nullptr the last projection is skipped (a full-recompute pass needs
+  // everything but the block's output).
+  void Compute(StepContext& step, Arena& kept, Arena& dropped, const Tensor& x,
+               const Tensor* out, BlockSaved& s, const BlockWeights& w) const;
+  void AllocNorm(const StepContext& step, Arena& a, Tensor& out, Tensor& mean,
+                 Tensor& rstd) const;
   // Tensor-parallel pieces (see the file comment); without tp they are the plain kernels.
-  const float* Gathered(Arena& ws, const Tensor& norm_out) const;
+  const float* Gathered(Arena& ws, const float* norm_out) const;
   void RowParallel(StepContext& step, float* out, const float* inp, const float* w,
                    const float* b, int64_t K) const;
   void RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
                            const float* d_out, const float* inp, const float* w, int64_t K) const;
   void EnterBackward(float* d_full, float* d_local) const;
-  void NormForward(Backend& be, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+  void NormForward(Backend& be, float* out, const Tensor& mean, const Tensor& rstd,
                    const float* x, const float* w, const float* b) const;
   // d_x(N,C) written from d_out(N,C).
   void NormBackward(Backend& be, float* d_x, float* d_w, float* d_b, const float* d_out,
                     const float* x, const float* w, const Tensor& mean, const Tensor& rstd) const;
-  // Rounds t (or n elements at x) to act_dtype; nothing for kF32.
-  void Round(Backend& be, const Tensor& t) const;
+  // Rounds n elements at x to act_dtype; nothing for kF32.
   void Round(Backend& be, float* x, int64_t n) const;
-  // The activation and the attention core, their outputs rounded (forward and recompute).
-  void Activation(Backend& be, const Tensor& act_out, const Tensor& fc_out) const;
-  void AttentionCore(Backend& be, const Tensor& att_out, const Tensor& att,
-                     const Tensor& qkv) const;
+  // The activation and the attention core, their outputs committed (activation_store.h;
+  // forward and recompute). Each returns its (act_out / att_out) fp32 values.
+  float* Activation(const StepContext& step, const Tensor& act_out, const float* fc_out) const;
+  float* AttentionCore(const StepContext& step, const Tensor& att_out, const Tensor& att,
+                       const float* qkv) const;
   void MlpBackward(StepContext& step, float* d_res, const BlockSaved& s, const Tensor& act_out,
                    const BlockWeights& w, const BlockGrads& g) const;
-  void AttentionBackward(StepContext& step, float* d_res, const float* x, const BlockSaved& s,
-                         const Tensor& att, const Tensor& att_out, const BlockWeights& w,
-                         const BlockGrads& g) const;
+  void AttentionBackward(StepContext& step, float* d_res, const float* x, const float* qkv,
+                         const BlockSaved& s, const Tensor& att, const Tensor& att_out,
+                         const BlockWeights& w, const BlockGrads& g) const;
 
   BlockDims d_;
 };

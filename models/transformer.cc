@@ -25,6 +25,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "models/activation_store.h"
 #include "models/block.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
@@ -362,40 +363,45 @@ void TransformerImpl::ForwardBody(StepContext& step, const int32_t* inputs, cons
   x.resid.assign(L + 1, Tensor());
   x.saved.assign(L, BlockSaved());
   const int64_t R = Rows();
-  x.resid[0] = x.act.Allocate(DType::kF32, {R, C});
+  const ActivationStore store(act_dtype_);
+  x.resid[0] = store.Keep(step, x.act, {R, C});
   if (chunk_.first) {
     const float* embed = Acquire(0);
     EmbedForward(step, inputs, embed);
     Release(0);
   } else {
-    be.Copy(x.resid[0].f32(), x_in, static_cast<size_t>(R * C) * sizeof(float));
+    store.Store(step, x.resid[0], x_in);
   }
   for (int64_t l = 0; l < L; ++l) {
     const int unit = static_cast<int>(1 + l);
-    x.resid[l + 1] = x.act.Allocate(DType::kF32, {R, C});
+    x.resid[l + 1] = store.Keep(step, x.act, {R, C});
     const float* weights = Acquire(unit);
     Prefetch(unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
-    block_.Forward(step, config_.recompute, x.resid[l].f32(), x.resid[l + 1].f32(), x.saved[l],
+    block_.Forward(step, config_.recompute, x.resid[l], x.resid[l + 1], x.saved[l],
                    block_layout_[l].Weights(weights));
     Release(unit);
   }
   if (!chunk_.last) return;
   // h = final_norm(x_L)
-  x.final.out = x.act.Allocate(DType::kF32, {R, C});
+  x.final.out = store.Keep(step, x.act, {R, C});
   x.final.mean = config_.family == ModelFamily::kGpt2 ? x.act.Allocate(DType::kF32, {R}) : Tensor();
   x.final.rstd = x.act.Allocate(DType::kF32, {R});
   final_base_ = Acquire(final_unit());
+  const size_t mark = ws_.Mark();
+  const float* x_L = store.Read(step, x.resid[L]);
+  float* h = store.Working(step, x.final.out);
   if (config_.family == ModelFamily::kGpt2) {
-    be.LayerNormForward(x.final.out.f32(), x.final.mean.f32(), x.final.rstd.f32(),
-                          x.resid[L].f32(), At(final_base_, lnf_w_off_),
-                          At(final_base_, lnf_b_off_), R, C, config_.norm_eps);
+    be.LayerNormForward(h, x.final.mean.f32(), x.final.rstd.f32(), x_L,
+                        At(final_base_, lnf_w_off_), At(final_base_, lnf_b_off_), R, C,
+                        config_.norm_eps);
   } else {
-    be.RmsNormForward(x.final.out.f32(), x.final.rstd.f32(), x.resid[L].f32(),
-                        At(final_base_, lnf_w_off_), R, C, config_.norm_eps);
+    be.RmsNormForward(h, x.final.rstd.f32(), x_L, At(final_base_, lnf_w_off_), R, C,
+                      config_.norm_eps);
   }
-  Round(be, x.final.out.f32(), R * C);
+  store.Commit(step, x.final.out, h);
+  ws_.Release(mark);
 }
 
 // Backward from d_h = dL/dh to the embeddings; d_res (N, C) is the residual-stream gradient.
@@ -419,7 +425,7 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
     const float* weights = Acquire(unit);
     if (l > 0) Prefetch(unit - 1);  // unit 0 is not acquired by backward
     float* grads = Grads(unit);
-    block_.Backward(step, config_.recompute, d_res.f32(), x.resid[l].f32(), x.saved[l],
+    block_.Backward(step, config_.recompute, d_res.f32(), x.resid[l], x.saved[l],
                     block_layout_[l].Weights(weights), block_layout_[l].Grads(grads));
     GradsDone(unit);
     Release(unit);

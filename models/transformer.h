@@ -40,8 +40,10 @@ struct ModelOptions {
   // runs no arithmetic), so it may become ready after Create.
   ParamStore* store = nullptr;
   // kBF16 / kF16: activations are rounded to this type as a GPU would store them (block.h
-  // lists which), and the residual gradient after each block and the final norm backward.
-  // Compute, the logits and the loss stay fp32 (as autocast does). kF32: no rounding.
+  // lists which) and the ones kept for backward are stored in it (activation_store.h: half
+  // the activation arena); the residual gradient is rounded after each block and the final
+  // norm backward. Compute, the logits and the loss stay fp32 (as autocast does); whether the
+  // GEMMs multiply in bf16 is the backend's choice. kF32: no rounding.
   DType activation_dtype = DType::kF32;
   // Tensor parallelism: this rank's tp group (null or size 1: none). The model then holds
   // only this rank's share of every parameter (models/partition.h: local shapes, global

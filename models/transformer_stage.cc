@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "models/activation_store.h"
 #include "models/transformer_impl.h"
 
 namespace tessera::transformer_internal {
@@ -17,19 +18,19 @@ void TransformerImpl::EmbedForward(StepContext& step, const int32_t* inputs,
                                    const float* embed) {
   Backend& be = *step.backend;
   const int64_t N = B_ * T_, C = config_.hidden_size, R = Rows();
-  float* x0 = cur_->resid[0].f32();
+  const ActivationStore store(act_dtype_);
+  const size_t mark = ws_.Mark();
+  float* x0 = store.Working(step, cur_->resid[0]);
   if (!tp_) {
     be.EmbeddingForward(x0, inputs, At(embed, wte_off_), At(embed, wpe_off_), B_, T_, C);
-    Round(be, x0, N * C);
-    return;
+  } else {
+    float* partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}).f32() : x0;
+    be.VocabEmbeddingForward(partial, inputs, At(embed, wte_off_), partition_->vocab_begin(),
+                             partition_->vocab_per_rank(), N, C);
+    tp_->ExitForward(partial, x0, N, C);
+    if (wpe_off_ >= 0) be.AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
   }
-  const size_t mark = ws_.Mark();
-  Tensor partial = tp_->sequence_parallel() ? ws_.Allocate(DType::kF32, {N, C}) : cur_->resid[0];
-  be.VocabEmbeddingForward(partial.f32(), inputs, At(embed, wte_off_), partition_->vocab_begin(),
-                           partition_->vocab_per_rank(), N, C);
-  tp_->ExitForward(partial.f32(), x0, N, C);
-  if (wpe_off_ >= 0) be.AddPositions(x0, At(embed, wpe_off_), tp_->RowBegin(N), R, T_, C);
-  Round(be, x0, R * C);
+  store.Commit(step, cur_->resid[0], x0);
   ws_.Release(mark);
 }
 
@@ -74,11 +75,12 @@ void TransformerImpl::FinalNormBackward(StepContext& step, float* d_res, const f
     g_b = At(partial.f32(), C);
   }
   const float* w = At(final_base_, lnf_w_off_);
+  const float* x_L = ActivationStore(act_dtype_).Read(step, cur_->resid[L]);
   if (config_.family == ModelFamily::kGpt2) {
-    be.LayerNormBackward(d_res, g_w, g_b, d_h, cur_->resid[L].f32(), w, cur_->final.mean.f32(),
+    be.LayerNormBackward(d_res, g_w, g_b, d_h, x_L, w, cur_->final.mean.f32(),
                          cur_->final.rstd.f32(), R, C);
   } else {
-    be.RmsNormBackward(d_res, g_w, d_h, cur_->resid[L].f32(), w, cur_->final.rstd.f32(), R, C);
+    be.RmsNormBackward(d_res, g_w, d_h, x_L, w, cur_->final.rstd.f32(), R, C);
   }
   if (sp) {
     tp_->SumInPlace(partial.f32(), 2 * C);
@@ -99,15 +101,16 @@ double TransformerImpl::Head(StepContext& step, const int32_t* targets, float lo
                              Tensor& losses, Tensor& logits) {
   Backend& be = *step.backend;
   const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
+  const float* h_local = ActivationStore(act_dtype_).Read(step, cur_->final.out);
   if (!tp_) {
-    return be.ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_),
-                                        cur_->final.out.f32(), At(head_w, head_off_), targets, N,
-                                        C, V, loss_scale, logits.f32(), chunk_rows_);
+    return be.ClassifierForwardBackward(losses.f32(), d_h, At(head_grads, head_off_), h_local,
+                                        At(head_w, head_off_), targets, N, C, V, loss_scale,
+                                        logits.f32(), chunk_rows_);
   }
   const bool sp = tp_->sequence_parallel();
   Tensor h_full = sp ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
   Tensor d_full = sp && d_h != nullptr ? ws_.Allocate(DType::kF32, {N, C}) : Tensor();
-  const float* h = tp_->EnterForward(cur_->final.out.f32(), h_full.f32(), N, C);
+  const float* h = tp_->EnterForward(h_local, h_full.f32(), N, C);
   float* d_partial = d_h == nullptr ? nullptr : sp ? d_full.f32() : d_h;
   const int64_t vp = partition_->vocab_per_rank(), vb = partition_->vocab_begin();
   const int64_t real = std::clamp<int64_t>(V - vb, 0, vp);
@@ -149,7 +152,6 @@ double TransformerImpl::HeadPass(StepContext& step, const int32_t* targets, floa
 double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
                                      const float* x_in, float* x_out) {
   StepContext step = Begin(ctx);
-  Backend& be = *step.backend;
   cur_->inputs = inputs;
   cur_->targets = targets;
   const int64_t counted = Counted(inputs, targets);
@@ -160,8 +162,7 @@ double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32
     Release(final_unit());
     final_base_ = nullptr;
   } else {
-    be.Copy(x_out, cur_->resid[n_blocks_].f32(),
-            static_cast<size_t>(Rows() * config_.hidden_size) * sizeof(float));
+    ActivationStore(act_dtype_).Load(step, cur_->resid[n_blocks_], x_out);
   }
   ws_.Release(0);
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
