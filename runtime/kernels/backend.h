@@ -11,10 +11,12 @@
 //                                           passes and never asks which one it is in.
 // Contract of every op: the one of cpu/ops.h (shapes, `+=` into parameter gradients, `=` into
 // input gradients, null gradient pointers skip work, deterministic order), on memory of this
-// backend's device(). The ops take pointers and int64_t shapes as ops.h does; activations are
-// fp32 today. Room for bf16 storage: an op whose activations may be stored in a low type
-// will take its dtype (or a Tensor, which carries it) beside the pointer, added per op when a
-// backend implements it; Round / ConvertFromF32 / ConvertToF32 already take a DType.
+// backend's device(). The ops take pointers and int64_t shapes as ops.h does, on fp32 values:
+// activations stored in a low type (bf16 / fp16) are widened by the model before an op reads
+// them and narrowed after (models/activation_store.h, through Round / ConvertFromF32 /
+// ConvertToF32), and a backend that computes in a low type (CpuBf16Backend) narrows the
+// operands it multiplies itself; an op taking low-type tensors directly is added per op when
+// a backend gains by it.
 // Cost: one virtual call per op (per layer and micro-batch), nothing per element.
 //
 // Streams and events (runtime/core/stream.h): ops are enqueued on the backend's current

@@ -4,14 +4,15 @@
 // conformance test (tests/kernels/backend_conformance_test.cc) checks every op.
 // Memory is host memory (Device::kCpu); there is one stream, the calling thread, so streams
 // and events are null handles and every wait is already satisfied.
-// Thread-safety: stateless; as backend.h.
+// Thread-safety: stateless; as backend.h. Not final: CpuBf16Backend (cpu_bf16_backend.h)
+// replaces its Linear layers and keeps every other op.
 #pragma once
 
 #include "runtime/kernels/backend.h"
 
 namespace tessera {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   const char* name() const override { return "cpu-fp32"; }

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "runtime/core/check.h"
@@ -225,6 +227,13 @@ Bf16Isa ThisCpuIsa() {
 
 const Bf16GemmChoice& AutoChoice() {
   static const Bf16GemmChoice choice = [] {
+    // TESSERA_BF16_GEMM=fp32 keeps bf16 GEMMs on fp32 compute even where oneDNN would run
+    // them: the numerics of a CPU without bf16 instructions, reproducible anywhere.
+    const char* env = std::getenv("TESSERA_BF16_GEMM");
+    if (env != nullptr && std::string_view(env) == "fp32") {
+      return Bf16GemmChoice{Bf16GemmPath::kFp32Compute,
+                            "bf16 GEMM: fp32 compute (TESSERA_BF16_GEMM=fp32)"};
+    }
     const Bf16Isa isa = ThisCpuIsa();
     // No bf16 instructions: do not even start oneDNN (its probe is what would tell us a
     // reference implementation exists, and one would be far slower than sgemm).

@@ -8,8 +8,9 @@
 //  - kFp32Compute: everywhere else (AVX2 CPUs such as AMD Zen 3): operands are widened to
 //    fp32 block by block (exact: every bf16 is an fp32) and multiplied with OpenBLAS sgemm.
 //    "bf16 storage, fp32 compute": the memory of bf16, the speed of fp32.
-// The path is chosen once, on first use (DecideBf16GemmPath), and can be forced
-// (SetBf16GemmPath) so that tests and benchmarks run both where both exist.
+// The path is chosen once, on first use (DecideBf16GemmPath; the environment variable
+// TESSERA_BF16_GEMM=fp32 keeps it on fp32 compute), and can be forced (SetBf16GemmPath) so
+// that tests and benchmarks run both where both exist.
 //
 // Contract, as ops.h's Gemm/Linear: row-major; leading dimensions are row strides as stored;
 // bf16 values are uint16_t bit patterns (runtime/core/dtype.h); parameter gradients are
@@ -60,6 +61,18 @@ void LinearBackwardBf16(uint16_t* d_inp, float* d_weight, float* d_bias, const u
 void LinearBackwardBf16(float* d_inp, float* d_weight, float* d_bias, const uint16_t* d_out,
                         const uint16_t* inp, const uint16_t* weight, int64_t N, int64_t C,
                         int64_t OC);
+
+// ---- LM head + cross-entropy (classifier.cc) ----------------------------------------------
+// ClassifierForwardBackward (ops.h) with its three products in bf16: x (N,C) and weight (V,C)
+// bf16; logits fp32 in logits_scratch (chunk_rows, V); in backward the d_logits of each chunk
+// are rounded to bf16 into d_logits_scratch (chunk_rows, V) before d_x (fp32, written) and
+// d_weight (fp32, accumulated) are computed. Losses, softmax statistics and the returned loss
+// sum are fp32/double, as in the fp32 form.
+double ClassifierForwardBackwardBf16(float* losses, float* d_x, float* d_weight,
+                                     const uint16_t* x, const uint16_t* weight,
+                                     const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                                     float loss_scale, float* logits_scratch,
+                                     uint16_t* d_logits_scratch, int64_t chunk_rows);
 
 // ---- The path -----------------------------------------------------------------------------
 enum class Bf16GemmPath { kFp32Compute, kOneDnn };
