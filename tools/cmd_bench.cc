@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "models/transformer.h"
@@ -19,7 +21,9 @@
 #include "runtime/core/random.h"
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/bf16_gemm.h"
+#include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/config.h"
 #include "tools/args.h"
 #include "tools/cmd_bench.h"
@@ -77,15 +81,35 @@ std::vector<ParamRange> AllDecay(Transformer& model) {
   return r;
 }
 
-int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64_t T, int steps, double peak_gflops) {
+// The GEMM peaks measured at the start of the run, GFLOP/s.
+struct Peaks {
+  double sgemm = 0, bf16 = 0;
+};
+
+// One shape's figures, for the fp32 / bf16 comparison.
+struct ShapeResult {
+  double step_s = 0;        // best training step
+  size_t activations = 0;   // bytes kept from forward to backward
+  size_t workspace = 0;     // bytes of temporaries
+};
+
+// Trains `steps` (+1 warm-up) steps of `mc` at (B, T) with activations in `act` on the
+// backend a run in that precision gets (ChooseComputeBackend) and prints the figures.
+Result<ShapeResult> BenchShape(const std::string& label, const ModelConfig& mc, int64_t B,
+                               int64_t T, int steps, const Peaks& peaks, DType act) {
+  const double peak_gflops = peaks.sgemm;
   MemoryTracker memory;
-  auto made = Transformer::Create(mc, B, T, &memory);
-  if (!made.ok()) {
-    std::fprintf(stderr, "tessera bench: %s\n", made.status().ToString().c_str());
-    return kExitBadConfig;
-  }
-  Transformer& model = **made;
+  ComputeBackendChoice compute = ChooseComputeBackend(act);
+  ModelOptions mo;
+  mo.activation_dtype = act;
+  mo.backend = compute.backend.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<Transformer> made, Transformer::Create(mc, B, T, &memory, mo));
+  Transformer& model = *made;
   model.InitRandom(1);
+  float* params = model.flat_params().f32();
+  float* grads = model.flat_grads().f32();
+  // As a bf16 run's shards give it, the model reads bf16 values of the fp32 master weights.
+  if (act != DType::kF32) cpu::RoundTo(act, params, model.num_params());
   AdamW adamw(AdamWConfig{}, model.num_params(), AllDecay(model), &memory);
   std::vector<int32_t> in(B * T), tgt(B * T);
   Rng rng(StreamKey(7, 1));
@@ -93,8 +117,6 @@ int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64
   for (auto& t : tgt) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
 
   std::vector<double> fwd, fwdbwd, opt, total;
-  float* params = model.flat_params().f32();
-  float* grads = model.flat_grads().f32();
   for (int s = 0; s < steps + 1; ++s) {  // the first step warms caches and pages; not counted
     auto t0 = Clock::now();
     model.Forward(in.data(), tgt.data());
@@ -117,9 +139,11 @@ int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64
   const double tokens = static_cast<double>(B * T);
   const double gflop = model.TrainFlopsPerToken() * tokens / 1e9;
   Stats st = Summarise(total), sf = Summarise(fwd), sfb = Summarise(fwdbwd), so = Summarise(opt);
-  std::printf("\n%s (%.1fM params, %s recompute), batch %lld x seq %lld, %d threads, %d timed steps\n",
-              label.c_str(), model.num_params() / 1e6, RecomputePolicyName(mc.recompute), static_cast<long long>(B), static_cast<long long>(T),
-              cpu::NumThreads(), steps);
+  std::printf("\n%s (%.1fM params, %s recompute), %s, batch %lld x seq %lld, %d threads, %d timed steps\n",
+              label.c_str(), model.num_params() / 1e6, RecomputePolicyName(mc.recompute),
+              std::string(DTypeName(act)).c_str(), static_cast<long long>(B),
+              static_cast<long long>(T), cpu::NumThreads(), steps);
+  std::printf("  compute            %s\n", compute.description.c_str());
   std::printf("  training step      min %7.0f ms   median %7.0f ms   (forward+backward+clip+AdamW)\n",
               st.min * 1e3, st.median * 1e3);
   std::printf("    forward          min %7.0f ms   median %7.0f ms\n", sf.min * 1e3, sf.median * 1e3);
@@ -131,13 +155,74 @@ int BenchShape(const std::string& label, const ModelConfig& mc, int64_t B, int64
   std::printf("  achieved           %.1f GFLOP/s = MFU %.1f%% of the measured sgemm peak\n",
               gflop / st.min, 100.0 * gflop / st.min / peak_gflops);
   std::printf("  limit              %.2f s/step at the sgemm peak\n", gflop / peak_gflops);
+  if (std::string_view(compute.backend->name()) == "cpu-bf16") {
+    std::printf("  bf16 GEMMs         MFU %.1f%% of the measured bf16 GEMM peak; limit %.2f s/step "
+                "there\n", 100.0 * gflop / st.min / peaks.bf16, gflop / peaks.bf16);
+  }
+  ShapeResult r{st.min, memory.peak(MemoryKind::kActivations), memory.peak(MemoryKind::kWorkspace)};
   std::printf("  memory             params %s, grads %s, AdamW %s, activations %s, workspace %s\n",
               FormatBytes(memory.peak(MemoryKind::kParameters)).c_str(),
               FormatBytes(memory.peak(MemoryKind::kGradients)).c_str(),
               FormatBytes(memory.peak(MemoryKind::kOptimizerState)).c_str(),
-              FormatBytes(memory.peak(MemoryKind::kActivations)).c_str(),
-              FormatBytes(memory.peak(MemoryKind::kWorkspace)).c_str());
+              FormatBytes(r.activations).c_str(), FormatBytes(r.workspace).c_str());
   std::fflush(stdout);
+  return r;
+}
+
+// The low-precision run of a shape beside its fp32 run.
+void PrintComparison(DType low, int64_t T, const ShapeResult& fp32, const ShapeResult& r) {
+  const std::string name(DTypeName(low));
+  std::printf("\n  %s vs fp32 at seq %lld: step %.2fx as fast; activations %.0f%% of fp32's "
+              "(%s vs %s), workspace %.0f%% (%s vs %s)\n",
+              name.c_str(), static_cast<long long>(T), fp32.step_s / r.step_s,
+              100.0 * static_cast<double>(r.activations) / static_cast<double>(fp32.activations),
+              FormatBytes(r.activations).c_str(), FormatBytes(fp32.activations).c_str(),
+              100.0 * static_cast<double>(r.workspace) / static_cast<double>(fp32.workspace),
+              FormatBytes(r.workspace).c_str(), FormatBytes(fp32.workspace).c_str());
+  std::fflush(stdout);
+}
+
+// "fp32,bf16" -> {kF32, kBF16}: fp32 first (the others are compared with it), each once.
+Result<std::vector<DType>> ParsePrecisions(const std::string& list) {
+  std::vector<DType> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    DType d;
+    if (item == "fp32") {
+      d = DType::kF32;
+    } else if (item == "bf16") {
+      d = DType::kBF16;
+    } else if (item == "fp16") {
+      d = DType::kF16;
+    } else {
+      return InvalidArgument("--precision: '" + item + "' is not fp32, bf16 or fp16");
+    }
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  if (out.empty()) return InvalidArgument("--precision: expected fp32, bf16 and/or fp16");
+  std::stable_partition(out.begin(), out.end(), [](DType d) { return d == DType::kF32; });
+  return out;
+}
+
+// Each precision at each sequence length, fp32 first, then each other beside it.
+int BenchShapes(const std::string& label, const ModelConfig& mc, int64_t B,
+                const std::vector<int64_t>& seqs, const std::vector<DType>& precisions,
+                int steps, const Peaks& peaks) {
+  for (int64_t T : seqs) {
+    std::optional<ShapeResult> fp32;
+    for (DType act : precisions) {
+      Result<ShapeResult> r = BenchShape(label, mc, B, T, steps, peaks, act);
+      if (!r.ok()) {
+        std::fprintf(stderr, "tessera bench: %s\n", r.status().ToString().c_str());
+        return ExitCodeFor(r.status());
+      }
+      if (act == DType::kF32) {
+        fp32 = *r;
+      } else if (fp32) {
+        PrintComparison(act, T, *fp32, *r);
+      }
+    }
+  }
   return kExitOk;
 }
 
@@ -153,7 +238,8 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "diverged") return RunBenchDiverged(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
-        "usage: tessera bench [--seq 64,256] [--batch 4] [--steps 3] [--threads 2] [--config FILE]\n"
+        "usage: tessera bench [--seq 64,256] [--precision fp32,bf16] [--batch 4] [--steps 3]\n"
+        "                     [--threads 2] [--config FILE]\n"
         "       tessera bench optimizer [--params N] [--repeats R]\n"
         "       tessera bench comm [--bytes 64MiB] [--iters N]     (under mpirun, >= 2 ranks)\n"
         "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n"
@@ -161,12 +247,15 @@ int RunBench(const Args& args) {
         "       tessera bench tp [--config FILE]\n"
         "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
-        "12 heads, vocab 50257) at each sequence length: milliseconds per step split into\n"
-        "forward, backward and clip+AdamW (min and median over the timed steps), tokens/s, and\n"
-        "MFU against the sgemm peak measured in the same run. The limits include the bf16 GEMM\n"
-        "peak on the path this CPU takes (oneDNN where it has bf16 instructions, else fp32\n"
-        "compute on bf16 storage), named on its line.\n\n"
+        "12 heads, vocab 50257) at each sequence length and precision: milliseconds per step\n"
+        "split into forward, backward and clip+AdamW (min and median over the timed steps),\n"
+        "tokens/s, MFU against the sgemm peak measured in the same run, and the activation and\n"
+        "workspace memory. bf16 stores activations in bf16 and runs its GEMMs on the bf16 path\n"
+        "this CPU takes (oneDNN where it has bf16 instructions, else fp32 compute on bf16\n"
+        "storage), named on its 'compute' line and beside the bf16 GEMM peak; each low\n"
+        "precision is then compared with fp32 (speed-up, activation memory).\n\n"
         "  --seq L1,L2,...   sequence lengths (default 64,256)\n"
+        "  --precision P,... fp32, bf16, fp16 (default fp32,bf16)\n"
         "  --batch B         sequences per step (default 4)\n"
         "  --steps N         timed steps per shape after one warm-up step (default 3, at most 1000)\n"
         "  --threads N       threads for OpenBLAS and kernels (default 2; 0 = all cores)\n"
@@ -187,7 +276,8 @@ int RunBench(const Args& args) {
         "              floats flushed (as training runs) and kept (IEEE)\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "bench", {"--seq", "--batch", "--steps", "--threads", "--config", "--set"}, {});
+  auto parsed = ParseArgs(args, "bench",
+                          {"--seq", "--batch", "--steps", "--threads", "--precision", "--config", "--set"}, {});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
     return kExitUsage;
@@ -205,6 +295,11 @@ int RunBench(const Args& args) {
       std::fprintf(stderr, "tessera bench: %s\n", r->status().ToString().c_str());
       return kExitUsage;
     }
+  }
+  auto precisions = ParsePrecisions(parsed->Get("--precision", "fp32,bf16"));
+  if (!precisions.ok()) {
+    std::fprintf(stderr, "tessera bench: %s\n", precisions.status().ToString().c_str());
+    return kExitUsage;
   }
   std::vector<int64_t> seqs;
   std::stringstream ss(parsed->Get("--seq", "64,256"));
@@ -235,18 +330,16 @@ int RunBench(const Args& args) {
   }
   // bf16 A, B and fp32 C on the path bf16 GEMMs take here (its line says which and why).
   std::printf("  %s\n", cpu::ActiveBf16GemmPath().description.c_str());
-  std::printf("  bf16 GEMM 2048^3             %.1f GFLOP/s\n", cpu::MeasurePeakBf16GemmGflops());
+  const double bf16_peak = cpu::MeasurePeakBf16GemmGflops();
+  std::printf("  bf16 GEMM 2048^3             %.1f GFLOP/s\n", bf16_peak);
   for (auto [m, n, k] : {std::tuple{256, 768, 3072}, {256, 3072, 768}, {1024, 768, 3072}}) {
     std::printf("  bf16 GEMM %4d x %5d x %4d %.1f GFLOP/s\n", m, n, k,
                 cpu::MeasureBf16GemmGflops(m, n, k, 3));
   }
   std::printf("  memory, a += s*b             %.1f GB/s\n", MeasureUpdateBandwidth());
-  for (int64_t T : seqs) {
-    const int timed = static_cast<int>(std::clamp<int64_t>(*steps, 1, 1000));
-    int rc = BenchShape(parsed->Get("--config", "GPT-2 124M"), mc, *batch, T, timed, peak);
-    if (rc != kExitOk) return rc;
-  }
-  return kExitOk;
+  const int timed = static_cast<int>(std::clamp<int64_t>(*steps, 1, 1000));
+  return BenchShapes(parsed->Get("--config", "GPT-2 124M"), mc, *batch, seqs, *precisions,
+                     timed, Peaks{peak, bf16_peak});
 }
 
 }  // namespace tessera::cli

@@ -36,7 +36,7 @@ struct StepMetrics {
   double step_seconds = 0;     // wall time of this step
   double elapsed_seconds = 0;  // wall time since training started
   double tokens_per_second = 0;
-  double mfu = 0;              // model FLOP/s over the measured sgemm peak, in [0, 1]
+  double mfu = 0;              // model FLOP/s over the measured GEMM peak, in [0, 1]
   double eta_seconds = 0;
   std::optional<double> val_loss;  // set on steps that ran an evaluation
 };

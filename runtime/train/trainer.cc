@@ -21,6 +21,7 @@
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
@@ -28,12 +29,14 @@
 namespace tessera {
 namespace {
 
-// The MFU denominator in FLOP/s. Measuring it costs ~0.7 s of sgemm on one thread, which a
-// restart under the supervisor would pay again before its first step; a resumed run on the
-// same host reuses the figure the run it continues measured (also keeping MFU comparable
-// across the restart), kept in <out_dir>/sgemm_peak.txt as "HOST GFLOPS".
-double PeakSgemmFlops(const std::string& out_dir, bool resumed) {
-  const std::string path = out_dir + "/sgemm_peak.txt";
+// The MFU denominator in FLOP/s: the peak of the GEMMs the run multiplies with — sgemm, or
+// the bf16 GEMM where the backend multiplies in bf16 (as MFU on a GPU is taken against its
+// bf16 peak). Measuring it costs ~0.7 s on one thread, which a restart under the supervisor
+// would pay again before its first step; a resumed run on the same host reuses the figure the
+// run it continues measured (also keeping MFU comparable across the restart), kept in
+// <out_dir>/sgemm_peak.txt (bf16_gemm_peak.txt) as "HOST GFLOPS".
+double PeakGemmFlops(const std::string& out_dir, bool resumed, bool bf16) {
+  const std::string path = out_dir + (bf16 ? "/bf16_gemm_peak.txt" : "/sgemm_peak.txt");
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   if (resumed) {
@@ -46,7 +49,7 @@ double PeakSgemmFlops(const std::string& out_dir, bool resumed) {
       }
     }
   }
-  const double gflops = cpu::MeasurePeakSgemmGflops();
+  const double gflops = bf16 ? cpu::MeasurePeakBf16GemmGflops() : cpu::MeasurePeakSgemmGflops();
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   char line[320];
@@ -178,12 +181,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
-  // The MFU denominator: what sgemm reaches on this machine right now (the same measurement
-  // `tessera bench` uses). Rank 0 reports it; the others would only contend for the cores.
+  // The MFU denominator: what the run's GEMM reaches on this machine right now (the same
+  // measurement `tessera bench` uses). Rank 0 reports it; the others would only contend for
+  // the cores.
   if (t->is_root()) {
     t->peak_flops_ = config.train.peak_gflops > 0
                          ? config.train.peak_gflops * 1e9
-                         : PeakSgemmFlops(config.train.out_dir, t->start_step_ > 0);
+                         : PeakGemmFlops(config.train.out_dir, t->start_step_ > 0,
+                                         t->bf16_gemms());
   }
   if (link != nullptr) link->SetStep(t->start_step_);
   return t;
@@ -219,6 +224,10 @@ Status Trainer::SetUpParameters() {
     mo.store = phase_store_.get();
   }
   mo.activation_dtype = o.param_dtype;
+  ComputeBackendChoice compute = ChooseComputeBackend(mo.activation_dtype);
+  backend_ = std::move(compute.backend);
+  compute_ = std::move(compute.description);
+  mo.backend = backend_.get();
   mo.tp = tp_;
   mo.sequence_parallel = c.parallel.sequence_parallel;
   mo.partition = &*partition_;

@@ -46,12 +46,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/transformer.h"
 #include "optimizer/adamw.h"
 #include "optimizer/loss_scale.h"
 #include "runtime/core/memory.h"
+#include "runtime/kernels/backend.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
@@ -197,9 +199,15 @@ class Trainer {
   Result<std::vector<float>> GatherGlobalWeights();
   Result<double> FromLastStage(double value);
   bool is_root() const { return world_rank_ == 0; }
+  // Whether the backend multiplies in bf16 (cpu-bf16): MFU is then taken against bf16 GEMMs.
+  bool bf16_gemms() const { return std::string_view(backend_->name()) == "cpu-bf16"; }
 
   Config config_;
   MemoryTracker memory_;
+  // The kernels every model of this rank runs on (ChooseComputeBackend: cpu-fp32, or cpu-bf16
+  // where bf16 GEMMs run on oneDNN), and its banner line. Before the models: they point to it.
+  std::unique_ptr<Backend> backend_;
+  std::string compute_;
   std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)
@@ -231,7 +239,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_data_;
   std::unique_ptr<DataLoader> val_data_;  // may be null
   std::vector<int32_t> inputs_, targets_;  // (B*T) token ids of the current micro-batch
-  double peak_flops_ = 0;                  // measured sgemm FLOP/s, the MFU denominator
+  double peak_flops_ = 0;  // measured sgemm (bf16 GEMM: bf16_gemms()) FLOP/s, the MFU denominator
 };
 
 // Mean loss (nats/token) of `model` over `batches` micro-batches read from the start of

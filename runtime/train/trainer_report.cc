@@ -94,6 +94,7 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
     std::fprintf(out, "tessera: data parallel: dp=%d, %s, optimizer offload %s\n", dp_size_,
                  shards_->Describe().c_str(), OptimizerOffloadName(config_.optimizer.offload));
   }
+  std::fprintf(out, "tessera: compute: %s\n", compute_.c_str());
   if (tp_ != nullptr) PrintTensorParallelBanner(out);
   if (pp_ != nullptr) PrintPipelineBanner(out);
   if (loss_scaler_) {
@@ -106,7 +107,10 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
                static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
                static_cast<long long>(tc.micro_batch_size), static_cast<long long>(tc.seq_len),
                static_cast<long long>(tc.grad_accum_steps), dp_size_, threads_.c_str(),
-               tc.peak_gflops > 0 ? "train.peak_gflops" : "sgemm peak", peak_flops_ / 1e9);
+               tc.peak_gflops > 0 ? "train.peak_gflops"
+               : bf16_gemms()     ? "bf16 GEMM peak"
+                                  : "sgemm peak",
+               peak_flops_ / 1e9);
   std::fflush(out);
 }
 

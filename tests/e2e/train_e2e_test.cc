@@ -56,6 +56,46 @@ TEST(TrainE2E, RecomputePoliciesTrainToIdenticalWeights) {
   }
 }
 
+// precision=bf16 through the CLI, on every bf16 GEMM path this CPU has (the default, and
+// TESSERA_BF16_GEMM=fp32): the banner names the compute, the activations take at most 55 % of
+// fp32's bytes (memory.json), the loss tracks fp32's and a rerun is bit-identical.
+TEST(TrainE2E, Bf16HalvesActivationMemoryTracksFp32AndIsDeterministic) {
+  TempDir dir("bf16");
+  const std::string base = "train " + Repo("configs/tiny.yaml") + " --set train.steps=20";
+  auto activations = [&](const std::string& run) {
+    auto mem = ParseJson(ReadFile(dir / (run + "/memory.json")));
+    EXPECT_TRUE(mem.ok()) << run;
+    return mem.ok() ? mem->Find("ranks")->items()[0].Find("activations_bytes")->as_double() : 0;
+  };
+  auto final_loss = [&](const std::string& run) {
+    auto last = ParseJson(LastLine(ReadFile(dir / (run + "/metrics.jsonl"))));
+    EXPECT_TRUE(last.ok()) << run;
+    return last.ok() ? last->Find("loss")->as_double() : -1;
+  };
+  auto fp32 = Tessera(base + " --set train.out_dir=" + dir / "fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  EXPECT_NE(fp32.output.find("tessera: compute: cpu-fp32\n"), std::string::npos) << fp32.output;
+  for (const std::string env : {"", "TESSERA_BF16_GEMM=fp32 "}) {
+    SCOPED_TRACE(env.empty() ? "default bf16 GEMM path" : env);
+    const std::string name = env.empty() ? "bf16" : "bf16_fp32_gemm";
+    const std::string cmd = env + std::string(TESSERA_BINARY) + " " + base + " --set precision=bf16";
+    auto a = RunCommand(cmd + " --set train.out_dir=" + dir / name);
+    auto b = RunCommand(cmd + " --set train.out_dir=" + dir / (name + "_again"));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(a.output.find("bf16 storage"), std::string::npos) << a.output;
+    if (!env.empty()) {
+      EXPECT_NE(a.output.find("compute: cpu-fp32: bf16 storage, fp32 compute"), std::string::npos)
+          << a.output;
+    }
+    EXPECT_LE(activations(name), 0.55 * activations("fp32"));
+    EXPECT_NEAR(final_loss(name), final_loss("fp32"), 0.02) << a.output;
+    EXPECT_TRUE(ReadFile(dir / (name + "/model.safetensors")) ==
+                ReadFile(dir / (name + "_again/model.safetensors")))
+        << "two identical bf16 runs differ";
+  }
+}
+
 TEST(TrainE2E, DefaultJobReachesTheEntropyFloor) {
   TempDir dir("floor");
   auto r = Tessera("train " + Repo("configs/tiny.yaml") + " --set train.out_dir=" + dir / "run");
