@@ -39,6 +39,8 @@ void CountStall(std::chrono::steady_clock::duration d) {
   t_stalled_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
 }
 
+int64_t StalledNsOfThisThread() { return t_stalled_ns; }
+
 WaitingGuard::WaitingGuard()
     : start_(std::chrono::steady_clock::now()), stalled_ns_at_start_(t_stalled_ns) {
   g_waiting.fetch_add(1, std::memory_order_relaxed);

@@ -1,11 +1,13 @@
 // comm/activity_internal.h — how comm/communicator.cc updates the counters of comm/activity.h.
 //
-// Owns: nothing but the hooks; only communicator.cc includes this (backends never count
+// Owns: nothing but the hooks; only communicator.cc includes this (and comm_fake_test, which
+// reads StalledNsOfThisThread) (backends never count
 // on their own: every operation of every backend passes through Communicator's entry points,
 // so each is counted exactly once). Thread-safety: relaxed atomics, any thread.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace tessera::comm_internal {
 
@@ -22,6 +24,10 @@ inline constexpr std::chrono::milliseconds kStallThreshold{10};
 
 // The calling thread, inside a wait, did not run for `d` (a late wakeup, see kStallThreshold).
 void CountStall(std::chrono::steady_clock::duration d);
+
+// The stalls the calling thread has counted so far, in nanoseconds (tests: a wait's share of
+// the total is its lifetime less this growth).
+int64_t StalledNsOfThisThread();
 
 // Counts the calling thread as blocked in Work::Wait for its lifetime, and adds that lifetime
 // (steady clock) less the stalls the thread counted meanwhile to the wait total when it ends:

@@ -40,9 +40,11 @@ the reference; only dp multiplies it (a dp=2 run at accum 4 is compared with one
     dp_equivalence.py for low-precision reductions, the weights are compared by RMS of the
     difference: <= 0.005 * RMS(w), and the loss curve within a relative 2e-3.
     The gradient norm (a sum over every element, each perturbed) drifts more than the loss, so
-    its curve tolerance is a relative 1e-2. Observed: tiny 1.8e-3 * RMS(w) (loss 3.9e-4, grad
-    norm 2.3e-3), llama-tiny 5.9e-4 * RMS(w) (loss 2.9e-5, grad norm 8.7e-4); a wrong global
-    batch gives ~0.12 * RMS(w) (dp_equivalence.py).
+    its curve tolerance is a relative 2e-2. Observed: tiny 1.8e-3 * RMS(w) (loss 3.9e-4, grad
+    norm 2.3e-3), llama-tiny 5.9e-4 * RMS(w) (loss 2.9e-5, grad norm 8.7e-4) with fp32 GEMMs;
+    on a CPU with bf16 GEMMs (cpu-bf16: each output gradient is also rounded to bf16 before
+    its GEMM, and tp splits which partial sums get rounded) the tiny grad-norm curve reached
+    ~1e-2 (AVX512-BF16, Zen 5). A wrong global batch gives ~0.12 * RMS(w) (dp_equivalence.py).
   * checkpoints across layouts (global batch 4 micro-batches = one rank at accum 4): train
     tp=2 x pp=2 x dp=2 ZeRO 1 (accum 2) for 3 steps with checkpoint.interval_steps=2
     (checkpoints at steps 2 and 3), then resume=auto to step 6 (a) at dp=4 (pp 1, tp 1, accum
@@ -186,7 +188,7 @@ if not untied:
         "parallel.zero=2", "precision=bf16", "model.recompute=selective", "optimizer.offload=cpu",
         "parallel.sequence_parallel=true", "train.grad_accum_steps=4"])
     close_rms(bf16, out, what)
-    curve(bf16, out, what, rel=2e-3, rel_norm=1e-2)
+    curve(bf16, out, what, rel=2e-3, rel_norm=2e-2)
 
 
     # Checkpoints across layouts (global batch 4 micro-batches).
