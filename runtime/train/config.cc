@@ -1,413 +1,34 @@
 // runtime/train/config.cc — LoadConfig: YAML file + `--set` overrides -> validated Config.
 //
-// Owns: the only use of yaml-cpp for reading config. Flow: read the file, parse it, apply each
-// override to the tree, then walk the tree section by section into the typed structs (every
-// key optional, unknown keys rejected with a suggestion), then the cross-field checks, then
-// Config::resolved_yaml. Every error is "WHERE: dotted.key: problem", WHERE being
-// "file:line:col" (1-based) for file content or "--set key=value" for what an override wrote.
-// yaml-cpp exceptions are caught here and never escape. Thread-safety: no shared state.
+// Owns: the config's schema — which keys each section has, their ranges and defaults, and the
+// checks between keys. Flow: read the file, parse it (runtime/core/yaml_tree.h), apply each
+// override to the tree, then walk the tree section by section into the typed structs with the
+// one strict reader (runtime/core/yaml_reader.h: every key optional, unknown keys rejected with
+// a suggestion), then the cross-field checks, then Config::resolved_yaml. Every error is
+// "WHERE: dotted.key: problem", WHERE being "file:line:col" (1-based) for file content or
+// "--set key=value" for what an override wrote. Thread-safety: no shared state.
 #include "runtime/train/config.h"
 
 #include "runtime/train/data/markov_chain.h"
 
-#include <yaml-cpp/yaml.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <limits>
-#include <map>
-#include <set>
-#include <sstream>
 #include <utility>
 
 #include "models/partition.h"
 #include "runtime/core/file_util.h"
-#include "runtime/core/yaml_input.h"
+#include "runtime/core/yaml_reader.h"
+#include "runtime/core/yaml_tree.h"
 #include "runtime/train/config_emit.h"
 #include "runtime/train/pipeline_schedule.h"
-#include "runtime/train/config_suggest.h"
 
 namespace tessera {
 namespace {
 
-// Where each part of the tree came from, and where each key that was read sits (so that
-// cross-field errors can point at a key a user can find).
-class Context {
- public:
-  explicit Context(std::string file) : file_(std::move(file)) {}
-
-  const std::string& file() const { return file_; }
-
-  // Marks `dotted` (and everything below it) as written by the override `origin`.
-  void AddOverride(const std::string& dotted, const std::string& origin) {
-    override_origin_[dotted] = origin;
-  }
-
-  // "--set ..." if an override wrote `dotted` or a section above it, else "file:line:col".
-  std::string Where(const YAML::Mark& mark, const std::string& dotted) const {
-    std::string key = dotted;
-    while (true) {
-      auto it = override_origin_.find(key);
-      if (it != override_origin_.end()) return it->second;
-      const size_t dot = key.rfind('.');
-      if (dot == std::string::npos) break;
-      key.resize(dot);
-    }
-    return mark.is_null() ? file_ : YamlWhere(file_, mark.line, mark.column);
-  }
-
-  void RecordPosition(const std::string& dotted, std::string where) {
-    positions_[dotted] = std::move(where);
-  }
-
-  // Error at the first of `keys` the config actually set (they are listed most specific
-  // first); if none was set, at the file itself, naming the first key.
-  Status CrossFieldError(const std::vector<std::string>& keys, const std::string& problem) const {
-    for (const std::string& k : keys) {
-      auto it = positions_.find(k);
-      if (it != positions_.end()) return InvalidArgument(it->second + ": " + k + ": " + problem);
-    }
-    return InvalidArgument(file_ + ": " + keys.front() + ": " + problem);
-  }
-
- private:
-  std::string file_;
-  std::map<std::string, std::string> override_origin_;
-  std::map<std::string, std::string> positions_;
-};
-
-std::string Join(const std::vector<std::string>& words, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < words.size(); ++i) out += (i ? sep : "") + words[i];
-  return out;
-}
-
-// How a node looks in a "got ..." clause.
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Null: return "nothing (null)";
-    case YAML::NodeType::Scalar: {
-      std::string s = node.Scalar();
-      if (s.size() > 60) s = s.substr(0, 57) + "...";
-      return "\"" + s + "\"";
-    }
-    default: return "an undefined value";
-  }
-}
-
-// A quoted scalar ("5", '5') is a string in YAML even when it looks like a number; numbers and
-// booleans must be written plain. yaml-cpp tags quoted scalars "!".
-bool IsQuoted(const YAML::Node& node) { return node.Tag() == "!"; }
-
-bool LooksLikeInteger(const std::string& s) {
-  size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-  if (i == s.size()) return false;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-  }
-  return true;
-}
-
-struct FloatRange {
-  double min;
-  bool min_inclusive;
-  double max;  // +inf when unbounded
-  bool max_inclusive;
-};
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr FloatRange kPositive{0.0, false, kInf, false};
-constexpr FloatRange kBucketRange{1.0 / 1024, true, 65536.0, true};  // comm.bucket_mb, MiB
-constexpr FloatRange kNonNegative{0.0, true, kInf, false};
-constexpr FloatRange kUnitOpen{0.0, true, 1.0, false};    // [0, 1)
-constexpr FloatRange kUnitClosed{0.0, true, 1.0, true};   // [0, 1]
-
-bool InRange(double v, const FloatRange& r) {
-  const bool low = r.min_inclusive ? v < r.min : v <= r.min;
-  const bool high = r.max_inclusive ? v > r.max : v >= r.max;
-  return !low && !high;
-}
-
-std::string RangeText(const FloatRange& r) {
-  auto num = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", v);
-    return std::string(buf);
-  };
-  if (r.max == kInf) return std::string(r.min_inclusive ? ">= " : "> ") + num(r.min);
-  return std::string("in ") + (r.min_inclusive ? "[" : "(") + num(r.min) + ", " + num(r.max) +
-         (r.max_inclusive ? "]" : ")");
-}
-
-// One map of the tree (a section such as `model` or `data.synthetic`). Readers look keys up,
-// convert and range-check them, and remember which keys they asked for; Finish() then rejects
-// whatever nobody asked for. A missing or null section reads as empty (all defaults).
-class Section {
- public:
-  static Result<Section> Make(Context* ctx, const YAML::Node& node, std::string prefix) {
-    Section s(ctx, std::move(prefix));
-    if (!node.IsDefined() || node.IsNull()) return s;
-    if (!node.IsMap()) {
-      return InvalidArgument(ctx->Where(node.Mark(), s.prefix_) + ": " + s.prefix_ +
-                             ": expected a map, got " + Describe(node));
-    }
-    std::set<std::string> seen;
-    for (const auto& kv : node) {  // a temporary pair; copy the handles, never refer into it
-      const YAML::Node key = kv.first;
-      if (!key.IsScalar()) {
-        return InvalidArgument(ctx->Where(key.Mark(), s.prefix_) + ": " + s.prefix_ +
-                               ": keys must be plain words, got " + Describe(key));
-      }
-      const std::string dotted = s.Dotted(key.Scalar());
-      if (!seen.insert(key.Scalar()).second) {
-        return InvalidArgument(ctx->Where(key.Mark(), dotted) + ": " + dotted +
-                               ": duplicate key (each key may appear once)");
-      }
-      s.entries_.push_back({key.Scalar(), key.Mark(), kv.second});
-    }
-    return s;
-  }
-
-  // The sub-map `key` (e.g. data.synthetic).
-  Result<Section> Child(const std::string& key) {
-    const Entry* e = Lookup(key);
-    return Make(ctx_, e == nullptr ? YAML::Node() : e->value, Dotted(key));
-  }
-
-  Status Int(const std::string& key, int64_t min, int64_t max, int64_t* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    const std::string& text = e->value.IsScalar() ? e->value.Scalar() : std::string();
-    if (!e->value.IsScalar() || IsQuoted(e->value) || !LooksLikeInteger(text)) {
-      return TypeError(*e, "an integer");
-    }
-    errno = 0;
-    const long long v = std::strtoll(text.c_str(), nullptr, 10);
-    if (errno == ERANGE) return Error(*e, "integer out of range, got " + Describe(e->value));
-    RETURN_IF_ERROR(CheckIntRange(*e, v, min, max));
-    *out = v;
-    return Status::Ok();
-  }
-
-  Status Int(const std::string& key, int64_t min, int64_t max, int* out) {
-    int64_t v = *out;
-    RETURN_IF_ERROR(Int(key, min, std::min<int64_t>(max, std::numeric_limits<int>::max()), &v));
-    *out = static_cast<int>(v);
-    return Status::Ok();
-  }
-
-  // A sequence of integers, each in [min, max] ([] or absent: empty).
-  Status IntList(const std::string& key, int64_t min, int64_t max, std::vector<int64_t>* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr || e->value.IsNull()) return Status::Ok();
-    if (!e->value.IsSequence()) return TypeError(*e, "a list of integers, e.g. [2, 3, 3]");
-    std::vector<int64_t> values;
-    for (const YAML::Node& item : e->value) {
-      const std::string text = item.IsScalar() ? item.Scalar() : std::string();
-      if (!item.IsScalar() || IsQuoted(item) || !LooksLikeInteger(text)) {
-        return TypeError(*e, "a list of integers, e.g. [2, 3, 3]");
-      }
-      errno = 0;
-      const long long v = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE) return Error(*e, "integer out of range, got " + text);
-      RETURN_IF_ERROR(CheckIntRange(*e, v, min, max));
-      values.push_back(v);
-    }
-    *out = std::move(values);
-    return Status::Ok();
-  }
-
-  Status Uint(const std::string& key, uint64_t* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    const std::string& text = e->value.IsScalar() ? e->value.Scalar() : std::string();
-    if (!e->value.IsScalar() || IsQuoted(e->value) || !LooksLikeInteger(text) || text[0] == '-') {
-      return TypeError(*e, "a non-negative integer");
-    }
-    errno = 0;
-    const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-    if (errno == ERANGE) return Error(*e, "integer out of range, got " + Describe(e->value));
-    *out = v;
-    return Status::Ok();
-  }
-
-  Status Float(const std::string& key, const FloatRange& range, float* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    if (!e->value.IsScalar() || IsQuoted(e->value)) return TypeError(*e, "a number");
-    const std::string& text = e->value.Scalar();
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(text.c_str(), &end);
-    // strtod also takes "inf", "nan" and hex floats; a config value must be an ordinary number.
-    const bool ordinary = text.find_first_of("iInNxX") == std::string::npos;
-    if (text.empty() || *end != '\0' || !ordinary) return TypeError(*e, "a number");
-    // Values are kept as 32-bit floats: the float must be finite (a double just above
-    // FLT_MAX rounds to FLT_MAX, which is what the resolved config then writes back).
-    const float f = static_cast<float>(v);
-    if (errno == ERANGE || !std::isfinite(f)) {
-      return Error(*e, "number out of range for a 32-bit float, got " + Describe(e->value));
-    }
-    if (!InRange(v, range)) return Error(*e, "must be " + RangeText(range) + ", got " + text);
-    // The range holds for the double; it must still hold for the float we keep (1e-46 > 0,
-    // but as a float it is 0, and an Adam eps of 0 divides 0 by 0; 0.99999999999 < 1, but as
-    // a float it is 1.0, and a beta of 1 never forgets).
-    if (v != 0 && (f == 0 || !std::isnormal(f))) {
-      return Error(*e, "number too small for a 32-bit float, got " + text);
-    }
-    if (!InRange(f, range)) {
-      return Error(*e, "must be " + RangeText(range) + ", got " + text + ", which is " +
-                           FormatConfigFloat(f) + " as the 32-bit float training uses");
-    }
-    *out = f;
-    return Status::Ok();
-  }
-
-  // `present` (optional) says whether the key was given, for family-dependent defaults.
-  Status Bool(const std::string& key, bool* out, bool* present = nullptr) {
-    if (present != nullptr) *present = false;
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    const std::string text = e->value.IsScalar() ? e->value.Scalar() : std::string();
-    const bool plain = e->value.IsScalar() && !IsQuoted(e->value);
-    if (plain && (text == "true" || text == "True" || text == "TRUE")) {
-      *out = true;
-    } else if (plain && (text == "false" || text == "False" || text == "FALSE")) {
-      *out = false;
-    } else {
-      return TypeError(*e, "a boolean (true or false)");
-    }
-    if (present != nullptr) *present = true;
-    return Status::Ok();
-  }
-
-  // Any scalar of printable text is taken as written; null (`key:` with no value) is the empty
-  // string. Escapes in a quoted scalar can spell bytes the file itself may not hold
-  // (yaml_input.h): a NUL would cut a path short where the OS reads it, and a DEL would be
-  // written raw into the resolved config, which would then not load. Both are refused.
-  Status String(const std::string& key, std::string* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    if (e->value.IsNull()) {
-      out->clear();
-    } else if (e->value.IsScalar()) {
-      const std::string& text = e->value.Scalar();
-      if (const std::optional<NonTextByte> bad = FindNonTextByte(text)) {
-        return Error(*e, bad->name + " at offset " + std::to_string(bad->offset) +
-                             " of the value is a control character or not UTF-8 (write "
-                             "printable text)");
-      }
-      *out = text;
-    } else {
-      return TypeError(*e, "a string");
-    }
-    return Status::Ok();
-  }
-
-  // For strings that must be set when given (after String() read them).
-  Status NonEmpty(const std::string& key, const std::string& value) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr || !value.empty()) return Status::Ok();
-    return Error(*e, "must not be empty");
-  }
-
-  template <typename E>
-  Status Enum(const std::string& key, const std::vector<std::pair<std::string, E>>& names, E* out) {
-    const Entry* e = Lookup(key);
-    if (e == nullptr) return Status::Ok();
-    std::vector<std::string> allowed;
-    for (const auto& [name, value] : names) {
-      allowed.push_back(name);
-      if (e->value.IsScalar() && e->value.Scalar() == name) {
-        *out = value;
-        return Status::Ok();
-      }
-    }
-    std::string problem = "expected one of " + Join(allowed, " | ") + ", got " + Describe(e->value);
-    if (e->value.IsScalar()) {
-      const std::string guess = ClosestConfigWord(e->value.Scalar(), allowed);
-      if (!guess.empty()) problem += " (did you mean \"" + guess + "\"?)";
-    }
-    return Error(*e, problem);
-  }
-
-  // Rejects every key no reader asked for, suggesting the closest known one.
-  Status Finish() const {
-    for (const Entry& e : entries_) {
-      if (known_.count(e.key)) continue;
-      const std::string dotted = Dotted(e.key);
-      std::string problem = "unknown key";
-      const std::string guess = ClosestConfigWord(e.key, known_order_);
-      if (!guess.empty()) {
-        problem += " (did you mean \"" + guess + "\"?)";
-      } else {
-        problem += " (valid keys" + std::string(prefix_.empty() ? "" : " of " + prefix_) + ": " +
-                   Join(known_order_, ", ") + ")";
-      }
-      return InvalidArgument(ctx_->Where(e.key_mark, dotted) + ": " + dotted + ": " + problem);
-    }
-    return Status::Ok();
-  }
-
- private:
-  struct Entry {
-    std::string key;
-    YAML::Mark key_mark;
-    YAML::Node value;
-  };
-
-  Section(Context* ctx, std::string prefix) : ctx_(ctx), prefix_(std::move(prefix)) {}
-
-  std::string Dotted(const std::string& key) const {
-    return prefix_.empty() ? key : prefix_ + "." + key;
-  }
-
-  // Registers `key` as known and returns its entry, or nullptr when the config omits it.
-  const Entry* Lookup(const std::string& key) {
-    if (known_.insert(key).second) known_order_.push_back(key);
-    for (const Entry& e : entries_) {
-      if (e.key != key) continue;
-      ctx_->RecordPosition(Dotted(key), WhereValue(e));
-      return &e;
-    }
-    return nullptr;
-  }
-
-  // The value's position; for a null value (`key:` alone) yaml-cpp marks the next token, so
-  // the key's position is the useful one.
-  std::string WhereValue(const Entry& e) const {
-    const YAML::Mark mark = e.value.IsNull() ? e.key_mark : e.value.Mark();
-    return ctx_->Where(mark, Dotted(e.key));
-  }
-
-  Status Error(const Entry& e, const std::string& problem) const {
-    return InvalidArgument(WhereValue(e) + ": " + Dotted(e.key) + ": " + problem);
-  }
-
-  Status TypeError(const Entry& e, const std::string& expected) const {
-    std::string got = Describe(e.value);
-    if (e.value.IsScalar() && IsQuoted(e.value)) got = "the quoted string " + got;
-    return Error(e, "expected " + expected + ", got " + got);
-  }
-
-  Status CheckIntRange(const Entry& e, int64_t v, int64_t min, int64_t max) const {
-    if (v < min) return Error(e, "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
-    if (v > max) return Error(e, "must be <= " + std::to_string(max) + ", got " + std::to_string(v));
-    return Status::Ok();
-  }
-
-  Context* ctx_;
-  std::string prefix_;
-  std::vector<Entry> entries_;
-  std::set<std::string> known_;
-  std::vector<std::string> known_order_;  // documented order, for suggestions and listings
-};
+// comm.bucket_mb, MiB: at least 1 KiB per bucket (smaller buckets would mean one collective per
+// few elements).
+constexpr NumberRange kBucketRange{1.0 / 1024, true, 65536.0, true};
 
 // Upper bounds of the sizes: far beyond any real model, low enough that products of them
 // (V*C, B*T*C, ...) never overflow int64 before the model's memory check refuses them.
@@ -420,7 +41,7 @@ constexpr int64_t kMaxBatch = int64_t{1} << 20;
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;  // 4 GiB of int32 per split
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
 
-Status ReadModel(Section& s, ModelConfig* m) {
+Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Enum<ModelFamily>(
       "family", {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}}, &m->family));
   RETURN_IF_ERROR(s.Int("vocab_size", 2, kMaxVocab, &m->vocab_size));
@@ -444,7 +65,7 @@ Status ReadModel(Section& s, ModelConfig* m) {
   return s.Finish();
 }
 
-Status ReadOptimizer(Section& s, AdamWConfig* o) {
+Status ReadOptimizer(YamlMap& s, AdamWConfig* o) {
   RETURN_IF_ERROR(s.Float("lr", kPositive, &o->lr));
   RETURN_IF_ERROR(s.Float("beta1", kUnitOpen, &o->beta1));
   RETURN_IF_ERROR(s.Float("beta2", kUnitOpen, &o->beta2));
@@ -460,7 +81,7 @@ Status ReadOptimizer(Section& s, AdamWConfig* o) {
   return s.Finish();
 }
 
-Status ReadSchedule(Section& s, LrScheduleConfig* c) {
+Status ReadSchedule(YamlMap& s, LrScheduleConfig* c) {
   RETURN_IF_ERROR(s.Int("warmup_steps", 0, kMaxSteps, &c->warmup_steps));
   RETURN_IF_ERROR(s.Enum<LrDecay>(
       "decay",
@@ -471,13 +92,13 @@ Status ReadSchedule(Section& s, LrScheduleConfig* c) {
   return s.Finish();
 }
 
-Status ReadData(Section& s, DataConfig* d) {
+Status ReadData(YamlMap& s, DataConfig* d) {
   RETURN_IF_ERROR(s.Enum<DataSource>(
       "source", {{"synthetic", DataSource::kSynthetic}, {"shards", DataSource::kShards}},
       &d->source));
   RETURN_IF_ERROR(s.String("train", &d->train_path));
   RETURN_IF_ERROR(s.String("val", &d->val_path));
-  ASSIGN_OR_RETURN(Section syn, s.Child("synthetic"));
+  ASSIGN_OR_RETURN(YamlMap syn, s.Child("synthetic"));
   SyntheticDataConfig& c = d->synthetic;
   RETURN_IF_ERROR(syn.Int("branching", 1, kMaxVocab, &c.branching));
   RETURN_IF_ERROR(syn.Int("order", 1, 2, &c.order));
@@ -488,7 +109,7 @@ Status ReadData(Section& s, DataConfig* d) {
   return s.Finish();
 }
 
-Status ReadTrain(Section& s, TrainConfig* t) {
+Status ReadTrain(YamlMap& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Int("steps", 1, kMaxSteps, &t->steps));
   RETURN_IF_ERROR(s.Int("micro_batch_size", 1, kMaxBatch, &t->micro_batch_size));
   RETURN_IF_ERROR(s.Int("grad_accum_steps", 1, kMaxBatch, &t->grad_accum_steps));
@@ -499,8 +120,8 @@ Status ReadTrain(Section& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Int("eval_batches", 1, kMaxBatch, &t->eval_batches));
   RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
   RETURN_IF_ERROR(s.Float("peak_gflops", kNonNegative, &t->peak_gflops));
-  RETURN_IF_ERROR(s.String("out_dir", &t->out_dir));
-  RETURN_IF_ERROR(s.NonEmpty("out_dir", t->out_dir));  // "" would scatter outputs into the cwd
+  // "" would scatter outputs into the current directory.
+  RETURN_IF_ERROR(s.NonEmptyString("out_dir", &t->out_dir));
   RETURN_IF_ERROR(s.Enum<NonFinitePolicy>(
       "on_nonfinite", {{"stop", NonFinitePolicy::kStop}, {"skip", NonFinitePolicy::kSkip}},
       &t->on_nonfinite));
@@ -515,7 +136,7 @@ Status ReadTrain(Section& s, TrainConfig* t) {
 
 constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
-Status ReadParallel(Section& s, ParallelConfig* p) {
+Status ReadParallel(YamlMap& s, ParallelConfig* p) {
   RETURN_IF_ERROR(s.Int("dp", 1, kMaxRanks, &p->dp));
   RETURN_IF_ERROR(s.Int("tp", 1, kMaxRanks, &p->tp));
   RETURN_IF_ERROR(s.Int("pp", 1, kMaxRanks, &p->pp));
@@ -533,7 +154,7 @@ Status ReadParallel(Section& s, ParallelConfig* p) {
   return s.Finish();
 }
 
-Status ReadMixedPrecision(Section& s, MixedPrecisionConfig* m) {
+Status ReadMixedPrecision(YamlMap& s, MixedPrecisionConfig* m) {
   RETURN_IF_ERROR(s.Enum<bool>("reduce_dtype", {{"fp32", false}, {"low", true}}, &m->reduce_in_low));
   RETURN_IF_ERROR(s.Enum<LossScaleMode>(
       "loss_scale", {{"dynamic", LossScaleMode::kDynamic}, {"static", LossScaleMode::kStatic}},
@@ -544,7 +165,7 @@ Status ReadMixedPrecision(Section& s, MixedPrecisionConfig* m) {
   return s.Finish();
 }
 
-Status ReadCheckpoint(Section& s, CheckpointConfig* c) {
+Status ReadCheckpoint(YamlMap& s, CheckpointConfig* c) {
   RETURN_IF_ERROR(s.String("dir", &c->dir));
   RETURN_IF_ERROR(s.Int("interval_steps", 0, kMaxSteps, &c->interval_steps));
   RETURN_IF_ERROR(s.Bool("at_end", &c->at_end));
@@ -558,7 +179,7 @@ Status ReadCheckpoint(Section& s, CheckpointConfig* c) {
   return s.Finish();
 }
 
-Status ReadComm(Section& s, CommConfig* c) {
+Status ReadComm(YamlMap& s, CommConfig* c) {
   RETURN_IF_ERROR(s.Float("timeout_s", kPositive, &c->timeout_s));
   // At least 1 KiB per bucket: smaller buckets would mean one collective per few elements.
   RETURN_IF_ERROR(s.Float("bucket_mb", kBucketRange, &c->bucket_mb));
@@ -566,29 +187,29 @@ Status ReadComm(Section& s, CommConfig* c) {
 }
 
 // The whole tree: sections in documented order, then unknown top-level keys.
-Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
-  ASSIGN_OR_RETURN(Section top, Section::Make(ctx, root, ""));
-  ASSIGN_OR_RETURN(Section model, top.Child("model"));
+Status ReadConfig(YamlContext* ctx, const YamlNode& root, Config* cfg) {
+  ASSIGN_OR_RETURN(YamlMap top, YamlMap::Make(ctx, &root, ""));
+  ASSIGN_OR_RETURN(YamlMap model, top.Child("model"));
   RETURN_IF_ERROR(ReadModel(model, &cfg->model));
-  ASSIGN_OR_RETURN(Section optimizer, top.Child("optimizer"));
+  ASSIGN_OR_RETURN(YamlMap optimizer, top.Child("optimizer"));
   RETURN_IF_ERROR(ReadOptimizer(optimizer, &cfg->optimizer));
-  ASSIGN_OR_RETURN(Section schedule, top.Child("schedule"));
+  ASSIGN_OR_RETURN(YamlMap schedule, top.Child("schedule"));
   RETURN_IF_ERROR(ReadSchedule(schedule, &cfg->schedule));
-  ASSIGN_OR_RETURN(Section data, top.Child("data"));
+  ASSIGN_OR_RETURN(YamlMap data, top.Child("data"));
   RETURN_IF_ERROR(ReadData(data, &cfg->data));
-  ASSIGN_OR_RETURN(Section train, top.Child("train"));
+  ASSIGN_OR_RETURN(YamlMap train, top.Child("train"));
   RETURN_IF_ERROR(ReadTrain(train, &cfg->train));
-  ASSIGN_OR_RETURN(Section parallel, top.Child("parallel"));
+  ASSIGN_OR_RETURN(YamlMap parallel, top.Child("parallel"));
   RETURN_IF_ERROR(ReadParallel(parallel, &cfg->parallel));
-  ASSIGN_OR_RETURN(Section comm, top.Child("comm"));
+  ASSIGN_OR_RETURN(YamlMap comm, top.Child("comm"));
   RETURN_IF_ERROR(ReadComm(comm, &cfg->comm));
   RETURN_IF_ERROR(top.Enum<Precision>(
       "precision",
       {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}},
       &cfg->precision));
-  ASSIGN_OR_RETURN(Section mixed, top.Child("mixed_precision"));
+  ASSIGN_OR_RETURN(YamlMap mixed, top.Child("mixed_precision"));
   RETURN_IF_ERROR(ReadMixedPrecision(mixed, &cfg->mixed_precision));
-  ASSIGN_OR_RETURN(Section checkpoint, top.Child("checkpoint"));
+  ASSIGN_OR_RETURN(YamlMap checkpoint, top.Child("checkpoint"));
   RETURN_IF_ERROR(ReadCheckpoint(checkpoint, &cfg->checkpoint));
   RETURN_IF_ERROR(top.Enum<ResumeMode>("resume", {{"none", ResumeMode::kNone}, {"auto", ResumeMode::kAuto}},
                                        &cfg->resume));
@@ -600,7 +221,7 @@ Status ReadConfig(Context* ctx, const YAML::Node& root, Config* cfg) {
 std::string N(int64_t v) { return std::to_string(v); }
 
 // Constraints between keys, each reported at the most specific key the config set.
-Status CheckCrossField(const Context& ctx, const Config& c) {
+Status CheckCrossField(const YamlContext& ctx, const Config& c) {
   const ModelConfig& m = c.model;
   if (std::optional<ModelConfigProblem> p = m.Check()) {
     return ctx.CrossFieldError(p->keys, p->problem);
@@ -695,7 +316,7 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
                                    {"mixed_precision.min_scale", mp.min_scale}}) {
     int exponent = 0;
     if (std::frexp(value, &exponent) != 0.5f) {
-      return ctx.CrossFieldError({key}, std::string(key + 16) + "=" + FormatConfigFloat(value) +
+      return ctx.CrossFieldError({key}, std::string(key + 16) + "=" + FormatYamlFloat(value) +
                                             " must be a power of two (e.g. 65536), so that "
                                             "removing the scale from the gradients is exact");
     }
@@ -703,8 +324,8 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
   if (c.precision == Precision::kFp16 && mp.loss_scale == LossScaleMode::kDynamic &&
       mp.min_scale > mp.initial_scale) {
     return ctx.CrossFieldError({"mixed_precision.min_scale", "mixed_precision.initial_scale"},
-                               "min_scale=" + FormatConfigFloat(mp.min_scale) +
-                                   " exceeds initial_scale=" + FormatConfigFloat(mp.initial_scale));
+                               "min_scale=" + FormatYamlFloat(mp.min_scale) +
+                                   " exceeds initial_scale=" + FormatYamlFloat(mp.initial_scale));
   }
   if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
     return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");
@@ -731,53 +352,6 @@ Status CheckCrossField(const Context& ctx, const Config& c) {
   return Status::Ok();
 }
 
-// Applies one "a.b.c=value" to the tree, creating missing maps on the way, and records the
-// override as the origin of what it wrote.
-Status ApplyOverride(const std::string& spec, YAML::Node& root, Context* ctx) {
-  const std::string origin = "--set " + spec;
-  const size_t eq = spec.find('=');
-  if (eq == std::string::npos) {
-    return InvalidArgument(origin + ": expected key.path=value (missing '=')");
-  }
-  const std::string key = spec.substr(0, eq);
-  std::vector<std::string> parts;
-  std::stringstream ss(key);
-  for (std::string part; std::getline(ss, part, '.');) parts.push_back(part);
-  if (key.empty() || key.back() == '.') parts.push_back("");
-  for (const std::string& p : parts) {
-    if (p.empty() || p.find_first_of(" \t") != std::string::npos) {
-      return InvalidArgument(origin + ": malformed key path \"" + key +
-                             "\" (expected words joined by '.', e.g. train.steps=5)");
-    }
-  }
-  YAML::Node value;
-  try {
-    value = YAML::Load(spec.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(origin + ": " + key + ": malformed value: " + e.msg);
-  }
-  if (auto p = FindYamlProblem(spec.substr(eq + 1))) {  // a tag, a second document, ...
-    return InvalidArgument(origin + ": " + key + ": " + p->problem);
-  }
-  YAML::Node cur = root;  // handles share the tree; reset() moves the handle, = would write
-  std::string dotted;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    dotted += (i ? "." : "") + parts[i];
-    YAML::Node next = cur[parts[i]];
-    if (!next.IsDefined() || next.IsNull()) {
-      next = YAML::Node(YAML::NodeType::Map);
-      ctx->AddOverride(dotted, origin);
-    } else if (!next.IsMap()) {
-      return InvalidArgument(origin + ": " + dotted + ": is " + Describe(next) +
-                             ", not a map, so it has no key \"" + parts[i + 1] + "\"");
-    }
-    cur.reset(next);
-  }
-  cur[parts.back()] = value;
-  ctx->AddOverride(key, origin);
-  return Status::Ok();
-}
-
 // A config is a few KiB; the bound keeps a path such as /dev/zero or a huge file from being
 // read into memory (ReadInputFile also refuses FIFOs and devices before reading).
 constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
@@ -789,25 +363,19 @@ Result<std::string> ReadConfigFile(const std::string& path) {
 // `path` names the text in errors and in Config::path (a file, or where the text came from).
 Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
                               const std::vector<std::string>& overrides) {
-  RETURN_IF_ERROR(CheckYamlInput(text, path));  // one document, no tags (yaml_input.h)
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    const std::string where = e.mark.is_null() ? path : YamlWhere(path, e.mark.line, e.mark.column);
-    return InvalidArgument(where + ": malformed YAML: " + e.msg);
-  }
-  Context ctx(path);
+  ASSIGN_OR_RETURN(YamlNode root, ParseYaml(text, path));  // strict: yaml_tree.h
+  YamlContext ctx(path);
   if (root.IsNull()) {
     return InvalidArgument(path + ": config is empty (expected a map with sections model, "
                                   "optimizer, schedule, data, train, parallel, comm)");
   }
   if (!root.IsMap()) {
-    return InvalidArgument(ctx.Where(root.Mark(), "") +
+    return InvalidArgument(ctx.Where(root) +
                            ": expected a map of sections (model, optimizer, schedule, data, "
-                           "train, parallel, comm, init_from) at the top level, got " + Describe(root));
+                           "train, parallel, comm, init_from) at the top level, got " +
+                           DescribeYaml(root));
   }
-  for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, root, &ctx));
+  for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyYamlOverride(root, o));
 
   Config cfg;
   cfg.path = path;
@@ -819,11 +387,10 @@ Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
 
 Result<Config> LoadConfigGuarded(const std::string& text, const std::string& path,
                                  const std::vector<std::string>& overrides) {
-  // yaml-cpp reports misuse by exception; none may escape (STYLE.md, Errors).
+  // Nothing below should throw (yaml-cpp's exceptions are caught where it is called), but a
+  // config must never take the process down: anything else becomes an error.
   try {
     return LoadConfigImpl(text, path, overrides);
-  } catch (const YAML::Exception& e) {
-    return Internal(path + ": yaml-cpp error while reading config: " + e.what());
   } catch (const std::exception& e) {
     return Internal(path + ": error while reading config: " + e.what());
   }

@@ -5,6 +5,8 @@
 // Pure functions; thread-safe.
 #include "runtime/train/config_emit.h"
 
+#include "runtime/core/yaml_reader.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -24,7 +26,7 @@ void PutU64(YAML::Emitter& out, const char* key, uint64_t v) {
   out << YAML::Key << key << YAML::Value << static_cast<unsigned long long>(v);
 }
 void Put(YAML::Emitter& out, const char* key, float v) {
-  out << YAML::Key << key << YAML::Value << FormatConfigFloat(v);
+  out << YAML::Key << key << YAML::Value << FormatYamlFloat(v);
 }
 void Put(YAML::Emitter& out, const char* key, bool v) {
   out << YAML::Key << key << YAML::Value << (v ? "true" : "false");
@@ -136,27 +138,6 @@ void EmitParallel(YAML::Emitter& out, const ParallelConfig& p, const CommConfig&
 }
 
 }  // namespace
-
-std::string FormatConfigFloat(float v) {
-  char buf[64];
-  // Whole numbers as "10000.0", others in the shortest %g form that reads back exactly; an
-  // exponent always gets a mantissa dot ("1.0e-05") so YAML 1.1 readers (PyYAML) also see a
-  // float rather than a string.
-  if (std::fabs(v) < 1e9f && v == std::nearbyint(v)) {
-    std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(v));
-    return buf;
-  }
-  // Read back exactly as the loader reads it (strtod, then to float: two roundings, which can
-  // differ from strtof's one in rare halfway cases).
-  for (int precision = 1; precision <= 9; ++precision) {  // 9 digits always round-trip a float
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, static_cast<double>(v));
-    if (static_cast<float>(std::strtod(buf, nullptr)) == v) break;
-  }
-  std::string text = buf;
-  const size_t e = text.find('e');
-  if (e != std::string::npos && text.find('.') == std::string::npos) text.insert(e, ".0");
-  return text;
-}
 
 std::string EmitResolvedYaml(const Config& config, const std::vector<std::string>& overrides) {
   YAML::Emitter out;

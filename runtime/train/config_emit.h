@@ -13,9 +13,6 @@
 
 namespace tessera {
 
-// Shortest decimal text that reads back (strtof) as exactly `v`, e.g. 0.003f -> "0.003".
-std::string FormatConfigFloat(float v);
-
 // Every section and key of `config` (defaults included), preceded by comment lines naming the
 // source file and the overrides applied.
 std::string EmitResolvedYaml(const Config& config, const std::vector<std::string>& overrides);

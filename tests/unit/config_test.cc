@@ -14,7 +14,8 @@
 
 #include "runtime/train/config.h"
 #include "runtime/train/config_emit.h"
-#include "runtime/train/config_suggest.h"
+#include "runtime/core/suggest.h"
+#include "runtime/core/yaml_reader.h"
 
 namespace tessera {
 namespace {
@@ -642,15 +643,15 @@ TEST(ConfigResolved, RecordsOverridesAndDefaults) {
 // ---- suggestion helper ------------------------------------------------------------------------
 
 TEST(ConfigResolved, FloatsAreShortExactAndYaml11Friendly) {
-  EXPECT_EQ(FormatConfigFloat(3e-3f), "0.003");
-  EXPECT_EQ(FormatConfigFloat(0.1f), "0.1");
-  EXPECT_EQ(FormatConfigFloat(1e-5f), "1.0e-05");
-  EXPECT_EQ(FormatConfigFloat(2.5e-7f), "2.5e-07");
-  EXPECT_EQ(FormatConfigFloat(10000.0f), "10000.0");
-  EXPECT_EQ(FormatConfigFloat(0.0f), "0.0");
-  EXPECT_EQ(FormatConfigFloat(1e10f), "1.0e+10");
+  EXPECT_EQ(FormatYamlFloat(3e-3f), "0.003");
+  EXPECT_EQ(FormatYamlFloat(0.1f), "0.1");
+  EXPECT_EQ(FormatYamlFloat(1e-5f), "1.0e-05");
+  EXPECT_EQ(FormatYamlFloat(2.5e-7f), "2.5e-07");
+  EXPECT_EQ(FormatYamlFloat(10000.0f), "10000.0");
+  EXPECT_EQ(FormatYamlFloat(0.0f), "0.0");
+  EXPECT_EQ(FormatYamlFloat(1e10f), "1.0e+10");
   for (float v : {0.1f, 1.0f / 3.0f, 6e-4f, 0.95f, 1e-8f, 123456.7f, 3.4e38f}) {
-    EXPECT_EQ(std::strtof(FormatConfigFloat(v).c_str(), nullptr), v) << v;
+    EXPECT_EQ(std::strtof(FormatYamlFloat(v).c_str(), nullptr), v) << v;
   }
 }
 
@@ -836,13 +837,13 @@ TEST(ConfigParallel, RangeTypoAndUnknownKeyErrors) {
 }
 
 TEST(ConfigSuggest, EditDistanceAndThreshold) {
-  EXPECT_EQ(ConfigEditDistance("keep_lats", "keep_last"), 1);
-  EXPECT_EQ(ConfigEditDistance("num_layer", "num_layers"), 1);
-  EXPECT_EQ(ConfigEditDistance("LR", "lr"), 0);
-  EXPECT_EQ(ConfigEditDistance("", "abc"), 3);
-  EXPECT_EQ(ClosestConfigWord("keep_lats", {"keep_every", "keep_last"}), "keep_last");
-  EXPECT_EQ(ClosestConfigWord("banana", {"steps", "seed"}), "");
-  EXPECT_EQ(ClosestConfigWord("x", {"lr"}), "");  // a total rewrite is not a suggestion
+  EXPECT_EQ(EditDistance("keep_lats", "keep_last"), 1);
+  EXPECT_EQ(EditDistance("num_layer", "num_layers"), 1);
+  EXPECT_EQ(EditDistance("LR", "lr"), 0);
+  EXPECT_EQ(EditDistance("", "abc"), 3);
+  EXPECT_EQ(ClosestWord("keep_lats", {"keep_every", "keep_last"}), "keep_last");
+  EXPECT_EQ(ClosestWord("banana", {"steps", "seed"}), "");
+  EXPECT_EQ(ClosestWord("x", {"lr"}), "");  // a total rewrite is not a suggestion
 }
 
 }  // namespace
