@@ -214,76 +214,71 @@ Result<ModelPartition> ModelPartition::Create(const ModelConfig& config, int tp_
   m.tp_rank_ = tp_rank;
   m.vocab_per_rank_ = VocabPerRank(config, tp_size);
   m.chunks_ = chunks;
-  const std::vector<ParamDecl> decls = DeclareParameters(config);
-  std::vector<int64_t> global_offsets;
-  {
-    int64_t off = 0;
-    for (const ParamDecl& d : decls) {
-      global_offsets.push_back(off);
-      off += d.shape.numel();
-    }
-  }
   m.bounds_.assign(1, 0);
   m.chunk_units_.assign(1, 0);
-  int64_t local_offset = 0;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const PipelineChunk& ch = chunks[c];
-    const bool copy = !ch.first && ch.last && config.tie_embeddings;
-    const int64_t n_blocks = ch.layer_end - ch.layer_begin;
-    // Chunk-relative unit of global unit g, or -1 when the chunk does not hold it.
-    auto chunk_unit = [&](int g) -> int {
-      if (g == 0) return ch.first || copy ? 0 : -1;
-      if (g == L + 1) return ch.last ? static_cast<int>(n_blocks + 1) : -1;
-      const int64_t layer = g - 1;
-      if (layer < ch.layer_begin || layer >= ch.layer_end) return -1;
-      return static_cast<int>(layer - ch.layer_begin + 1);
-    };
-    const int unit_base = m.chunk_units_.back();
-    std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2), 0);
-    for (size_t i = 0; i < decls.size(); ++i) {
-      const int cu = chunk_unit(decls[i].unit);
-      if (cu < 0) continue;
-      TpParam p;
-      p.local = decls[i];
-      p.local.unit = unit_base + cu;
-      p.global_index = static_cast<int>(i);
-      p.global_shape = decls[i].shape;
-      p.split = decls[i].tp_split;
-      p.tensor = SliceOf(decls[i], tp_size, tp_rank, config.vocab_size, m.vocab_per_rank_);
-      // The last pipeline stage's copy of the tied embedding unit is a pp replica.
-      if (decls[i].unit == 0 && !ch.first) p.tensor.replica.pp = 1;
-      TESSERA_CHECK_MSG(p.tensor.Validate().ok(), "%s", p.tensor.Validate().ToString().c_str());
-      p.local.shape = p.tensor.local_shape;
-      p.local_offset = local_offset;
-      p.global_offset = global_offsets[i];
-      p.chunk = static_cast<int>(c);
-      p.pipeline_copy = p.tensor.replica.pp != 0;
-      // Norm weights and the biases kept whole (LayerNorm biases, row-parallel output biases)
-      // are applied to sequence-sharded activations under sequence parallelism.
-      p.sequence_partial = p.split == TpSplit::kReplicated &&
-                           (decls[i].kind == ParamKind::kNorm || decls[i].kind == ParamKind::kBias);
-      p.tensor.ForEachRun([&p](int64_t local, int64_t global, int64_t length) {
-        AddSegment(p.segments, local, global, length);
-      });
-      const int64_t n = p.local.shape.numel();
-      if (!p.tensor.IsMainReplica()) {  // the replica rule (sharded_tensor.h)
-        if (!m.dups_.empty() && m.dups_.back().second == local_offset) {
-          m.dups_.back().second += n;
-        } else {
-          m.dups_.emplace_back(local_offset, local_offset + n);
-        }
-      }
-      sizes[static_cast<size_t>(cu)] += n;
-      local_offset += n;
-      m.params_.push_back(std::move(p));
-    }
-    // Declarations come in unit order (param_layout.h), so the chunk's parameters are in
-    // chunk-unit order: accumulate sizes into offsets.
-    for (int64_t n : sizes) m.bounds_.push_back(m.bounds_.back() + n);
-    m.chunk_units_.push_back(unit_base + static_cast<int>(sizes.size()));
-  }
-  TESSERA_CHECK(m.bounds_.back() == local_offset);
+  const std::vector<ParamDecl> decls = DeclareParameters(config);
+  for (size_t c = 0; c < chunks.size(); ++c) m.AddChunk(static_cast<int>(c), decls);
   return m;
+}
+
+// Chunk c's parameters (those of its units, in declaration order), its unit bounds, and the
+// local ranges that are not the main replica.
+void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
+  const PipelineChunk& ch = chunks_[static_cast<size_t>(c)];
+  const int64_t L = config_.num_layers;
+  const bool copy = !ch.first && ch.last && config_.tie_embeddings;
+  const int64_t n_blocks = ch.layer_end - ch.layer_begin;
+  // Chunk-relative unit of global unit g, or -1 when the chunk does not hold it.
+  auto chunk_unit = [&](int g) -> int {
+    if (g == 0) return ch.first || copy ? 0 : -1;
+    if (g == L + 1) return ch.last ? static_cast<int>(n_blocks + 1) : -1;
+    const int64_t layer = g - 1;
+    if (layer < ch.layer_begin || layer >= ch.layer_end) return -1;
+    return static_cast<int>(layer - ch.layer_begin + 1);
+  };
+  const int unit_base = chunk_units_.back();
+  int64_t local_offset = bounds_.back();
+  std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2), 0);
+  int64_t global_offset = 0;
+  for (size_t i = 0; i < decls.size(); global_offset += decls[i].shape.numel(), ++i) {
+    const int cu = chunk_unit(decls[i].unit);
+    if (cu < 0) continue;
+    TpParam p;
+    p.local = decls[i];
+    p.local.unit = unit_base + cu;
+    p.global_index = static_cast<int>(i);
+    p.tensor = SliceOf(decls[i], tp_size_, tp_rank_, config_.vocab_size, vocab_per_rank_);
+    // The last pipeline stage's copy of the tied embedding unit is a pp replica.
+    if (decls[i].unit == 0 && !ch.first) p.tensor.replica.pp = 1;
+    TESSERA_CHECK_MSG(p.tensor.Validate().ok(), "%s", p.tensor.Validate().ToString().c_str());
+    p.local.shape = p.tensor.local_shape;
+    p.local_offset = local_offset;
+    p.global_offset = global_offset;
+    p.chunk = c;
+    // Norm weights and the biases kept whole (LayerNorm biases, row-parallel output biases)
+    // are applied to sequence-sharded activations under sequence parallelism.
+    p.sequence_partial = p.split() == TpSplit::kReplicated &&
+                         (decls[i].kind == ParamKind::kNorm || decls[i].kind == ParamKind::kBias);
+    p.tensor.ForEachRun([&p](int64_t local, int64_t global, int64_t length) {
+      AddSegment(p.segments, local, global, length);
+    });
+    const int64_t n = p.local.shape.numel();
+    if (!p.tensor.IsMainReplica()) {  // the replica rule (sharded_tensor.h)
+      if (!dups_.empty() && dups_.back().second == local_offset) {
+        dups_.back().second += n;
+      } else {
+        dups_.emplace_back(local_offset, local_offset + n);
+      }
+    }
+    sizes[static_cast<size_t>(cu)] += n;
+    local_offset += n;
+    params_.push_back(std::move(p));
+  }
+  // Declarations come in unit order (param_layout.h), so the chunk's parameters are in
+  // chunk-unit order: accumulate sizes into offsets.
+  for (int64_t n : sizes) bounds_.push_back(bounds_.back() + n);
+  chunk_units_.push_back(unit_base + static_cast<int>(sizes.size()));
+  TESSERA_CHECK(bounds_.back() == local_offset);
 }
 
 void ModelPartition::ForEachGlobalPiece(int64_t begin, int64_t end, const PieceFn& fn) const {

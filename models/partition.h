@@ -97,23 +97,26 @@ Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, in
 
 struct TpParam {
   // What this rank holds, in global terms: slice, split, replica (pp = 1 for a pipeline copy,
-  // tp = tp rank for a tensor every tp rank holds whole). segments and the fields below are
+  // tp = tp rank for a tensor every tp rank holds whole). The accessors and `segments` are
   // derived from it and from the declaration.
   ShardedTensor tensor;
   ParamDecl local;            // global name, LOCAL shape, kind, init rule, unit
   int global_index = 0;       // index in DeclareParameters(config)
-  Shape global_shape;
-  TpSplit split = TpSplit::kReplicated;
   int64_t local_offset = 0;   // flat offset in the local buffer
   int64_t global_offset = 0;  // flat offset of the global tensor in the one-rank layout
   // Under sequence parallelism each rank's gradient of this tensor covers only its sequence
   // shard (norm weights and biases, row-parallel biases): the model sums it over tp.
   bool sequence_partial = false;
   int chunk = 0;                // which of the rank's chunks holds it
-  bool pipeline_copy = false;   // the last stage's copy of a tied embedding unit (replica.pp)
-  // Local elements -> global elements, sorted by local_begin, merged where contiguous in both.
-  // Together they cover every non-padding local element exactly once.
+  // Local elements -> global elements, sorted by local_begin, merged where contiguous in both
+  // (tensor.ForEachRun, kept for lookups). Together they cover every non-padding local element
+  // exactly once.
   std::vector<TpSegment> segments;
+
+  const Shape& global_shape() const { return tensor.global_shape; }
+  TpSplit split() const { return local.tp_split; }
+  // The last stage's copy of a tied embedding unit (a pp replica).
+  bool pipeline_copy() const { return tensor.replica.pp != 0; }
 };
 
 class ModelPartition {
@@ -158,6 +161,7 @@ class ModelPartition {
 
  private:
   ModelPartition() = default;
+  void AddChunk(int c, const std::vector<ParamDecl>& decls);  // Create's step per chunk
   ModelConfig config_;
   int tp_size_ = 1, tp_rank_ = 0;
   int64_t vocab_per_rank_ = 0;

@@ -9,6 +9,11 @@
 
 namespace tessera {
 
+Backend& CpuReferenceBackend() {
+  static CpuBackend backend;
+  return backend;
+}
+
 Arena CpuBackend::MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) {
   return Arena(kind, capacity_bytes, tracker);
 }

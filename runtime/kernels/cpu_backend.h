@@ -86,4 +86,8 @@ class CpuBackend : public Backend {
                                  CombineFn combine, void* combine_ctx) override;
 };
 
+// A process-wide CpuBackend (it is stateless) for code that is given no backend: the
+// reference, e.g. for unit tests and tools that build the parameter state alone.
+Backend& CpuReferenceBackend();
+
 }  // namespace tessera

@@ -211,10 +211,13 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& mod
   return LoadCheckpointInto(reader, whole, shards, with_optimizer);
 }
 
-Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamShards& shards, bool with_optimizer) {
+namespace {
+
+// Every parameter of the model is in the checkpoint with its shape (and, with_optimizer, its
+// moments), and the checkpoint has no parameter the model lacks; else an error naming both.
+Status CheckTensorsMatch(const CheckpointReader& reader, const std::vector<ParamDecl>& decls,
+                         bool with_optimizer) {
   const Manifest& m = reader.manifest();
-  const std::vector<ParamDecl> decls = DeclareParameters(partition.config());
   for (const ParamDecl& d : decls) {
     for (int k = 0; k < (with_optimizer ? 3 : 1); ++k) {
       const std::string name = kSavedTensorKinds[k] + d.name;
@@ -240,68 +243,94 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
                              " that this config's model does not (a different model?)");
     }
   }
-  // Reads local flat range [b, e) of tensor kind k into out (the global elements each local
-  // one maps to; vocabulary padding is zero); the first error is kept.
-  // A tensor-parallel piece can be one row of a column-split tensor, and a read verifies every
-  // segment it touches whole: reading row by row would checksum each saved segment once per
-  // row. So consecutive pieces of one tensor are read as their covering global range (at most
-  // kMaxSpan elements of scratch) and scattered from there: each segment is verified once
-  // per span.
-  constexpr int64_t kMaxSpan = int64_t{16} << 20;  // 64 MiB of fp32 scratch
-  Status first = Status::Ok();
-  std::vector<float> scratch;
-  auto fill = [&](int k) {
-    return [&, k](int64_t b, int64_t e, float* out) {
-      std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
-      struct Piece {
-        int64_t global, length, local;
-      };
-      const TpParam* tensor = nullptr;
-      std::vector<Piece> batch;
-      auto flush = [&] {
-        if (batch.empty() || !first.ok()) {
-          batch.clear();
-          return;
-        }
-        const std::string name = kSavedTensorKinds[k] + tensor->local.name;
-        const int64_t g0 = batch.front().global;
-        const int64_t g1 = batch.back().global + batch.back().length;
-        if (batch.size() == 1) {
-          first = reader.Read(name, g0, g1, out + (batch.front().local - b));
-        } else {
-          scratch.resize(static_cast<size_t>(g1 - g0));
-          first = reader.Read(name, g0, g1, scratch.data());
-          for (const Piece& pc : batch) {
-            if (!first.ok()) break;
-            std::memcpy(out + (pc.local - b), scratch.data() + (pc.global - g0),
-                        static_cast<size_t>(pc.length) * sizeof(float));
-          }
-        }
-        batch.clear();
-      };
-      partition.ForEachGlobalPiece(
-          b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-            // Pieces of one tensor come in increasing global order.
-            if (!batch.empty() &&
-                (&param != tensor ||
-                 global_begin + length - batch.front().global > kMaxSpan)) {
-              flush();
-            }
-            tensor = &param;
-            batch.push_back({global_begin, length, local});
-          });
-      flush();
-    };
+  return Status::Ok();
+}
+
+// Reads local flat ranges of one saved tensor kind (param / m / v): each local element from the
+// global element it maps to (vocabulary padding is zero). The first error is kept and stops
+// further reads.
+// A tensor-parallel piece can be one row of a column-split tensor, and a read verifies every
+// segment it touches whole: reading row by row would checksum each saved segment once per row.
+// So consecutive pieces of one tensor are read as their covering global range (at most kMaxSpan
+// elements of scratch) and scattered from there: each segment is verified once per span.
+class LocalRangeReader {
+ public:
+  LocalRangeReader(const CheckpointReader& reader, const ModelPartition& partition)
+      : reader_(reader), partition_(partition) {}
+
+  // A ParamShards fill for kind k.
+  ParamShards::Fill Fill(int k) {
+    return [this, k](int64_t b, int64_t e, float* out) { Read(k, b, e, out); };
+  }
+  const Status& status() const { return first_; }
+
+ private:
+  static constexpr int64_t kMaxSpan = int64_t{16} << 20;  // 64 MiB of fp32 scratch
+  struct Piece {
+    int64_t global, length, local;
   };
-  shards.Load(fill(0));
-  RETURN_IF_ERROR(first);
+
+  void Read(int k, int64_t b, int64_t e, float* out) {
+    std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
+    const TpParam* tensor = nullptr;
+    std::vector<Piece> batch;
+    partition_.ForEachGlobalPiece(
+        b, e, [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
+          // Pieces of one tensor come in increasing global order.
+          if (!batch.empty() &&
+              (&param != tensor || global_begin + length - batch.front().global > kMaxSpan)) {
+            Flush(k, *tensor, batch, out, b);
+          }
+          tensor = &param;
+          batch.push_back({global_begin, length, local});
+        });
+    if (tensor != nullptr) Flush(k, *tensor, batch, out, b);
+  }
+
+  // Reads `batch` (pieces of `tensor`) into out[local - b ...] and empties it.
+  void Flush(int k, const TpParam& tensor, std::vector<Piece>& batch, float* out, int64_t b) {
+    if (batch.empty() || !first_.ok()) {
+      batch.clear();
+      return;
+    }
+    const std::string name = kSavedTensorKinds[k] + tensor.local.name;
+    const int64_t g0 = batch.front().global;
+    const int64_t g1 = batch.back().global + batch.back().length;
+    if (batch.size() == 1) {
+      first_ = reader_.Read(name, g0, g1, out + (batch.front().local - b));
+    } else {
+      scratch_.resize(static_cast<size_t>(g1 - g0));
+      first_ = reader_.Read(name, g0, g1, scratch_.data());
+      for (const Piece& pc : batch) {
+        if (!first_.ok()) break;
+        std::memcpy(out + (pc.local - b), scratch_.data() + (pc.global - g0),
+                    static_cast<size_t>(pc.length) * sizeof(float));
+      }
+    }
+    batch.clear();
+  }
+
+  const CheckpointReader& reader_;
+  const ModelPartition& partition_;
+  Status first_ = Status::Ok();
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
+                          ParamShards& shards, bool with_optimizer) {
+  RETURN_IF_ERROR(CheckTensorsMatch(reader, DeclareParameters(partition.config()), with_optimizer));
+  LocalRangeReader read(reader, partition);
+  shards.Load(read.Fill(0));
+  RETURN_IF_ERROR(read.status());
   if (with_optimizer) {
-    const JsonValue* t = m.state.Find("adamw_step");
+    const JsonValue* t = reader.manifest().state.Find("adamw_step");
     if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
       return DataLoss(ManifestPath(reader.dir()) + ": state.adamw_step missing or not a count");
     }
-    shards.LoadMoments(fill(1), fill(2), t->as_int());
-    RETURN_IF_ERROR(first);
+    shards.LoadMoments(read.Fill(1), read.Fill(2), t->as_int());
+    RETURN_IF_ERROR(read.status());
   }
   return Status::Ok();
 }

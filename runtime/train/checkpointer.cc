@@ -162,6 +162,8 @@ void Checkpointer::RecordAttempt(int64_t step, CheckpointStatus status, const st
   if (Status s = sink_->Put(e); !s.ok()) Event("catalog_error", s.ToString());
 }
 
+// Save, in four steps: wait for (or skip) the save in flight, let rank 0 prepare the staging
+// directory, plan what this rank saves, then start the copy and the write in the background.
 Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& state,
                           const JsonValue& layout) {
   if (pending_) {
@@ -175,39 +177,59 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
   }
   const auto t_setup = Clock::now();
   ++stats_.saves;
-  // Rank 0 prepares the staging directory; everyone learns whether it could.
+  ASSIGN_OR_RETURN(const bool prepared, PrepareSave(step));
+  if (!prepared) return Status::Ok();
+
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->staging_dir = root_ + "/" + StagingDirName(step);
+  p->state = state;
+  p->layout = layout;
+  const size_t staging_bytes = PlanSegments(shards, *p);
+  if (tracker_ != nullptr && staging_bytes > staged_bytes_) {  // accounted here: one thread
+    const int64_t grow = static_cast<int64_t>(staging_bytes - staged_bytes_);
+    tracker_->OnReserve(MemoryKind::kCheckpointStaging, grow);
+    tracker_->OnUse(MemoryKind::kCheckpointStaging, grow);
+    staged_bytes_ = staging_bytes;
+  }
+  p->write_start = Clock::now();
+  StartCopyAndWrite(*p, staging_bytes);
+  p->stall_seconds = Since(t_setup);
+  stats_.stall_seconds += p->stall_seconds;
+  pending_ = std::move(p);
+  if (!config_.checkpoint.async) return Poll(/*block=*/true);
+  return Status::Ok();
+}
+
+// Rank 0 prepares the staging directory; everyone learns whether it could. False (after
+// counting the failure) when it could not; an error once max_failures saves failed in a row.
+Result<bool> Checkpointer::PrepareSave(int64_t step) {
   Status prep = Status::Ok();
   if (rank_ == 0) {
     prep = PrepareStaging(root_, step, fs_);
     if (prep.ok()) RecordAttempt(step, CheckpointStatus::kWriting, "");
   }
   ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
-  if (prepared[0] == 0.0) {
-    ++stats_.failed;
-    ++consecutive_failures_;
-    RecordAttempt(step, CheckpointStatus::kFailed, prep.ToString());
-    Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
-    if (consecutive_failures_ >= config_.checkpoint.max_failures) {
-      return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
-                     " consecutive saves failed (last: " + prep.ToString() + ")");
-    }
-    return Status::Ok();
+  if (prepared[0] != 0.0) return true;
+  ++stats_.failed;
+  ++consecutive_failures_;
+  RecordAttempt(step, CheckpointStatus::kFailed, prep.ToString());
+  Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
+  if (consecutive_failures_ >= config_.checkpoint.max_failures) {
+    return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
+                   " consecutive saves failed (last: " + prep.ToString() + ")");
   }
+  return false;
+}
 
-  // What this rank saves: its spans, param / m / v per parameter, laid out in the staging
-  // buffer. The copy itself runs on the writer thread, overlapping the next step's forward
-  // and backward; the next optimizer update waits for it (WaitForStateCopy) because it is
-  // the first thing that changes this state.
-  auto p = std::make_unique<Pending>();
-  p->step = step;
-  p->staging_dir = root_ + "/" + StagingDirName(step);
-  p->state = state;
-  p->layout = layout;
+// What this rank saves: its spans, param / m / v per parameter, laid out in the staging
+// buffer; returns the buffer's size. Tensor / pipeline parallel: each local piece is a run of
+// elements of one global tensor; only main replicas are saved (sharded_tensor.h: not tp rank >
+// 0's copy of a tensor every tp rank holds whole, not the last pipeline stage's copy of tied
+// embeddings) and the dp ranks' spans are disjoint, so the ranks' shares cover every tensor
+// exactly once.
+size_t Checkpointer::PlanSegments(ParamShards& shards, Pending& p) const {
   size_t off = 0;
-  // Tensor / pipeline parallel: each local piece is a run of elements of one global tensor;
-  // only main replicas are saved (sharded_tensor.h: not tp rank > 0's copy of a tensor every
-  // tp rank holds whole, not the last pipeline stage's copy of tied embeddings) and the dp
-  // ranks' spans are disjoint, so the ranks' shares cover every tensor exactly once.
   for (const auto& span : shards.SaveSpans()) {
     partition_->ForEachGlobalPiece(
         span.begin, span.end,
@@ -215,26 +237,23 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
           if (!param.tensor.IsMainReplica()) return;
           const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
           for (int k = 0; k < 3; ++k) {
-            p->segments.push_back({3 * param.global_index + k, global_begin,
-                                   global_begin + length, off, src[k] + (local - span.begin)});
+            p.segments.push_back({3 * param.global_index + k, global_begin,
+                                  global_begin + length, off, src[k] + (local - span.begin)});
             off += static_cast<size_t>(length) * sizeof(float);
           }
         });
   }
-  const size_t staging_bytes = off;
-  if (tracker_ != nullptr && staging_bytes > staged_bytes_) {  // accounted here: one thread
-    const int64_t grow = static_cast<int64_t>(staging_bytes - staged_bytes_);
-    tracker_->OnReserve(MemoryKind::kCheckpointStaging, grow);
-    tracker_->OnUse(MemoryKind::kCheckpointStaging, grow);
-    staged_bytes_ = staging_bytes;
-  }
+  return off;
+}
 
-  p->write_start = Clock::now();
-  Pending* raw = p.get();
-  // Two threads so that the disk is busy while the copy goes on: the copier fills the
-  // staging buffer segment by segment (and says when all of it is copied: the optimizer may
-  // then go on), the writer checksums and writes each segment as soon as it is copied.
-  p->copier = std::thread([this, raw, staging_bytes] {
+// The copy runs on its own thread, overlapping the next step's forward and backward; the next
+// optimizer update waits for it (WaitForStateCopy) because it is the first thing that changes
+// this state. Two threads so that the disk is busy while the copy goes on: the copier fills
+// the staging buffer segment by segment (and says when all of it is copied: the optimizer may
+// then go on), the writer checksums and writes each segment as soon as it is copied.
+void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
+  Pending* raw = &pending;
+  raw->copier = std::thread([this, raw, staging_bytes] {
     // Grown only when the state grows (zero-filled: the page faults are paid here, on this
     // thread, once), then reused across saves.
     if (staging_.size() < staging_bytes) staging_.resize(staging_bytes);
@@ -255,7 +274,7 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
     }
     raw->copied_cv.notify_all();
   });
-  p->thread = std::thread([this, raw] {
+  raw->thread = std::thread([this, raw] {
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
       for (size_t k = 0; k < raw->segments.size(); ++k) {
@@ -277,11 +296,6 @@ Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& st
     raw->write_seconds = Since(raw->write_start);
     raw->done.store(true, std::memory_order_release);
   });
-  p->stall_seconds = Since(t_setup);
-  stats_.stall_seconds += p->stall_seconds;
-  pending_ = std::move(p);
-  if (!config_.checkpoint.async) return Poll(/*block=*/true);
-  return Status::Ok();
 }
 
 void Checkpointer::WaitForStateCopy() {
@@ -308,6 +322,8 @@ Status Checkpointer::Poll(bool block) {
   return Complete();
 }
 
+// Complete, in four steps: gather every rank's outcome and shard record, refuse a non-finite
+// state, let rank 0 commit what every rank wrote, then account the verdict on every rank.
 Status Checkpointer::Complete() {
   // The commit runs on rank 0's training thread and the others wait for its verdict: all of
   // this is training stall.
@@ -319,94 +335,25 @@ Status Checkpointer::Complete() {
   } count_stall{stats_, t_complete};
   std::unique_ptr<Pending> p = std::move(pending_);
   const int64_t step = p->step;
-  // Each rank's outcome and shard record, flattened to doubles (all integers < 2^53):
-  // [ok, stall, write, bytes, nseg, (tensor, begin, end, offset, crc) x nseg].
-  // ok: 1 written, 0 failed, -1 refused because the state is non-finite.
-  const double ok = p->status.ok() ? 1.0 : p->status.code() == StatusCode::kNonFinite ? -1.0 : 0.0;
-  std::vector<double> mine = {ok, p->stall_seconds, p->write_seconds,
-                              static_cast<double>(p->record.bytes),
-                              static_cast<double>(p->record.segments.size())};
-  if (p->status.ok()) {
-    for (const SegmentRecord& s : p->record.segments) {
-      const auto it = tensor_index_.find(s.tensor);
-      const int index = it == tensor_index_.end() ? -1 : it->second;
-      mine.insert(mine.end(), {static_cast<double>(index), static_cast<double>(s.begin),
-                               static_cast<double>(s.end), static_cast<double>(s.offset),
-                               static_cast<double>(s.crc32c)});
-    }
-  } else if (rank_ != 0) {
-    std::fprintf(stderr, "tessera: rank %d: checkpoint step %lld: %s\n", rank_,
-                 static_cast<long long>(step), p->status.ToString().c_str());
-  }
+  std::vector<double> mine = EncodeOutcome(*p);
   ASSIGN_OR_RETURN(std::vector<double> lens, Gather({static_cast<double>(mine.size())}));
   const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
   mine.resize(width, 0.0);
   ASSIGN_OR_RETURN(std::vector<double> all, Gather(mine));
 
-  Status outcome = Status::Ok();
   std::vector<int> failed_ranks, nonfinite_ranks;
   for (int r = 0; r < ranks_; ++r) {
     if (all[r * width] != 1.0) failed_ranks.push_back(r);
     if (all[r * width] == -1.0) nonfinite_ranks.push_back(r);
   }
-  if (!nonfinite_ranks.empty()) {
-    // Not a failed save to retry: the state itself is poisoned. Nothing is committed (the
-    // newest committed checkpoint stays the newest, so retention cannot delete it) and the
-    // run stops.
-    std::string who;
-    for (int r : nonfinite_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    ++stats_.failed;
-    if (rank_ == 0) {
-      (void)AbandonStaging(root_, step, fs_);
-      RecordAttempt(step, CheckpointStatus::kFailed, "non-finite state");
-    }
-    const Status refused = NonFinite(
-        "checkpoint of step " + std::to_string(step) + " refused: rank(s) " + who +
-        " hold NaN/Inf parameters or optimizer state" +
-        (p->status.code() == StatusCode::kNonFinite ? " (" + p->status.message() + ")" : ""));
-    Event("save_refused", refused.message());
-    return refused;
-  }
+  if (!nonfinite_ranks.empty()) return RefuseNonFinite(*p, nonfinite_ranks);
+  Status outcome = Status::Ok();
   if (!failed_ranks.empty()) {
-    std::string who;
-    for (int r : failed_ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    outcome = p->status.ok() ? IoError("shard write failed on rank(s) " + who + " (see their messages)")
+    outcome = p->status.ok() ? IoError("shard write failed on rank(s) " + RankList(failed_ranks) +
+                                       " (see their messages)")
                              : p->status;
   } else if (rank_ == 0) {
-    std::vector<ShardRecord> shards;
-    double stall = 0, write = 0;
-    for (int r = 0; r < ranks_; ++r) {
-      const double* v = all.data() + r * width;
-      stall = std::max(stall, v[1]);
-      write = std::max(write, v[2]);
-      ShardRecord rec;
-      rec.rank = r;
-      rec.file = ShardFileName(r);
-      rec.bytes = static_cast<uint64_t>(v[3]);
-      const int64_t nseg = static_cast<int64_t>(v[4]);
-      for (int64_t k = 0; k < nseg; ++k) {
-        const double* s = v + 5 + 5 * k;
-        const int index = static_cast<int>(s[0]);
-        if (index < 0) {
-          outcome = Internal("shard " + std::to_string(r) + ": a segment of unknown tensor");
-          break;
-        }
-        rec.segments.push_back({kSavedTensorKinds[index % 3] + decls_[index / 3].name,
-                                static_cast<int64_t>(s[1]), static_cast<int64_t>(s[2]),
-                                static_cast<uint64_t>(s[3]), static_cast<uint32_t>(s[4])});
-      }
-      shards.push_back(std::move(rec));
-    }
-    if (outcome.ok()) {
-      Manifest m;
-      m.step = step;
-      m.shards = std::move(shards);
-      m.state = p->state;
-      m.layout = p->layout;
-      m.stall_seconds = stall;
-      m.write_seconds = write;
-      outcome = Commit(std::move(m));
-    }
+    outcome = CommitGathered(*p, all, width);
   }
   // Rank 0's verdict for everyone (a failed commit counts like a failed write).
   ASSIGN_OR_RETURN(std::vector<double> verdict, Gather({outcome.ok() ? 1.0 : 0.0}));
@@ -416,6 +363,92 @@ Status Checkpointer::Complete() {
     stats_.last_committed_step = step;
     return Status::Ok();
   }
+  return CountFailedSave(step, outcome);
+}
+
+// This rank's outcome and shard record, flattened to doubles (all integers < 2^53):
+// [ok, stall, write, bytes, nseg, (tensor, begin, end, offset, crc) x nseg].
+// ok: 1 written, 0 failed, -1 refused because the state is non-finite.
+std::vector<double> Checkpointer::EncodeOutcome(const Pending& p) const {
+  const double ok = p.status.ok() ? 1.0 : p.status.code() == StatusCode::kNonFinite ? -1.0 : 0.0;
+  std::vector<double> mine = {ok, p.stall_seconds, p.write_seconds,
+                              static_cast<double>(p.record.bytes),
+                              static_cast<double>(p.record.segments.size())};
+  if (p.status.ok()) {
+    for (const SegmentRecord& s : p.record.segments) {
+      const auto it = tensor_index_.find(s.tensor);
+      const int index = it == tensor_index_.end() ? -1 : it->second;
+      mine.insert(mine.end(), {static_cast<double>(index), static_cast<double>(s.begin),
+                               static_cast<double>(s.end), static_cast<double>(s.offset),
+                               static_cast<double>(s.crc32c)});
+    }
+  } else if (rank_ != 0) {
+    std::fprintf(stderr, "tessera: rank %d: checkpoint step %lld: %s\n", rank_,
+                 static_cast<long long>(p.step), p.status.ToString().c_str());
+  }
+  return mine;
+}
+
+std::string Checkpointer::RankList(const std::vector<int>& ranks) {
+  std::string who;
+  for (int r : ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+  return who;
+}
+
+// Not a failed save to retry: the state itself is poisoned. Nothing is committed (the newest
+// committed checkpoint stays the newest, so retention cannot delete it) and the run stops.
+Status Checkpointer::RefuseNonFinite(const Pending& p, const std::vector<int>& ranks) {
+  ++stats_.failed;
+  if (rank_ == 0) {
+    (void)AbandonStaging(root_, p.step, fs_);
+    RecordAttempt(p.step, CheckpointStatus::kFailed, "non-finite state");
+  }
+  const Status refused = NonFinite(
+      "checkpoint of step " + std::to_string(p.step) + " refused: rank(s) " + RankList(ranks) +
+      " hold NaN/Inf parameters or optimizer state" +
+      (p.status.code() == StatusCode::kNonFinite ? " (" + p.status.message() + ")" : ""));
+  Event("save_refused", refused.message());
+  return refused;
+}
+
+// Rank 0, every rank's shard written: decode the gathered records (EncodeOutcome's layout,
+// `width` doubles per rank) into the manifest's shards and commit.
+Status Checkpointer::CommitGathered(const Pending& p, const std::vector<double>& all,
+                                    size_t width) {
+  std::vector<ShardRecord> shards;
+  double stall = 0, write = 0;
+  for (int r = 0; r < ranks_; ++r) {
+    const double* v = all.data() + r * width;
+    stall = std::max(stall, v[1]);
+    write = std::max(write, v[2]);
+    ShardRecord rec;
+    rec.rank = r;
+    rec.file = ShardFileName(r);
+    rec.bytes = static_cast<uint64_t>(v[3]);
+    const int64_t nseg = static_cast<int64_t>(v[4]);
+    for (int64_t k = 0; k < nseg; ++k) {
+      const double* s = v + 5 + 5 * k;
+      const int index = static_cast<int>(s[0]);
+      if (index < 0) return Internal("shard " + std::to_string(r) + ": a segment of unknown tensor");
+      rec.segments.push_back({kSavedTensorKinds[index % 3] + decls_[index / 3].name,
+                              static_cast<int64_t>(s[1]), static_cast<int64_t>(s[2]),
+                              static_cast<uint64_t>(s[3]), static_cast<uint32_t>(s[4])});
+    }
+    shards.push_back(std::move(rec));
+  }
+  Manifest m;
+  m.step = p.step;
+  m.shards = std::move(shards);
+  m.state = p.state;
+  m.layout = p.layout;
+  m.stall_seconds = stall;
+  m.write_seconds = write;
+  return Commit(std::move(m));
+}
+
+// Every rank, after a save that did not commit: count it, let rank 0 clean up and record it;
+// an error once max_failures saves failed in a row, else training goes on.
+Status Checkpointer::CountFailedSave(int64_t step, const Status& outcome) {
   ++stats_.failed;
   ++consecutive_failures_;
   if (rank_ == 0) {

@@ -147,7 +147,17 @@ class Checkpointer {
   struct Pending;
   Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
                MemoryTracker* tracker);
+  // Save's steps (the .cc says what each does).
+  Result<bool> PrepareSave(int64_t step);
+  size_t PlanSegments(ParamShards& shards, Pending& p) const;
+  void StartCopyAndWrite(Pending& p, size_t staging_bytes);
   Status Complete();  // all writers done: gather records, commit on rank 0, account
+  // Complete's steps.
+  std::vector<double> EncodeOutcome(const Pending& p) const;
+  Status RefuseNonFinite(const Pending& p, const std::vector<int>& ranks);
+  Status CommitGathered(const Pending& p, const std::vector<double>& all, size_t width);
+  Status CountFailedSave(int64_t step, const Status& outcome);
+  static std::string RankList(const std::vector<int>& ranks);  // "0, 2"
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   // The candidates of a search for the newest usable checkpoint (checkpoint_load.cc).

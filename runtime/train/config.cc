@@ -220,8 +220,10 @@ Status ReadConfig(YamlContext* ctx, const YamlNode& root, Config* cfg) {
 
 std::string N(int64_t v) { return std::to_string(v); }
 
-// Constraints between keys, each reported at the most specific key the config set.
-Status CheckCrossField(const YamlContext& ctx, const Config& c) {
+// Constraints between keys, each reported at the most specific key the config set. In four
+// groups: the model and its data, the parallel layout, mixed precision, and the run's keys.
+
+Status CheckModelAndData(const YamlContext& ctx, const Config& c) {
   const ModelConfig& m = c.model;
   if (std::optional<ModelConfigProblem> p = m.Check()) {
     return ctx.CrossFieldError(p->keys, p->problem);
@@ -257,6 +259,10 @@ Status CheckCrossField(const YamlContext& ctx, const Config& c) {
                                      N(c.train.seq_len) + " (needs seq_len + 1)");
     }
   }
+  return Status::Ok();
+}
+
+Status CheckParallel(const YamlContext& ctx, const Config& c) {
   // Expert parallelism is not built yet: refused here, before any rank does work, rather than
   // silently trained as something else.
   const ParallelConfig& par = c.parallel;
@@ -308,6 +314,13 @@ Status CheckCrossField(const YamlContext& ctx, const Config& c) {
                                "but dp=1: with one rank there is nothing to partition (use zero "
                                "0, or set parallel.dp and launch that many ranks)");
   }
+  if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
+    return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");
+  }
+  return Status::Ok();
+}
+
+Status CheckMixedPrecision(const YamlContext& ctx, const Config& c) {
   // Loss scales are powers of two so that multiplying the loss by one and the gradients by
   // its inverse is exact (only the exponent changes).
   const MixedPrecisionConfig& mp = c.mixed_precision;
@@ -327,9 +340,10 @@ Status CheckCrossField(const YamlContext& ctx, const Config& c) {
                                "min_scale=" + FormatYamlFloat(mp.min_scale) +
                                    " exceeds initial_scale=" + FormatYamlFloat(mp.initial_scale));
   }
-  if (static_cast<int64_t>(par.dp) * par.tp * par.pp * par.ep > kMaxRanks) {
-    return ctx.CrossFieldError({"parallel.dp"}, "dp*tp*pp*ep exceeds " + N(kMaxRanks) + " ranks");
-  }
+  return Status::Ok();
+}
+
+Status CheckRun(const YamlContext& ctx, const Config& c) {
   if (c.resume == ResumeMode::kAuto && c.checkpoint.dir.empty()) {
     return ctx.CrossFieldError({"resume", "checkpoint.dir"},
                                "resume=auto needs checkpoint.dir (where to look for checkpoints)");
@@ -380,7 +394,10 @@ Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
   Config cfg;
   cfg.path = path;
   RETURN_IF_ERROR(ReadConfig(&ctx, root, &cfg));
-  RETURN_IF_ERROR(CheckCrossField(ctx, cfg));
+  RETURN_IF_ERROR(CheckModelAndData(ctx, cfg));
+  RETURN_IF_ERROR(CheckParallel(ctx, cfg));
+  RETURN_IF_ERROR(CheckMixedPrecision(ctx, cfg));
+  RETURN_IF_ERROR(CheckRun(ctx, cfg));
   cfg.resolved_yaml = EmitResolvedYaml(cfg, overrides);
   return cfg;
 }

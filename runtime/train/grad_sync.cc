@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/kernels/cpu/convert.h"
 #include "runtime/core/check.h"
+#include "runtime/kernels/cpu_backend.h"
 
 namespace tessera {
 namespace {
@@ -29,12 +29,19 @@ Status WaitAll(std::vector<std::unique_ptr<Work>>& work) {
 // ---- BucketedAllReduce ------------------------------------------------------------------------
 
 BucketedAllReduce::BucketedAllReduce(Communicator* comm, float* grads, int64_t n,
-                                     int64_t bucket_elems, DType wire, MemoryTracker* tracker)
-    : comm_(comm), grads_(grads), n_(n), bucket_(std::max<int64_t>(1, bucket_elems)), wire_(wire) {
+                                     int64_t bucket_elems, DType wire, MemoryTracker* tracker,
+                                     Backend* backend)
+    : comm_(comm),
+      backend_(backend != nullptr ? backend : &CpuReferenceBackend()),
+      grads_(grads),
+      n_(n),
+      bucket_(std::max<int64_t>(1, bucket_elems)),
+      wire_(wire) {
   TESSERA_CHECK(comm_ != nullptr && n_ >= 0);
   if (wire_ != DType::kF32) {
-    staging_arena_ = Arena(MemoryKind::kGradients, static_cast<size_t>(n) * DTypeSize(wire) +
-                                                       Arena::kAlignment, tracker);
+    staging_arena_ = backend_->MakeArena(
+        MemoryKind::kGradients, static_cast<size_t>(n) * DTypeSize(wire) + Arena::kAlignment,
+        tracker);
     staging_ = staging_arena_.Allocate(wire_, {n});
   }
   const int64_t buckets = (n_ + bucket_ - 1) / bucket_;
@@ -60,7 +67,7 @@ void BucketedAllReduce::Launch(int64_t k) {
     return;
   }
   char* stage = static_cast<char*>(staging_.data()) + b * DTypeSize(wire_);
-  cpu::ConvertFromF32(wire_, grads_ + b, stage, e - b);
+  backend_->ConvertFromF32(wire_, grads_ + b, stage, e - b);
   Tensor view(stage, wire_, {e - b});
   work_[k] = comm_->AllReduce(view, ReduceOp::kSum, ReduceOrder::kRankOrder);
 }
@@ -87,7 +94,7 @@ Status BucketedAllReduce::Finish() {
   // and the rest go in bucket order.
   for (int64_t k = 0; k < num_buckets(); ++k) Launch(k);
   RETURN_IF_ERROR(WaitAll(work_));
-  if (wire_ != DType::kF32) cpu::ConvertToF32(wire_, staging_.data(), grads_, n_);
+  if (wire_ != DType::kF32) backend_->ConvertToF32(wire_, staging_.data(), grads_, n_);
   return Status::Ok();
 }
 

@@ -20,6 +20,7 @@
 #include "comm/communicator.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
+#include "runtime/kernels/backend.h"
 
 namespace tessera {
 
@@ -33,8 +34,11 @@ namespace tessera {
 // converted back in Finish.
 class BucketedAllReduce {
  public:
+  // `backend` (null: the CPU reference) owns the grads' memory: it converts to and from the
+  // wire type and provides the staging arena.
   BucketedAllReduce(Communicator* comm, float* grads, int64_t n, int64_t bucket_elems,
-                    DType wire = DType::kF32, MemoryTracker* tracker = nullptr);
+                    DType wire = DType::kF32, MemoryTracker* tracker = nullptr,
+                    Backend* backend = nullptr);
 
   // Starts a step: no bucket covered or launched.
   void Begin();
@@ -54,6 +58,7 @@ class BucketedAllReduce {
   int64_t BucketEnd(int64_t k) const { return n_ - k * bucket_; }
 
   Communicator* comm_;
+  Backend* backend_;
   float* grads_;
   int64_t n_;
   int64_t bucket_;

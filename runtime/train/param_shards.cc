@@ -10,8 +10,7 @@
 
 #include "optimizer/grad_clip.h"
 #include "runtime/core/check.h"
-#include "runtime/kernels/cpu/convert.h"
-#include "runtime/kernels/cpu/ops.h"
+#include "runtime/kernels/cpu_backend.h"
 
 namespace tessera {
 
@@ -38,7 +37,11 @@ struct ParamShards::Slot {
 
 ParamShards::ParamShards(const ParamShardsOptions& options, ShardLayout layout, Communicator* dp,
                          MemoryTracker* tracker)
-    : options_(options), layout_(std::move(layout)), dp_(dp), tracker_(tracker) {}
+    : options_(options),
+      layout_(std::move(layout)),
+      dp_(dp),
+      tracker_(tracker),
+      backend_(options.backend != nullptr ? options.backend : &CpuReferenceBackend()) {}
 
 ParamShards::~ParamShards() {
   // Outstanding operations write into our buffers: wait for them (bounded) before the arenas
@@ -67,42 +70,55 @@ Result<std::unique_ptr<ParamShards>> ParamShards::Create(const ParamShardsOption
 
 Tensor ParamShards::Reserve(MemoryKind kind, DType dtype, int64_t n) {
   n = std::max<int64_t>(n, 1);
-  arenas_.emplace_back(kind, static_cast<size_t>(n) * DTypeSize(dtype) + Arena::kAlignment,
-                       tracker_);
+  arenas_.push_back(backend_->MakeArena(
+      kind, static_cast<size_t>(n) * DTypeSize(dtype) + Arena::kAlignment, tracker_));
   Tensor t = arenas_.back().Allocate(dtype, {n});
-  std::memset(t.data(), 0, t.nbytes());  // padding must read as zero
+  backend_->Zero(t.data(), t.nbytes());  // padding must read as zero
   return t;
 }
 
+// Init, in three steps: check that this rank's share fits in memory, reserve the state
+// buffers (parameters, gradients, optimizer, all-gather staging), reserve the unit slots.
 Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges) {
-  const int64_t n = layout_.num_params(), S = layout_.packed_size();
   const int U = layout_.num_units();
   rank_ = dp_ != nullptr ? dp_->rank() : 0;
   ranks_ = dp_ != nullptr ? dp_->size() : 1;
   zero_ = layout_.ranks() > 1 ? options_.zero : 0;
   low_ = options_.param_dtype != DType::kF32;
-  const DType pdt = options_.param_dtype, rdt = options_.reduce_dtype;
-  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
   if (U < 3) return InvalidArgument("param shards: a model has at least 3 units, got " + std::to_string(U));
+  RETURN_IF_ERROR(CheckFitsInMemory());
+  const int lrank = layout_.ranks() > 1 ? rank_ : 0;
+  optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
+  ReserveStateBuffers();
+  ReserveSlots();
+  grads_of_.assign(static_cast<size_t>(U), nullptr);
+  return Status::Ok();
+}
 
-  // This rank's share, before any of it is reserved: an absurd model gets a message, not an
-  // allocation failure. Unit buffers (a few units) and activations (the model's own check)
-  // come on top.
+// This rank's share, before any of it is reserved: an absurd model gets a message, not an
+// allocation failure. Unit buffers (a few units) and activations (the model's own check) come
+// on top.
+Status ParamShards::CheckFitsInMemory() const {
+  const int64_t n = layout_.num_params(), S = layout_.packed_size();
+  const DType pdt = options_.param_dtype;
   const double P = static_cast<double>(zero_ == 3 ? S : n) * DTypeSize(pdt);
   const double G = zero_ <= 1 ? 4.0 * n : 4.0 * S;
   const double O = static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (P + G + O > ram) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "parameters, gradients and optimizer state need %.1f GiB on each rank (zero %d "
-                  "over %d ranks, parameters %s) but this machine has %.1f GiB: use a smaller "
-                  "model, more data-parallel ranks or a higher parallel.zero",
-                  (P + G + O) / 1073741824.0, zero_, ranks_,
-                  std::string(DTypeName(pdt)).c_str(), ram / 1073741824.0);
-    return InvalidArgument(buf);
-  }
-  optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
+  if (P + G + O <= ram) return Status::Ok();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "parameters, gradients and optimizer state need %.1f GiB on each rank (zero %d "
+                "over %d ranks, parameters %s) but this machine has %.1f GiB: use a smaller "
+                "model, more data-parallel ranks or a higher parallel.zero",
+                (P + G + O) / 1073741824.0, zero_, ranks_, std::string(DTypeName(pdt)).c_str(),
+                ram / 1073741824.0);
+  return InvalidArgument(buf);
+}
+
+void ParamShards::ReserveStateBuffers() {
+  const int64_t n = layout_.num_params(), S = layout_.packed_size();
+  const DType pdt = options_.param_dtype, rdt = options_.reduce_dtype;
   if (zero_ == 3) {
     shard_ = Reserve(MemoryKind::kParameters, pdt, S);
   } else {
@@ -111,30 +127,33 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   if (zero_ <= 1) {
     main_grads_ = Reserve(MemoryKind::kGradients, DType::kF32, n);
     if (ranks_ > 1) {
-      all_reduce_ = std::make_unique<BucketedAllReduce>(dp_, main_grads_.f32(), n,
-                                                        options_.bucket_elems, rdt, tracker_);
+      all_reduce_ = std::make_unique<BucketedAllReduce>(
+          dp_, main_grads_.f32(), n, options_.bucket_elems, rdt, tracker_, backend_);
     }
   } else {
     part_grads_ = Reserve(MemoryKind::kGradients, DType::kF32, S);
   }
   if (zero_ == 1 || zero_ == 2) {
     int64_t max_piece = 0;
-    for (int u = 0; u < U; ++u) max_piece = std::max(max_piece, layout_.piece_size(u));
+    for (int u = 0; u < layout_.num_units(); ++u) max_piece = std::max(max_piece, layout_.piece_size(u));
     // All-gather chunks: about one gradient bucket received per collective.
     ag_chunk_ = std::clamp<int64_t>(options_.bucket_elems / ranks_, 1, max_piece);
     ag_send_ = Reserve(MemoryKind::kUnitBuffers, pdt, ag_chunk_);
     ag_recv_ = Reserve(MemoryKind::kUnitBuffers, pdt, ranks_ * ag_chunk_);
   }
+}
 
-  // Slot capacities, over the units that map to each slot: `padded` is a whole unit's padded
-  // pieces (ranks * P_u: what an all-gather or reduce-scatter of it spans), `unit` its real
-  // size, `piece` one piece.
+// Slot capacities, over the units that map to each slot: `padded` is a whole unit's padded
+// pieces (ranks * P_u: what an all-gather or reduce-scatter of it spans), `unit` its real size,
+// `piece` one piece.
+void ParamShards::ReserveSlots() {
+  const DType pdt = options_.param_dtype, rdt = options_.reduce_dtype;
   const bool param_slots = zero_ == 3 || low_;
   const bool grad_slots = zero_ >= 2 || options_.grad_accum_steps > 1;
   const bool accum = options_.grad_accum_steps > 1;
   for (int k = 0; k < 4; ++k) {
     int64_t padded = 0, unit = 0, piece = 0;
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < layout_.num_units(); ++u) {
       if (SlotOf(u) != k) continue;
       padded = std::max(padded, ranks_ * layout_.piece_size(u));
       unit = std::max(unit, layout_.unit_size(u));
@@ -160,8 +179,6 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
     }
     slots_.push_back(std::move(slot));
   }
-  grads_of_.assign(static_cast<size_t>(U), nullptr);
-  return Status::Ok();
 }
 
 // Embeddings (and a pipeline stage's copy of them) and the final unit have slots of their own
@@ -220,7 +237,7 @@ void ParamShards::Load(const Fill& fill) {
       }
       tmp.resize(static_cast<size_t>(e - b));
       fill(b, e, tmp.data());
-      cpu::ConvertFromF32(pdt, tmp.data(), Storage(b), e - b);
+      backend_->ConvertFromF32(pdt, tmp.data(), Storage(b), e - b);
     }
   }
   if (!low_ && zero_ < 3) return;
@@ -231,7 +248,7 @@ void ParamShards::Load(const Fill& fill) {
     float* dst = low_ ? optimizer_->master(u) : reinterpret_cast<float*>(ShardStorage(u));
     std::memset(dst, 0, static_cast<size_t>(P) * sizeof(float));
     if (real > 0) fill(b, b + real, dst);
-    if (low_ && zero_ == 3) cpu::ConvertFromF32(pdt, dst, ShardStorage(u), P);
+    if (low_ && zero_ == 3) backend_->ConvertFromF32(pdt, dst, ShardStorage(u), P);
   }
 }
 
@@ -275,7 +292,7 @@ const float* ParamShards::Acquire(int unit) {
     }
     // A gathered unit is its pieces in rank order, i.e. the unit's elements in order.
     const void* src = zero_ == 3 ? s.gathered.data() : Storage(layout_.unit_begin(unit));
-    if (low_) cpu::ConvertToF32(options_.param_dtype, src, s.values.f32(), layout_.unit_size(unit));
+    if (low_) backend_->ConvertToF32(options_.param_dtype, src, s.values.f32(), layout_.unit_size(unit));
     s.ready = true;
   }
   return s.values.f32();
@@ -314,9 +331,9 @@ void ParamShards::GradsDone(int unit) {
   TESSERA_CHECK_MSG(g != nullptr, "GradsDone(%d) without Grads", unit);
   const int64_t b = layout_.unit_begin(unit), e = layout_.unit_end(unit);
   // What a GPU would have stored: the micro-batch's gradients in the parameter type.
-  if (low_) cpu::RoundTo(options_.param_dtype, g, e - b);
+  if (low_) backend_->Round(options_.param_dtype, g, e - b);
   if (zero_ <= 1) {
-    if (micro_ > 0) cpu::AddInPlace(main_grads_.f32() + b, g, e - b);
+    if (micro_ > 0) backend_->AddInPlace(main_grads_.f32() + b, g, e - b);
     if (all_reduce_ && micro_ == options_.grad_accum_steps - 1) all_reduce_->OnReady(b, e);
     return;
   }
@@ -329,7 +346,7 @@ void ParamShards::LaunchReduceScatter(int unit, float* grads) {
   const DType rdt = options_.reduce_dtype;
   Tensor in(grads, DType::kF32, {ranks_ * P});
   if (rdt != DType::kF32) {
-    cpu::ConvertFromF32(rdt, grads, s.wire.data(), ranks_ * P);
+    backend_->ConvertFromF32(rdt, grads, s.wire.data(), ranks_ * P);
     in = Tensor(s.wire.data(), rdt, {ranks_ * P});
   }
   s.rs_direct = rdt == DType::kF32 && micro_ == 0;
@@ -352,12 +369,12 @@ void ParamShards::CompleteReduceScatter(Slot& s) {
   float* dst = part_grads_.f32() + layout_.packed_offset(s.rs_unit);
   const DType rdt = options_.reduce_dtype;
   if (rdt == DType::kF32) {
-    cpu::AddInPlace(dst, s.piece.f32(), P);  // a later micro-batch
+    backend_->AddInPlace(dst, s.piece.f32(), P);  // a later micro-batch
   } else if (s.rs_micro == 0) {
-    cpu::ConvertToF32(rdt, s.piece.data(), dst, P);
+    backend_->ConvertToF32(rdt, s.piece.data(), dst, P);
   } else {
-    cpu::ConvertToF32(rdt, s.piece.data(), s.piece_f32.f32(), P);
-    cpu::AddInPlace(dst, s.piece_f32.f32(), P);
+    backend_->ConvertToF32(rdt, s.piece.data(), s.piece_f32.f32(), P);
+    backend_->AddInPlace(dst, s.piece_f32.f32(), P);
   }
 }
 
@@ -469,7 +486,7 @@ Status ParamShards::Step(float lr, float grad_scale) {
       const int64_t real = layout_.piece_real(u, lrank);
       if (real == 0) continue;
       char* dst = zero_ == 3 ? ShardStorage(u) : Storage(layout_.piece_begin(u, lrank));
-      cpu::ConvertFromF32(pdt, optimizer_->master(u), dst, real);
+      backend_->ConvertFromF32(pdt, optimizer_->master(u), dst, real);
     }
   }
   for (auto& s : slots_) s->ready = false, s->unit = -1;

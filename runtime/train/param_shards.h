@@ -54,6 +54,7 @@
 #include "optimizer/zero.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/status.h"
+#include "runtime/kernels/backend.h"
 #include "runtime/train/grad_sync.h"
 
 namespace tessera {
@@ -69,6 +70,9 @@ struct ParamShardsOptions {
   // stage's copy of tied embeddings (the first unit of its last chunk). They get the
   // embedding slot, not a block slot a block would reuse.
   std::vector<int> embedding_units;
+  // The compute backend whose device holds this state: it provides the arenas and converts
+  // and adds the buffers (dtype conversions, gradient accumulation). Null: the CPU reference.
+  Backend* backend = nullptr;
 };
 
 class ParamShards final : public ParamStore {
@@ -156,6 +160,9 @@ class ParamShards final : public ParamStore {
   ParamShards(const ParamShardsOptions& options, ShardLayout layout, Communicator* dp,
               MemoryTracker* tracker);
   Status Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges);
+  Status CheckFitsInMemory() const;  // Init's steps
+  void ReserveStateBuffers();
+  void ReserveSlots();
   Tensor Reserve(MemoryKind kind, DType dtype, int64_t n);
   int SlotOf(int unit) const;
   void Fail(const Status& s);
@@ -176,6 +183,7 @@ class ParamShards final : public ParamStore {
   int zero_ = 0;      // effective stage: 0 when dp == 1
   bool low_ = false;  // parameters stored in a low-precision type
   MemoryTracker* tracker_;
+  Backend* backend_;  // options_.backend, or the CPU reference
   std::vector<Arena> arenas_;  // one per reserved buffer
   std::unique_ptr<ShardedAdamW> optimizer_;
 

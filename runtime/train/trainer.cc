@@ -210,6 +210,11 @@ Status Trainer::SetUpParameters() {
   // fits before reserving it; Transformer::Create then checks the activations.
   // This rank's share of the model (tensor parallelism, pipeline chunks: models/partition.h,
   // rank_layout.h; else all of it).
+  // The compute backend first: the parameter state lives in its device's memory.
+  ComputeBackendChoice compute = ChooseComputeBackend(o.param_dtype);
+  backend_ = std::move(compute.backend);
+  compute_ = std::move(compute.description);
+  o.backend = backend_.get();
   ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
   partition_.emplace(std::move(partition));
   for (size_t k = 1; k < partition_->chunks().size(); ++k) {
@@ -224,9 +229,6 @@ Status Trainer::SetUpParameters() {
     mo.store = phase_store_.get();
   }
   mo.activation_dtype = o.param_dtype;
-  ComputeBackendChoice compute = ChooseComputeBackend(mo.activation_dtype);
-  backend_ = std::move(compute.backend);
-  compute_ = std::move(compute.description);
   mo.backend = backend_.get();
   mo.tp = tp_;
   mo.sequence_parallel = c.parallel.sequence_parallel;

@@ -183,7 +183,7 @@ TEST(PartitionTest, TpOneIsTheGlobalLayout) {
       const ParamDecl& d = decls[i];
       EXPECT_EQ(q.local.name, d.name);
       EXPECT_EQ(q.local.shape, d.shape) << d.name;
-      EXPECT_EQ(q.global_shape, d.shape) << d.name;
+      EXPECT_EQ(q.global_shape(), d.shape) << d.name;
       EXPECT_EQ(q.local.kind, d.kind) << d.name;
       EXPECT_EQ(q.local.hf_transposed, d.hf_transposed) << d.name;
       EXPECT_EQ(q.local.init, d.init) << d.name;
@@ -231,7 +231,7 @@ TEST(PartitionTest, LayoutSplitsAndUnits) {
           const TpParam& q = p.params()[i];
           const ParamDecl& d = decls[i];
           EXPECT_EQ(q.local.name, d.name);
-          EXPECT_EQ(q.split, ExpectedSplit(d.name)) << d.name;
+          EXPECT_EQ(q.split(), ExpectedSplit(d.name)) << d.name;
           EXPECT_EQ(q.local.shape, ExpectedLocalShape(cs.config, d.name, d.shape, t)) << d.name;
           EXPECT_EQ(q.local.kind, d.kind);
           EXPECT_EQ(q.local.init, d.init);
@@ -287,14 +287,14 @@ TEST(PartitionTest, SegmentsCoverEveryGlobalElementOnce) {
             ASSERT_GT(s.length, 0);
             ASSERT_GE(s.local_begin, prev_end) << q.local.name;  // sorted, disjoint
             ASSERT_LE(s.local_begin + s.length, q.local.shape.numel());
-            ASSERT_LE(s.global_begin + s.length, q.global_shape.numel());
+            ASSERT_LE(s.global_begin + s.length, q.global_shape().numel());
             prev_end = s.local_begin + s.length;
             covered += s.length;
             for (int64_t k = 0; k < s.length; ++k) ++counts[q.global_offset + s.global_begin + k];
           }
           // Everything but vocabulary padding rows is mapped.
           int64_t padding = 0;
-          if (q.split == TpSplit::kVocab) {
+          if (q.split() == TpSplit::kVocab) {
             const int64_t vp = p.vocab_per_rank(), first = r * vp;
             const int64_t real =
                 std::max<int64_t>(0, std::min(cs.config.vocab_size, first + vp) - first);
@@ -328,7 +328,7 @@ TEST(PartitionTest, LocalValuesAreMegatronSlices) {
         const std::vector<float> l = LocalInit(p, 11);
         for (const TpParam& q : p.params()) {
           for (int64_t e = 0; e < q.local.shape.numel(); ++e) {
-            const int64_t ge = MegatronGlobal(cs.config, q.local.name, q.global_shape, t, r, e);
+            const int64_t ge = MegatronGlobal(cs.config, q.local.name, q.global_shape(), t, r, e);
             const float got = l[q.local_offset + e];
             if (ge < 0) {
               ASSERT_EQ(Bits(got), 0u) << q.local.name << " padding element " << e;
@@ -339,7 +339,7 @@ TEST(PartitionTest, LocalValuesAreMegatronSlices) {
           // The segments agree with the same arithmetic.
           for (const TpSegment& s : q.segments) {
             for (int64_t k = 0; k < s.length; ++k) {
-              ASSERT_EQ(MegatronGlobal(cs.config, q.local.name, q.global_shape, t, r,
+              ASSERT_EQ(MegatronGlobal(cs.config, q.local.name, q.global_shape(), t, r,
                                        s.local_begin + k),
                         s.global_begin + k)
                   << q.local.name;
@@ -393,7 +393,7 @@ TEST(PartitionTest, PiecesReassembleTheGlobalInit) {
           next = local_flat + length;
           ASSERT_GE(local_flat, q.local_offset);
           ASSERT_LE(local_flat + length, q.local_offset + q.local.shape.numel());
-          ASSERT_LE(global_begin + length, q.global_shape.numel());
+          ASSERT_LE(global_begin + length, q.global_shape().numel());
           EXPECT_EQ(0, std::memcmp(&l[local_flat], &g[q.global_offset + global_begin],
                                    length * sizeof(float)))
               << q.local.name;
@@ -473,7 +473,7 @@ TEST(PartitionTest, SubRangePiecesStartAndEndMidTensor) {
             const int64_t at = param.local_offset + i;
             if (at < b || at >= e) continue;
             want[at - b] = {param.local.name, MegatronGlobal(cs.config, param.local.name,
-                                                             param.global_shape, t, t - 1, i)};
+                                                             param.global_shape(), t, t - 1, i)};
           }
         }
         std::vector<std::pair<std::string, int64_t>> got(e - b, {"", -1});
@@ -578,7 +578,7 @@ TEST(PartitionTest, DuplicateRangesAreTheReplicatedTensorsOfRanksAboveZero) {
           std::fill(dup.begin() + b, dup.begin() + e, 1);
         }
         for (const TpParam& param : q.params()) {
-          const char want_dup = param.split == TpSplit::kReplicated ? 1 : 0;
+          const char want_dup = param.split() == TpSplit::kReplicated ? 1 : 0;
           for (int64_t i = 0; i < param.local.shape.numel(); ++i) {
             ASSERT_EQ(dup[param.local_offset + i], want_dup) << cs.name << " " << param.local.name;
           }
@@ -602,9 +602,9 @@ TEST(PartitionTest, EachParameterStatesItsSliceAsAShardedTensorWhoseRunsAreItsSe
           const ShardedTensor& st = param.tensor;
           ASSERT_TRUE(st.Validate().ok()) << st.Validate().ToString();
           EXPECT_EQ(st.name, param.local.name);
-          EXPECT_EQ(st.global_shape, param.global_shape) << st.name;
+          EXPECT_EQ(st.global_shape, param.global_shape()) << st.name;
           EXPECT_EQ(st.local_shape, param.local.shape) << st.name;
-          EXPECT_EQ(st.split_group, param.split == TpSplit::kReplicated ? ShardGroup::kNone
+          EXPECT_EQ(st.split_group, param.split() == TpSplit::kReplicated ? ShardGroup::kNone
                                                                          : ShardGroup::kTp)
               << st.name;
           std::vector<TpSegment> runs;
@@ -761,12 +761,12 @@ void ExpectChunkedLayout(const ModelPartition& p) {
       EXPECT_EQ(q.local.name, d.name);
       EXPECT_EQ(q.global_index, static_cast<int>(i)) << d.name;
       EXPECT_EQ(q.global_offset, global_offsets[i]) << d.name;
-      EXPECT_EQ(q.global_shape, d.shape) << d.name;
+      EXPECT_EQ(q.global_shape(), d.shape) << d.name;
       EXPECT_EQ(q.local.shape, ExpectedLocalShape(c, d.name, d.shape, t)) << d.name;
-      EXPECT_EQ(q.split, ExpectedSplit(d.name)) << d.name;
+      EXPECT_EQ(q.split(), ExpectedSplit(d.name)) << d.name;
       EXPECT_EQ(q.chunk, static_cast<int>(ci)) << d.name;
       EXPECT_EQ(q.local.unit, unit_base + cu) << d.name;
-      EXPECT_EQ(q.pipeline_copy, d.unit == 0 && !ch.first) << d.name;
+      EXPECT_EQ(q.pipeline_copy(), d.unit == 0 && !ch.first) << d.name;
       EXPECT_EQ(q.local_offset, local) << d.name;
       sizes[cu] += q.local.shape.numel();
       local += q.local.shape.numel();
@@ -805,15 +805,15 @@ TEST(PartitionTest, ChunkedLayoutTiedGpt2TwoStages) {
   // Stage 0: the embeddings (not a copy), blocks 0 and 1, an empty final unit.
   EXPECT_EQ(UnitSize(s0, 0), (V + T) * C);
   EXPECT_EQ(UnitSize(s0, 3), 0);
-  EXPECT_FALSE(Find(s0, "wte.weight").pipeline_copy);
+  EXPECT_FALSE(Find(s0, "wte.weight").pipeline_copy());
   EXPECT_EQ(Find(s0, "h.1.mlp.c_proj.bias").local.unit, 2);
   for (const TpParam& q : s0.params()) EXPECT_NE(q.local.name, "ln_f.weight");
   EXPECT_TRUE(s0.duplicate_ranges().empty());
   // Stage 1: a copy of the whole embedding unit (wte and wpe) in unit 0, blocks 2, 3, ln_f.
   const TpParam& wte = Find(s1, "wte.weight");
   const TpParam& wpe = Find(s1, "wpe.weight");
-  EXPECT_TRUE(wte.pipeline_copy);
-  EXPECT_TRUE(wpe.pipeline_copy);
+  EXPECT_TRUE(wte.pipeline_copy());
+  EXPECT_TRUE(wpe.pipeline_copy());
   EXPECT_EQ(wte.local.unit, 0);
   EXPECT_EQ(wpe.local.unit, 0);
   EXPECT_EQ(wte.local_offset, 0);
@@ -849,12 +849,12 @@ TEST(PartitionTest, ChunkedLayoutUntiedLlamaTwoStages) {
   ExpectChunkedLayout(s1);
   // Stage 0: embed_tokens, no norm or lm_head.
   EXPECT_EQ(Find(s0, "model.embed_tokens.weight").local.unit, 0);
-  EXPECT_FALSE(Find(s0, "model.embed_tokens.weight").pipeline_copy);
+  EXPECT_FALSE(Find(s0, "model.embed_tokens.weight").pipeline_copy());
   EXPECT_EQ(UnitSize(s0, 3), 0);
   // Stage 1: an empty embedding unit (no copy when untied), lm_head in the final unit.
   EXPECT_EQ(UnitSize(s1, 0), 0);
   for (const TpParam& q : s1.params()) {
-    EXPECT_FALSE(q.pipeline_copy) << q.local.name;
+    EXPECT_FALSE(q.pipeline_copy()) << q.local.name;
     EXPECT_NE(q.local.name, "model.embed_tokens.weight");
   }
   EXPECT_EQ(Find(s1, "lm_head.weight").local.unit, 3);
@@ -891,7 +891,7 @@ TEST(PartitionTest, ChunkedLayoutInterleaved) {
   EXPECT_EQ(UnitSize(s1, 0), 0);
   EXPECT_EQ(UnitSize(s1, 3), 0);
   const TpParam& wte = Find(s1, "wte.weight");
-  EXPECT_TRUE(wte.pipeline_copy);
+  EXPECT_TRUE(wte.pipeline_copy());
   EXPECT_EQ(wte.chunk, 1);
   EXPECT_EQ(wte.local.unit, 4);
   EXPECT_EQ(Find(s1, "wpe.weight").local.unit, 4);
@@ -919,7 +919,7 @@ TEST(PartitionTest, CreateRefusesBadChunks) {
   ASSERT_EQ(whole.params().size(), dflt.params().size());
   for (size_t i = 0; i < whole.params().size(); ++i) {
     EXPECT_EQ(whole.params()[i].local_offset, dflt.params()[i].local_offset);
-    EXPECT_FALSE(whole.params()[i].pipeline_copy);
+    EXPECT_FALSE(whole.params()[i].pipeline_copy());
   }
 }
 
@@ -969,9 +969,9 @@ TEST(PartitionTest, ChunkedCoverageAndDuplicates) {
           }
           for (const TpParam& q : p.params()) {
             const char want_dup =
-                q.pipeline_copy || (r > 0 && q.split == TpSplit::kReplicated) ? 1 : 0;
+                q.pipeline_copy() || (r > 0 && q.split() == TpSplit::kReplicated) ? 1 : 0;
             EXPECT_EQ(q.tensor.IsMainReplica(), want_dup == 0) << q.local.name;  // one rule
-            EXPECT_EQ(q.tensor.replica.pp, q.pipeline_copy ? 1 : 0) << q.local.name;
+            EXPECT_EQ(q.tensor.replica.pp, q.pipeline_copy() ? 1 : 0) << q.local.name;
             for (int64_t i = 0; i < q.local.shape.numel(); ++i) {
               ASSERT_EQ(dup[q.local_offset + i], want_dup) << q.local.name << " " << i;
             }
@@ -1016,7 +1016,7 @@ TEST(PartitionTest, ChunkedInitMatchesOneRankBits) {
           for (const TpParam& q : p.params()) {
             for (int64_t e = 0; e < q.local.shape.numel(); ++e) {
               const int64_t ge =
-                  MegatronGlobal(cs.config, q.local.name, q.global_shape, lay.tp, r, e);
+                  MegatronGlobal(cs.config, q.local.name, q.global_shape(), lay.tp, r, e);
               const float got = l[q.local_offset + e];
               if (ge < 0) {
                 ASSERT_EQ(Bits(got), 0u) << q.local.name << " padding element " << e;

@@ -166,7 +166,7 @@ void ExpectMatches(const ModelConfig& config, int tp, const Reference& ref,
     EXPECT_LT(worst, 2e-5) << "rank " << r << " worst at " << where;
     // Padding rows of the vocabulary never get a gradient.
     for (const TpParam& p : part->params()) {
-      if (p.split != TpSplit::kVocab) continue;
+      if (p.split() != TpSplit::kVocab) continue;
       const int64_t C = config.hidden_size;
       const int64_t real = std::clamp<int64_t>(config.vocab_size - part->vocab_begin(), 0,
                                                part->vocab_per_rank());
@@ -178,7 +178,7 @@ void ExpectMatches(const ModelConfig& config, int tp, const Reference& ref,
   // Replicated parameters: the same bits on every rank.
   auto part0 = ModelPartition::Create(config, tp, 0);
   for (const TpParam& p : part0->params()) {
-    if (p.split != TpSplit::kReplicated) continue;
+    if (p.split() != TpSplit::kReplicated) continue;
     for (int r = 1; r < tp; ++r) {
       EXPECT_EQ(0, std::memcmp(ranks[0].grads.data() + p.local_offset,
                                ranks[r].grads.data() + p.local_offset,

@@ -334,7 +334,7 @@ TEST_P(PipelineRunnerTest, StepMatchesOneRank) {
         0, rr.partition->num_local(), [&](const TpParam& p, int64_t gb, int64_t len, int64_t l) {
           for (int64_t k = 0; k < len; ++k) {
             const int64_t g = p.global_offset + gb + k;
-            if (p.pipeline_copy) {
+            if (p.pipeline_copy()) {
               copy[g] = rr.local[l + k];
               ++copy_seen[g];
             } else {
