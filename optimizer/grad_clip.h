@@ -25,6 +25,15 @@ inline constexpr int64_t kNormBlock = int64_t{1} << 14;
 inline int64_t NumNormBlocks(int64_t n) { return (n + kNormBlock - 1) / kNormBlock; }
 void BlockSumsOfSquares(const float* x, int64_t n, double* partial);
 
+// The vector path of the sum of squares, chosen at run time from the CPU's features: AVX-512
+// where the core and the OS have it, else AVX2. Both add the same numbers in the same order,
+// so they give the same bits (tested by forcing each).
+enum class NormPath { kAvx2, kAvx512 };
+NormPath ActiveNormPath();
+const char* NormPathName(NormPath p);  // "AVX2", "AVX-512"
+// BlockSumsOfSquares on `path` (kAvx512 only where ActiveNormPath() is kAvx512).
+void BlockSumsOfSquares(const float* x, int64_t n, double* partial, NormPath path);
+
 // sum_i x[i]^2, in double. A data-parallel trainer reduces these across ranks before the sqrt.
 double SumOfSquares(const float* x, int64_t n);
 

@@ -312,6 +312,25 @@ TEST(GradNorm, BlockPartialsFollowTheDocumentedLaneOrderForAnyLength) {
   }
 }
 
+TEST(GradNorm, EveryVectorPathThisCpuHasGivesTheSameBits) {
+  const int64_t n = 11 * kNormBlock + 13;
+  const std::vector<float> x = RandomVector(n, 77, 3.0f);
+  std::vector<double> avx2(static_cast<size_t>(NumNormBlocks(n)));
+  BlockSumsOfSquares(x.data(), n, avx2.data(), NormPath::kAvx2);
+  for (int64_t b = 0; b < NumNormBlocks(n); ++b) {
+    const int64_t len = std::min(kNormBlock, n - b * kNormBlock);
+    const double want = BlockSumInDocumentedOrder(x.data() + b * kNormBlock, len);
+    ASSERT_EQ(std::memcmp(&avx2[b], &want, sizeof want), 0) << "AVX2, block " << b;
+  }
+  if (ActiveNormPath() != NormPath::kAvx512) {
+    std::printf("this CPU has no AVX-512: only the AVX2 norm ran\n");
+    return;
+  }
+  std::vector<double> avx512(avx2.size());
+  BlockSumsOfSquares(x.data(), n, avx512.data(), NormPath::kAvx512);
+  EXPECT_EQ(std::memcmp(avx2.data(), avx512.data(), avx2.size() * sizeof(double)), 0);
+}
+
 TEST(AdamW, FoldedGradScaleEqualsScalingTheGradientsFirst) {
   ThreadCountGuard guard;
   const int64_t n = 3 * AdamW::kChunk + 123;
