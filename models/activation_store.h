@@ -49,6 +49,23 @@ class ActivationStore {
     if (kept.dtype() != DType::kF32) be.ConvertFromF32(kept.dtype(), working, kept.data(), kept.numel());
   }
 
+  // Commit of only the first `rows` rows of `kept` (a tensor sized for the worst case, e.g. the
+  // experts' rows of models/moe.h, of which a step fills some).
+  void CommitRows(const StepContext& step, const Tensor& kept, float* working,
+                  int64_t rows) const {
+    Commit(step, FirstRows(kept, rows), working);
+  }
+
+  // Read of only the first `rows` rows; the workspace copy is sized for all of `kept` (so the
+  // measuring pass, which fills no rows, sizes the workspace for the worst case).
+  const float* ReadRows(const StepContext& step, const Tensor& kept, int64_t rows) const {
+    if (kept.dtype() == DType::kF32) return kept.f32();
+    float* f = step.workspace->Allocate(DType::kF32, kept.shape()).f32();
+    const Tensor part = FirstRows(kept, rows);
+    step.backend->ConvertToF32(part.dtype(), part.data(), f, part.numel());
+    return f;
+  }
+
   // `kept`'s values as fp32: itself when fp32, else widened into a workspace buffer.
   const float* Read(const StepContext& step, const Tensor& kept) const {
     if (kept.dtype() == DType::kF32) return kept.f32();
@@ -68,6 +85,12 @@ class ActivationStore {
   DType act_dtype() const { return act_dtype_; }
 
  private:
+  // The first `rows` rows of t (a view).
+  static Tensor FirstRows(const Tensor& t, int64_t rows) {
+    const int64_t width = t.shape()[0] > 0 ? t.numel() / t.shape()[0] : 0;
+    return Tensor(t.data(), t.dtype(), {rows, width}, t.device());
+  }
+
   DType act_dtype_;
 };
 

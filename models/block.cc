@@ -20,7 +20,7 @@ T* At(T* base, int64_t offset) {
 
 }  // namespace
 
-BlockWeights BlockLayout::Weights(const float* base) const {
+BlockWeights BlockLayout::Weights(const float* base, const float* expert_base) const {
   BlockWeights w;
   w.norm1_w = At(base, norm1_w);
   w.norm1_b = At(base, norm1_b);
@@ -34,10 +34,19 @@ BlockWeights BlockLayout::Weights(const float* base) const {
   w.fc_b = At(base, fc_b);
   w.out_w = At(base, out_w);
   w.out_b = At(base, out_b);
+  w.moe.router = At(base, router);
+  w.moe.shared_fc_w = At(base, shared_fc_w);
+  w.moe.shared_fc_b = At(base, shared_fc_b);
+  w.moe.shared_out_w = At(base, shared_out_w);
+  w.moe.shared_out_b = At(base, shared_out_b);
+  w.moe.fc_w = At(expert_base, experts_fc_w);
+  w.moe.fc_b = At(expert_base, experts_fc_b);
+  w.moe.out_w = At(expert_base, experts_out_w);
+  w.moe.out_b = At(expert_base, experts_out_b);
   return w;
 }
 
-BlockGrads BlockLayout::Grads(float* base) const {
+BlockGrads BlockLayout::Grads(float* base, float* expert_base) const {
   BlockGrads g;
   g.norm1_w = At(base, norm1_w);
   g.norm1_b = At(base, norm1_b);
@@ -51,6 +60,15 @@ BlockGrads BlockLayout::Grads(float* base) const {
   g.fc_b = At(base, fc_b);
   g.out_w = At(base, out_w);
   g.out_b = At(base, out_b);
+  g.moe.router = At(base, router);
+  g.moe.shared_fc_w = At(base, shared_fc_w);
+  g.moe.shared_fc_b = At(base, shared_fc_b);
+  g.moe.shared_out_w = At(base, shared_out_w);
+  g.moe.shared_out_b = At(base, shared_out_b);
+  g.moe.fc_w = At(expert_base, experts_fc_w);
+  g.moe.fc_b = At(expert_base, experts_fc_b);
+  g.moe.out_w = At(expert_base, experts_out_w);
+  g.moe.out_b = At(expert_base, experts_out_b);
   return g;
 }
 
@@ -137,7 +155,8 @@ void DecoderBlock::RowParallel(StepContext& step, float* out, const float* inp, 
 }
 
 void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const Tensor& x_in,
-                           const Tensor* out, BlockSaved& s, const BlockWeights& w) const {
+                           const Tensor* out, BlockSaved& s, const BlockWeights& w,
+                           MoeLayerState* moe, bool record_moe) const {
   Backend& be = *step.backend;
   Arena& ws = *step.workspace;
   const ActivationStore store(d_.act_dtype);
@@ -168,6 +187,11 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   be.AddInPlace(mid, x, R * C);
   store.Commit(step, s.mid, mid);  // the residual sum
   ws.Release(attention_mark);
+  if (d_.has_moe) {
+    TESSERA_CHECK_MSG(moe != nullptr, "an MoE block runs with its layer's MoeLayerState");
+    MoeSublayer(step, kept, dropped, mid, out, s, w, *moe, record_moe);
+    return;
+  }
 
   // ---- MLP sublayer: out = mid + out_proj(act(fc(norm2(mid))))
   AllocNorm(step, kept, m.norm_out, m.norm_mean, m.norm_rstd);
@@ -190,14 +214,38 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   }
 }
 
+// ---- MoE sublayer: out = mid + moe(norm2(mid)) (moe.h). The router and experts are whole on
+// every tp rank, which all compute it on the same rows: no tp region.
+void DecoderBlock::MoeSublayer(StepContext& step, Arena& kept, Arena& dropped, const float* mid,
+                               const Tensor* out, BlockSaved& s, const BlockWeights& w,
+                               MoeLayerState& moe, bool record) const {
+  Backend& be = *step.backend;
+  Arena& ws = *step.workspace;
+  const ActivationStore store(d_.act_dtype);
+  const int64_t R = d_.rows(), C = d_.C;
+  MlpSaved& m = s.mlp;
+  AllocNorm(step, kept, m.norm_out, m.norm_mean, m.norm_rstd);
+  float* norm2 = store.Working(step, m.norm_out);
+  NormForward(be, norm2, m.norm_mean, m.norm_rstd, mid, w.norm2_w, w.norm2_b);
+  store.Commit(step, m.norm_out, norm2);
+  // A full-recompute pass (out null) still routes and runs the experts: backward needs them.
+  float* y = out != nullptr ? store.Working(step, *out) : ws.Allocate(DType::kF32, {R, C}).f32();
+  moe_.Forward(step, kept, dropped, norm2, y, s.moe, w.moe, moe, record);
+  if (out == nullptr) return;
+  Round(be, y, R * C);  // the sublayer's output
+  be.AddInPlace(y, mid, R * C);
+  store.Commit(step, *out, y);  // the block's output
+}
+
 void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const Tensor& x,
-                           const Tensor& out, BlockSaved& saved, const BlockWeights& w) const {
+                           const Tensor& out, BlockSaved& saved, const BlockWeights& w,
+                           MoeLayerState* moe, bool record_moe) const {
   Arena& act = *step.activations;
   Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
   Arena& kept = keep == RecomputePolicy::kFull ? ws : act;
   Arena& dropped = keep == RecomputePolicy::kNone ? act : ws;
-  Compute(step, kept, dropped, x, &out, saved, w);
+  Compute(step, kept, dropped, x, &out, saved, w, moe, record_moe);
   ws.Release(mark);
   if (keep == RecomputePolicy::kFull) saved = BlockSaved();  // nothing of it survives
 }
@@ -305,9 +353,35 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   ws.Release(mark);
 }
 
+// The MoE sublayer's backward: d_res (rows, C) = dL/d(out) on entry, += dL/d(mid) on return.
+void DecoderBlock::MoeBackward(StepContext& step, RecomputePolicy keep, float* d_res,
+                               const BlockSaved& s, const BlockWeights& w,
+                               const BlockGrads& g) const {
+  Arena& ws = *step.workspace;
+  const size_t mark = ws.Mark();
+  Backend& be = *step.backend;
+  const int64_t R = d_.rows(), C = d_.C;
+  const ActivationStore store(d_.act_dtype);
+  const MlpSaved& m = s.mlp;
+  Tensor act_out = s.moe.act_out, shared_act_out = s.moe.shared_act_out;
+  if (keep == RecomputePolicy::kSelective) {
+    moe_.RecomputeActivations(step, s.moe, act_out, shared_act_out);
+  }
+  Tensor d_norm = Alloc(ws, {R, C});
+  Tensor d_mid = Alloc(ws, {R, C});
+  // out = mid + moe(norm_out): the residual passes d_res through unchanged.
+  moe_.Backward(step, store.Read(step, m.norm_out), d_res, d_norm.f32(), s.moe, act_out,
+                shared_act_out, w.moe, g.moe);
+  // norm_out = norm2(mid); d_res becomes dL/d(mid)
+  NormBackward(be, d_mid.f32(), g.norm2_w, g.norm2_b, d_norm.f32(), store.Read(step, s.mid),
+               w.norm2_w, m.norm_mean, m.norm_rstd);
+  be.AddInPlace(d_res, d_mid.f32(), R * C);
+  ws.Release(mark);
+}
+
 void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_res,
                             const Tensor& x_in, const BlockSaved& saved, const BlockWeights& w,
-                            const BlockGrads& g) const {
+                            const BlockGrads& g, MoeLayerState* moe) const {
   Arena& ws = *step.workspace;
   const size_t mark = ws.Mark();
   Backend& be = *step.backend;
@@ -330,19 +404,23 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
   }
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
-    Compute(step, ws, ws, x_in, nullptr, recomputed, w);
+    Compute(step, ws, ws, x_in, nullptr, recomputed, w, moe, /*record_moe=*/false);
     s = &recomputed;
   }
 
-  // MLP: the activation output is recomputed from the saved pre-activation under selective.
-  Tensor act_out = s->mlp.act_out;
-  const size_t mlp_mark = ws.Mark();
-  if (keep == RecomputePolicy::kSelective) {
-    act_out = Alloc(ws, {d_.N(), d_.F});
-    Activation(step, act_out, ActivationStore(d_.act_dtype).Read(step, s->mlp.fc_out));
+  if (d_.has_moe) {
+    MoeBackward(step, keep, d_res, *s, w, gs);
+  } else {
+    // MLP: the activation output is recomputed from the saved pre-activation under selective.
+    Tensor act_out = s->mlp.act_out;
+    const size_t mlp_mark = ws.Mark();
+    if (keep == RecomputePolicy::kSelective) {
+      act_out = Alloc(ws, {d_.N(), d_.F});
+      Activation(step, act_out, ActivationStore(d_.act_dtype).Read(step, s->mlp.fc_out));
+    }
+    MlpBackward(step, d_res, *s, act_out, w, gs);
+    ws.Release(mlp_mark);
   }
-  MlpBackward(step, d_res, *s, act_out, w, gs);
-  ws.Release(mlp_mark);
 
   // Attention: probabilities and output are recomputed from the saved qkv under selective.
   const ActivationStore store(d_.act_dtype);

@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "models/model_config.h"
+#include "models/moe.h"
 #include "models/tensor_parallel.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
@@ -65,6 +66,9 @@ struct BlockDims {
   // heads and MLP width (models/partition.h); under sequence parallelism the residual stream
   // (x, out, mid, norm outputs) holds rows() = N/tp rows.
   TensorParallel* tp = nullptr;
+  // An MoE block (model.moe): the MLP sublayer is the mixture of experts of moe.h.
+  bool has_moe = false;
+  MoeDims moe;
 
   int64_t N() const { return B * T; }
   // Rows of the residual stream on this rank: N, or N/tp under sequence parallelism.
@@ -91,6 +95,7 @@ struct BlockWeights {
   const float* fc_b = nullptr;     // (fc_dim)
   const float* out_w = nullptr;    // (C, F) GPT-2 mlp.c_proj, Llama down_proj
   const float* out_b = nullptr;    // (C)
+  MoeWeights moe;                  // an MoE block's router and experts (fc/out null)
 };
 
 // The matching gradients (accumulated, +=), same shapes, same nulls.
@@ -107,6 +112,7 @@ struct BlockGrads {
   float* fc_b = nullptr;
   float* out_w = nullptr;
   float* out_b = nullptr;
+  MoeGrads moe;
 };
 
 // Where each field of BlockWeights / BlockGrads lies relative to a base pointer (the start of
@@ -115,10 +121,16 @@ struct BlockGrads {
 struct BlockLayout {
   int64_t norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1,
           norm2_w = -1, norm2_b = -1, fc_w = -1, fc_b = -1, out_w = -1, out_b = -1;
+  // An MoE block: the router and shared experts in the block's unit, the routed experts
+  // relative to the base of its expert unit (param_store.h).
+  int64_t router = -1, shared_fc_w = -1, shared_fc_b = -1, shared_out_w = -1,
+          shared_out_b = -1;
+  int64_t experts_fc_w = -1, experts_fc_b = -1, experts_out_w = -1, experts_out_b = -1;
 
-  // Views at base + offset (all null when base is null: a measuring step reads no weights).
-  BlockWeights Weights(const float* base) const;
-  BlockGrads Grads(float* base) const;
+  // Views at base + offset, the routed experts' at expert_base + offset (all null when the
+  // base is null: a measuring step reads no weights).
+  BlockWeights Weights(const float* base, const float* expert_base = nullptr) const;
+  BlockGrads Grads(float* base, float* expert_base = nullptr) const;
 };
 
 // What one step runs on: the backend of its kernels and its two arenas (the backend's). A
@@ -128,6 +140,9 @@ struct StepContext {
   Backend* backend = nullptr;
   Arena* activations = nullptr;  // kept for backward, whole step
   Arena* workspace = nullptr;    // temporaries, stack discipline
+  // Backward: the factor the loss's gradient is scaled by (the micro-batch's grad_scale), which
+  // the auxiliary losses of MoE blocks (moe.h) apply to theirs.
+  float loss_grad_scale = 0.0f;
 };
 
 // What the attention sublayer's backward needs.
@@ -154,25 +169,30 @@ struct MlpSaved {
 struct BlockSaved {
   Tensor mid;  // (N, C) x + attention(x): the MLP's input and residual
   AttentionSaved attn;
-  MlpSaved mlp;
+  MlpSaved mlp;  // an MoE block: norm_out, norm_mean and norm_rstd only
+  MoeSaved moe;  // an MoE block's mixture of experts
 };
 
 class DecoderBlock {
  public:
-  explicit DecoderBlock(const BlockDims& dims) : d_(dims) {}
+  explicit DecoderBlock(const BlockDims& dims) : d_(dims), moe_(dims.moe) {}
 
   // out(rows,C) = block(x(rows,C)); x and out are kept tensors of the caller (activations
   // arena: the activation dtype). `keep` decides what of `saved` is kept in the activations
   // arena (kNone: everything; kSelective: all but att, att_out, act_out; kFull: nothing — the
   // caller keeps x). Workspace taken here is released before returning. out must not alias x.
+  // An MoE block takes its layer's state (moe.h: the balancing bias it reads, the statistics
+  // it records when `record_moe`).
   void Forward(StepContext& step, RecomputePolicy keep, const Tensor& x, const Tensor& out,
-               BlockSaved& saved, const BlockWeights& w) const;
+               BlockSaved& saved, const BlockWeights& w, MoeLayerState* moe = nullptr,
+               bool record_moe = true) const;
 
   // d_res(N,C): on entry dL/d(out), on return dL/dx. `x` and `saved` are what Forward was given
   // and filled under the same policy; what the policy dropped is recomputed into workspace.
   // Parameter gradients are accumulated into `g`. d_res is rounded to act_dtype on return.
   void Backward(StepContext& step, RecomputePolicy keep, float* d_res, const Tensor& x,
-                const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g) const;
+                const BlockSaved& saved, const BlockWeights& w, const BlockGrads& g,
+                MoeLayerState* moe = nullptr) const;
 
   const BlockDims& dims() const { return d_; }
 
@@ -182,7 +202,14 @@ class DecoderBlock {
   // are). With out == nullptr the last projection is skipped (a full-recompute pass needs
   // everything but the block's output).
   void Compute(StepContext& step, Arena& kept, Arena& dropped, const Tensor& x,
-               const Tensor* out, BlockSaved& s, const BlockWeights& w) const;
+               const Tensor* out, BlockSaved& s, const BlockWeights& w, MoeLayerState* moe,
+               bool record_moe) const;
+  // The MoE block's second sublayer: out = mid + moe(norm2(mid)) (out null: not written).
+  void MoeSublayer(StepContext& step, Arena& kept, Arena& dropped, const float* mid,
+                   const Tensor* out, BlockSaved& s, const BlockWeights& w, MoeLayerState& moe,
+                   bool record) const;
+  void MoeBackward(StepContext& step, RecomputePolicy keep, float* d_res, const BlockSaved& s,
+                   const BlockWeights& w, const BlockGrads& g) const;
   void AllocNorm(const StepContext& step, Arena& a, Tensor& out, Tensor& mean,
                  Tensor& rstd) const;
   // Tensor-parallel pieces (see the file comment); without tp they are the plain kernels.
@@ -211,6 +238,7 @@ class DecoderBlock {
                          const BlockWeights& w, const BlockGrads& g) const;
 
   BlockDims d_;
+  MoeLayer moe_;  // used when d_.has_moe
 };
 
 }  // namespace tessera

@@ -41,10 +41,85 @@ std::optional<ModelConfigProblem> CheckRanges(const ModelConfig& m) {
   return std::nullopt;
 }
 
+// model.moe's ranges and the rules between its keys (when experts are on).
+std::optional<ModelConfigProblem> CheckMoe(const ModelConfig& m) {
+  const MoeConfig& e = m.moe;
+  if (e.num_experts < 0 || e.num_experts == 1) {
+    return Broken({"model.moe.num_experts"},
+                  "must be 0 (a dense model) or >= 2, got " + N(e.num_experts));
+  }
+  if (!e.enabled()) return std::nullopt;
+  if (e.top_k < 1 || e.top_k > e.num_experts) {
+    return Broken({"model.moe.top_k", "model.moe.num_experts"},
+                  "top_k=" + N(e.top_k) + " must be in [1, num_experts=" + N(e.num_experts) + "]");
+  }
+  if (e.expert_ffn_size < 0) {
+    return Broken({"model.moe.expert_ffn_size"}, "must be >= 0, got " + N(e.expert_ffn_size));
+  }
+  if (e.shared_experts < 0) {
+    return Broken({"model.moe.shared_experts"}, "must be >= 0, got " + N(e.shared_experts));
+  }
+  if (e.first_dense_layers < 0 || e.first_dense_layers >= m.num_layers) {
+    return Broken({"model.moe.first_dense_layers", "model.num_layers"},
+                  "first_dense_layers=" + N(e.first_dense_layers) +
+                      " must leave at least one MoE block of num_layers=" + N(m.num_layers) +
+                      " (0 .. " + N(m.num_layers - 1) + ")");
+  }
+  if (e.layer_interval < 1) {
+    return Broken({"model.moe.layer_interval"}, "must be >= 1, got " + N(e.layer_interval));
+  }
+  if (!(e.route_scale > 0)) {
+    return Broken({"model.moe.route_scale"}, "must be > 0, got " + F(e.route_scale));
+  }
+  if (e.groups < 1 || e.num_experts % e.groups != 0) {
+    return Broken({"model.moe.groups", "model.moe.num_experts"},
+                  "groups=" + N(e.groups) + " must divide num_experts=" + N(e.num_experts) +
+                      " into equal groups");
+  }
+  if (e.groups_kept < 1 || e.groups_kept > e.groups) {
+    return Broken({"model.moe.groups_kept", "model.moe.groups"},
+                  "groups_kept=" + N(e.groups_kept) + " must be in [1, groups=" + N(e.groups) + "]");
+  }
+  if (e.groups > 1) {
+    if (e.top_k % e.groups_kept != 0) {
+      return Broken({"model.moe.groups_kept", "model.moe.top_k"},
+                    "groups_kept=" + N(e.groups_kept) + " must divide top_k=" + N(e.top_k) +
+                        " (a group's score is the sum of its top top_k/groups_kept scores)");
+    }
+    if (e.top_k > e.groups_kept * (e.num_experts / e.groups)) {
+      return Broken({"model.moe.top_k", "model.moe.groups_kept"},
+                    "top_k=" + N(e.top_k) + " exceeds the " + N(e.groups_kept * (e.num_experts / e.groups)) +
+                        " experts of groups_kept=" + N(e.groups_kept) + " groups");
+    }
+  }
+  if (e.capacity_factor < 0) {
+    return Broken({"model.moe.capacity_factor"},
+                  "must be > 0 (or 0 for dropless routing), got " + F(e.capacity_factor));
+  }
+  const struct {
+    const char* key;
+    float value;
+  } coefficients[] = {{"model.moe.aux_loss", e.aux_loss},
+                      {"model.moe.seq_aux_loss", e.seq_aux_loss},
+                      {"model.moe.z_loss", e.z_loss},
+                      {"model.moe.bias_update_rate", e.bias_update_rate}};
+  for (const auto& c : coefficients) {
+    if (!(c.value >= 0)) return Broken({c.key}, "must be >= 0, got " + F(c.value));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+int64_t ModelConfig::moe_layers_before(int64_t layer) const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < layer; ++l) n += is_moe_layer(l) ? 1 : 0;
+  return n;
+}
 
 std::optional<ModelConfigProblem> ModelConfig::Check() const {
   if (std::optional<ModelConfigProblem> range = CheckRanges(*this)) return range;
+  if (std::optional<ModelConfigProblem> moe_problem = CheckMoe(*this)) return moe_problem;
   if (hidden_size % num_heads != 0) {
     return Broken({"model.num_heads", "model.hidden_size"},
                   "num_heads=" + N(num_heads) + " does not divide hidden_size=" + N(hidden_size));
@@ -73,6 +148,10 @@ Status ModelConfig::Validate() const {
 }
 
 const char* ModelFamilyName(ModelFamily f) { return f == ModelFamily::kGpt2 ? "gpt2" : "llama"; }
+
+const char* RouterScoreName(RouterScore s) {
+  return s == RouterScore::kSoftmax ? "softmax" : "sigmoid";
+}
 
 const char* RecomputePolicyName(RecomputePolicy p) {
   switch (p) {

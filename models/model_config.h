@@ -25,6 +25,48 @@ enum class ModelFamily { kGpt2, kLlama };
 // Gradients are identical under all three.
 enum class RecomputePolicy { kNone, kSelective, kFull };
 
+// How a router turns logits into scores (model.moe.score).
+enum class RouterScore { kSoftmax, kSigmoid };
+
+// model.moe: a mixture of experts in place of the MLP of some blocks (Mixtral, Qwen2-MoE,
+// DeepSeek-V3 style). Each MoE block has a router (E x C, no bias), E routed experts (an MLP
+// each: SwiGLU for llama, GELU with biases for gpt2, of width expert_ffn()) and optionally
+// shared experts (one MLP of width shared_experts * expert_ffn() applied to every token).
+// A token's output is residual + sum over its k chosen experts of gate * expert(h), plus the
+// shared experts' output. models/moe.h has the routing rules.
+struct MoeConfig {
+  int64_t num_experts = 0;        // model.moe.num_experts: E routed experts per MoE block;
+                                  //   0 = a dense model; otherwise >= 2
+  int64_t top_k = 2;              // model.moe.top_k: experts per token, 1..num_experts
+  int64_t expert_ffn_size = 0;    // model.moe.expert_ffn_size: each expert's MLP width;
+                                  //   0 = model.ffn_hidden_size's rule
+  int64_t shared_experts = 0;     // model.moe.shared_experts: experts every token goes
+                                  //   through (DeepSeek's), >= 0
+  int64_t first_dense_layers = 0; // model.moe.first_dense_layers: the first K blocks keep a
+                                  //   dense MLP, 0..num_layers-1
+  int64_t layer_interval = 1;     // model.moe.layer_interval: after those, every N-th block
+                                  //   is an MoE block (1: all of them), >= 1
+  RouterScore score = RouterScore::kSoftmax;  // model.moe.score: softmax | sigmoid
+  bool normalize_gates = true;    // model.moe.normalize_gates: the k gates of a token divided
+                                  //   by their sum (Mixtral, DeepSeek-V3: true; Qwen2-MoE: false)
+  float route_scale = 1.0f;       // model.moe.route_scale: gates multiplied by this, > 0
+  int64_t groups = 1;             // model.moe.groups: experts in G equal groups (DeepSeek's
+                                  //   device/node-limited routing), divides num_experts
+  int64_t groups_kept = 1;        // model.moe.groups_kept: groups a token may use, 1..groups;
+                                  //   divides top_k
+  float capacity_factor = 0.0f;   // model.moe.capacity_factor: 0 = dropless; else each expert
+                                  //   takes at most ceil(tokens * k / E * factor) tokens, > 0
+  float aux_loss = 0.0f;          // model.moe.aux_loss: Switch load-balancing loss coefficient
+  float seq_aux_loss = 0.0f;      // model.moe.seq_aux_loss: sequence-wise variant (DeepSeek-V3)
+  float z_loss = 0.0f;            // model.moe.z_loss: router z-loss coefficient
+  float bias_update_rate = 0.0f;  // model.moe.bias_update_rate: aux-loss-free balancing: a
+                                  //   per-expert bias added to the scores for selection only,
+                                  //   moved by rate * sign(mean - count) after every step;
+                                  //   0 = off. All four >= 0.
+
+  bool enabled() const { return num_experts > 0; }
+};
+
 // A broken rule: the YAML keys it involves, most specific first ("model.num_heads"), and the
 // problem in words ("num_heads=3 does not divide hidden_size=64").
 struct ModelConfigProblem {
@@ -49,6 +91,7 @@ struct ModelConfig {
                                    //   gpt2, false for llama
   float init_std = 0.02f;          // model.init_std: std of the normal init of weights, > 0
   RecomputePolicy recompute = RecomputePolicy::kNone;  // model.recompute: none|selective|full
+  MoeConfig moe;                   // model.moe: experts (default: none, a dense model)
 
   int64_t head_size() const { return hidden_size / num_heads; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
@@ -59,6 +102,18 @@ struct ModelConfig {
     return (h + 63) / 64 * 64;
   }
 
+  // Each expert's MLP width (model.moe.expert_ffn_size, or ffn_size()).
+  int64_t expert_ffn() const { return moe.expert_ffn_size > 0 ? moe.expert_ffn_size : ffn_size(); }
+  // Whether block `layer` has experts in place of its MLP.
+  bool is_moe_layer(int64_t layer) const {
+    return moe.enabled() && layer >= moe.first_dense_layers &&
+           (layer - moe.first_dense_layers) % moe.layer_interval == 0;
+  }
+  // MoE blocks before block `layer` (its index among them when it is one); num_moe_layers():
+  // all of them.
+  int64_t moe_layers_before(int64_t layer) const;
+  int64_t num_moe_layers() const { return moe_layers_before(num_layers); }
+
   // The first rule this config breaks (the ranges above, then the rules between keys, in that
   // order, so no rule divides by a zero an earlier one refuses), or nullopt.
   std::optional<ModelConfigProblem> Check() const;
@@ -68,5 +123,6 @@ struct ModelConfig {
 
 const char* ModelFamilyName(ModelFamily f);
 const char* RecomputePolicyName(RecomputePolicy p);
+const char* RouterScoreName(RouterScore s);  // "softmax" "sigmoid"
 
 }  // namespace tessera

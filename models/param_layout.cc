@@ -53,9 +53,59 @@ class Declarer {
     Bias(prefix + ".bias", n);
   }
 
+  // A routed expert weight: (E, rows, cols), on the expert axis, in the current unit.
+  void Expert(std::string name, Shape shape, InitRule init) {
+    Add(std::move(name), shape, shape.rank() == 2 ? ParamKind::kBias : ParamKind::kMatrix, init);
+    out.back().expert = true;
+  }
+
   std::vector<ParamDecl> out;
   int unit = 0;  // of the next Add (param_store.h): 0 embeddings, 1 + l block l, L + 1 the rest
 };
+
+// The MoE half of block i's unit (after its second norm): the router and the shared experts.
+// Shared experts are one MLP of width S = shared_experts * expert_ffn (gpt2: c_fc, c_proj with
+// biases; llama: gate_proj, up_proj adjacent, then down_proj). Whole on every tp rank.
+void DeclareRouterAndShared(const ModelConfig& c, const std::string& p, Declarer& d) {
+  const int64_t C = c.hidden_size, E = c.moe.num_experts;
+  const int64_t S = c.moe.shared_experts * c.expert_ffn();
+  const bool gpt2 = c.family == ModelFamily::kGpt2;
+  d.Matrix(p + (gpt2 ? "mlp.router.weight" : "mlp.gate.weight"), {E, C});
+  if (S == 0) return;
+  if (gpt2) {
+    d.Matrix(p + "mlp.shared_experts.c_fc.weight", {S, C});
+    d.Bias(p + "mlp.shared_experts.c_fc.bias", S);
+    d.Matrix(p + "mlp.shared_experts.c_proj.weight", {C, S}, InitRule::kResidualNormal);
+    d.Bias(p + "mlp.shared_experts.c_proj.bias", C);
+  } else {
+    d.Matrix(p + "mlp.shared_experts.gate_proj.weight", {S, C});
+    d.Matrix(p + "mlp.shared_experts.up_proj.weight", {S, C});
+    d.Matrix(p + "mlp.shared_experts.down_proj.weight", {C, S}, InitRule::kResidualNormal);
+  }
+}
+
+// The routed experts of every MoE block, each block's in its own unit after the final unit,
+// stacked on the expert axis: gpt2 c_fc (E, Fe, C) + bias (E, Fe), c_proj (E, C, Fe) + bias
+// (E, C); llama gate_up_proj (E, 2Fe, C) with each expert's [gate | up] rows (one GEMM per
+// expert, as the dense [gate | up]), down_proj (E, C, Fe).
+void DeclareExperts(const ModelConfig& c, Declarer& d) {
+  const int64_t C = c.hidden_size, E = c.moe.num_experts, Fe = c.expert_ffn();
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (!c.is_moe_layer(i)) continue;
+    d.unit = ExpertUnit(c, i);
+    if (c.family == ModelFamily::kGpt2) {
+      const std::string p = "h." + std::to_string(i) + ".mlp.experts.";
+      d.Expert(p + "c_fc.weight", {E, Fe, C}, InitRule::kNormal);
+      d.Expert(p + "c_fc.bias", {E, Fe}, InitRule::kZeros);
+      d.Expert(p + "c_proj.weight", {E, C, Fe}, InitRule::kResidualNormal);
+      d.Expert(p + "c_proj.bias", {E, C}, InitRule::kZeros);
+    } else {
+      const std::string p = "model.layers." + std::to_string(i) + ".mlp.experts.";
+      d.Expert(p + "gate_up_proj", {E, 2 * Fe, C}, InitRule::kNormal);
+      d.Expert(p + "down_proj", {E, C, Fe}, InitRule::kResidualNormal);
+    }
+  }
+}
 
 void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   const int64_t C = c.hidden_size, F = c.ffn_size(), V = c.vocab_size;
@@ -73,6 +123,10 @@ void DeclareGpt2(const ModelConfig& c, Declarer& d) {
     d.Split(TpSplit::kCols);
     d.Bias(p + "attn.c_proj.bias", C);  // added after the tp sum: whole
     d.LayerNorm(p + "ln_2", C);
+    if (c.is_moe_layer(i)) {
+      DeclareRouterAndShared(c, p, d);
+      continue;
+    }
     d.Matrix(p + "mlp.c_fc.weight", {F, C}, InitRule::kNormal, true);
     d.Split(TpSplit::kRows);
     d.Bias(p + "mlp.c_fc.bias", F);
@@ -84,6 +138,7 @@ void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   d.unit = static_cast<int>(c.num_layers + 1);
   d.LayerNorm("ln_f", C);
   if (!c.tie_embeddings) d.LmHead(V, C);
+  DeclareExperts(c, d);
 }
 
 void DeclareLlama(const ModelConfig& c, Declarer& d) {
@@ -103,6 +158,10 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
     d.Matrix(p + "self_attn.o_proj.weight", {C, NH * HS}, InitRule::kResidualNormal);
     d.Split(TpSplit::kCols);
     d.NormWeight(p + "post_attention_layernorm.weight", C);
+    if (c.is_moe_layer(i)) {
+      DeclareRouterAndShared(c, p, d);
+      continue;
+    }
     d.Matrix(p + "mlp.gate_proj.weight", {F, C});  // gate, up adjacent: one GEMM
     d.Split(TpSplit::kRows);
     d.Matrix(p + "mlp.up_proj.weight", {F, C});
@@ -113,6 +172,7 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
   d.unit = static_cast<int>(c.num_layers + 1);
   d.NormWeight("model.norm.weight", C);
   if (!c.tie_embeddings) d.LmHead(V, C);
+  DeclareExperts(c, d);
 }
 
 }  // namespace
@@ -128,15 +188,36 @@ std::vector<ParamDecl> DeclareParameters(const ModelConfig& config) {
 }
 
 int64_t MatmulParams(const ModelConfig& config) {
-  int64_t n = 0;
+  int64_t n = 0, experts = 0;
   for (const ParamDecl& p : DeclareParameters(config)) {
-    if (p.kind == ParamKind::kMatrix || p.tied) n += p.shape.numel();
+    if (p.kind != ParamKind::kMatrix && !p.tied) continue;
+    (p.expert ? experts : n) += p.shape.numel();
   }
+  // A token goes through top_k of the num_experts routed experts.
+  if (experts > 0) n += experts / config.moe.num_experts * config.moe.top_k;
   return n;
 }
 
+int64_t MoeMatmulParams(const ModelConfig& config) {
+  if (!config.moe.enabled()) return 0;
+  const int64_t C = config.hidden_size, E = config.moe.num_experts, Fe = config.expert_ffn();
+  const int64_t S = config.moe.shared_experts * Fe;
+  const int64_t fc = config.family == ModelFamily::kGpt2 ? 1 : 2;  // llama: [gate | up]
+  const int64_t per_layer = E * C + (fc + 1) * S * C + config.moe.top_k * (fc + 1) * Fe * C;
+  return per_layer * config.num_moe_layers();
+}
+
+int NumUnits(const ModelConfig& config) {
+  return static_cast<int>(config.num_layers + 2 + config.num_moe_layers());
+}
+
+int ExpertUnit(const ModelConfig& config, int64_t layer) {
+  TESSERA_CHECK(config.is_moe_layer(layer));
+  return static_cast<int>(config.num_layers + 2 + config.moe_layers_before(layer));
+}
+
 std::vector<int64_t> UnitBounds(const ModelConfig& config) {
-  const int units = static_cast<int>(config.num_layers + 2);
+  const int units = NumUnits(config);
   std::vector<int64_t> bounds(units + 1, 0);
   // Declarations come in unit order: bounds[u + 1] accumulates the sizes of units <= u.
   for (const ParamDecl& p : DeclareParameters(config)) bounds[p.unit + 1] += p.shape.numel();

@@ -48,22 +48,36 @@ struct ParamDecl {
   int64_t tp_blocks = 1;       // kRows: stacked row blocks split alike (GPT-2 c_attn: q|k|v = 3)
   bool hf_transposed = false;  // GPT-2 Conv1D weights are (in, out) in HF files
   InitRule init = InitRule::kNormal;
-  int unit = 0;                // 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head]
+  // A routed expert weight (model.moe): dim 0 is the global expert axis, split over the
+  // expert-parallel ranks; it lives in its block's expert unit.
+  bool expert = false;
+  int unit = 0;                // 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head],
+                               //   L + 2 + m the routed experts of the m-th MoE block
 };
 
 // Every parameter of the model, in buffer order. Assumes a validated config.
 std::vector<ParamDecl> DeclareParameters(const ModelConfig& config);
 
-// Weights that enter a matmul (all kMatrix parameters, plus the embedding when it doubles as
-// the LM head). Embedding lookups are not matmuls and are excluded.
+// Weights that enter a matmul per token (all kMatrix parameters, plus the embedding when it
+// doubles as the LM head; of the routed experts only the top_k / num_experts a token uses).
+// Embedding lookups are not matmuls and are excluded.
 int64_t MatmulParams(const ModelConfig& config);
+// Of MatmulParams, the MoE blocks' share: routers, shared experts and the routed experts a
+// token uses.
+int64_t MoeMatmulParams(const ModelConfig& config);
 
 // Stream id of parameter init: StreamKey(seed, kInitStream, parameter index).
 inline constexpr uint64_t kInitStream = 0x696e6974;  // "init"
 
-// Flat offsets of the units of param_store.h, num_layers + 3 values: bounds[u] is where unit u
-// begins (unit 0 = embeddings, 1 + l = block l, L + 1 = final norm [+ lm_head when untied]),
-// bounds.back() == the number of parameters. Every unit is non-empty.
+// Units of the model (param_store.h): num_layers + 2, plus one expert unit per MoE block.
+int NumUnits(const ModelConfig& config);
+// The expert unit of block `layer` (an MoE block): L + 2 + its index among the MoE blocks.
+int ExpertUnit(const ModelConfig& config, int64_t layer);
+
+// Flat offsets of the units of param_store.h, NumUnits + 1 values: bounds[u] is where unit u
+// begins (unit 0 = embeddings, 1 + l = block l, L + 1 = final norm [+ lm_head when untied],
+// L + 2 + m = the m-th MoE block's routed experts), bounds.back() == the number of
+// parameters. Every unit is non-empty.
 std::vector<int64_t> UnitBounds(const ModelConfig& config);
 
 // out[i] = the initial value of flat element begin + i, for 0 <= begin <= end <= num_params,

@@ -228,17 +228,24 @@ void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
   const int64_t L = config_.num_layers;
   const bool copy = !ch.first && ch.last && config_.tie_embeddings;
   const int64_t n_blocks = ch.layer_end - ch.layer_begin;
+  // The chunk's MoE blocks: their expert units follow its final unit, in layer order.
+  const int64_t moe_first = config_.moe_layers_before(ch.layer_begin);
+  const int64_t n_moe = config_.moe_layers_before(ch.layer_end) - moe_first;
   // Chunk-relative unit of global unit g, or -1 when the chunk does not hold it.
   auto chunk_unit = [&](int g) -> int {
     if (g == 0) return ch.first || copy ? 0 : -1;
     if (g == L + 1) return ch.last ? static_cast<int>(n_blocks + 1) : -1;
+    if (g > L + 1) {  // the expert unit of the (g - L - 2)-th MoE block
+      const int64_t m = g - (L + 2) - moe_first;
+      return m >= 0 && m < n_moe ? static_cast<int>(n_blocks + 2 + m) : -1;
+    }
     const int64_t layer = g - 1;
     if (layer < ch.layer_begin || layer >= ch.layer_end) return -1;
     return static_cast<int>(layer - ch.layer_begin + 1);
   };
   const int unit_base = chunk_units_.back();
   int64_t local_offset = bounds_.back();
-  std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2), 0);
+  std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2 + n_moe), 0);
   int64_t global_offset = 0;
   for (size_t i = 0; i < decls.size(); global_offset += decls[i].shape.numel(), ++i) {
     const int cu = chunk_unit(decls[i].unit);
@@ -279,6 +286,16 @@ void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
   for (int64_t n : sizes) bounds_.push_back(bounds_.back() + n);
   chunk_units_.push_back(unit_base + static_cast<int>(sizes.size()));
   TESSERA_CHECK(bounds_.back() == local_offset);
+}
+
+std::vector<int> ModelPartition::expert_units() const {
+  std::vector<int> units;
+  for (const TpParam& p : params_) {
+    if (p.local.expert && (units.empty() || units.back() != p.local.unit)) {
+      units.push_back(p.local.unit);
+    }
+  }
+  return units;
 }
 
 void ModelPartition::ForEachGlobalPiece(int64_t begin, int64_t end, const PieceFn& fn) const {

@@ -33,9 +33,12 @@
 // never saved and are left out of the gradient norm (duplicate_ranges).
 // The local flat layout is the chunks in order; each chunk has its own units: its embedding
 // unit (empty unless it holds embeddings or the copy), one per block, its final unit (empty
-// unless last). Without chunks (one chunk = the whole model) this is the layout above.
-// Units (param_store.h) keep their meaning: unit 0 embeddings, 1 + l block l, L + 1 final
-// norm [+ lm_head]; local unit bounds are those of the local flat buffer.
+// unless last), then one expert unit per MoE block it holds (model.moe). Without chunks (one
+// chunk = the whole model) this is the layout above. Units (param_store.h) keep their
+// meaning: unit 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head], L + 2 + m the m-th
+// MoE block's routed experts; local unit bounds are those of the local flat buffer.
+// Routed experts (ParamDecl::expert) are whole on every tp rank, like the router and shared
+// experts of an MoE block.
 // Pure functions of (config, tp size, tp rank, chunks); thread-safe values.
 #pragma once
 
@@ -139,6 +142,8 @@ class ModelPartition {
   int chunk_unit_begin(int c) const { return chunk_units_[c]; }
   int chunk_num_units(int c) const { return chunk_units_[c + 1] - chunk_units_[c]; }
   int64_t num_local() const { return bounds_.back(); }
+  // The local units holding routed experts (model.moe), in increasing order.
+  std::vector<int> expert_units() const;
   int64_t vocab_per_rank() const { return vocab_per_rank_; }
   int64_t vocab_begin() const { return vocab_per_rank_ * tp_rank_; }  // first local vocab row
 

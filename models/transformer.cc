@@ -101,6 +101,11 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
   if (options.tp != nullptr && options.tp->size() > 1) {
     const int tp = options.tp->size();
     RETURN_IF_ERROR(ValidateTensorParallel(c, tp));
+    if (options.sequence_parallel && c.moe.enabled()) {
+      return InvalidArgument("parallel.sequence_parallel: not supported with experts (model.moe) "
+                             "yet: the MoE blocks run on every tp rank's full micro-batch; turn "
+                             "sequence parallelism off");
+    }
     if (options.sequence_parallel && (B * T) % tp != 0) {
       return InvalidArgument("parallel.sequence_parallel: the micro-batch's " + Num(B * T) +
                              " tokens (micro_batch_size " + Num(B) + " x seq_len " + Num(T) +
@@ -139,6 +144,16 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   return d;
 }
 
+// The dims of an MoE block: the dense block's, with the mixture of experts in place of the MLP.
+BlockDims MakeMoeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
+                      TensorParallel* tp) {
+  BlockDims d = MakeDims(c, B, T, act_dtype, tp);
+  if (!c.moe.enabled()) return d;
+  d.has_moe = true;
+  d.moe = MoeDims::Of(c, B, T, act_dtype);
+  return d;
+}
+
 TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T,
                                  MemoryTracker* tracker, const ModelOptions& options)
     : config_(config),
@@ -160,6 +175,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
       tracker_(tracker),
       act_dtype_(options.activation_dtype),
       block_(MakeDims(config, B, T, options.activation_dtype, tp_.get())),
+      moe_block_(MakeMoeDims(config, B, T, options.activation_dtype, tp_.get())),
       param_arena_(Arena::Measuring(MemoryKind::kParameters)),
       grad_arena_(Arena::Measuring(MemoryKind::kGradients)),
       ws_(Arena::Measuring(MemoryKind::kWorkspace)),
@@ -223,55 +239,50 @@ void TransformerImpl::LayOutParameters() {
   TESSERA_CHECK(offset == total);
 }
 
-void TransformerImpl::BindBlocks() {
-  auto find = [&](const std::string& name) -> Parameter& {
-    auto it = index_.find(name);
-    TESSERA_CHECK_MSG(it != index_.end(), "no parameter %s", name.c_str());
-    return params_[it->second];
-  };
-  // Offset of a parameter relative to the start of `unit`, which must hold it.
-  auto rel = [&](const std::string& name, int unit) -> int64_t {
-    const Parameter& p = find(name);
-    TESSERA_CHECK_MSG(bounds_[unit] <= p.offset && p.offset + p.numel() <= bounds_[unit + 1],
-                      "%s is not in unit %d", name.c_str(), unit);
-    return p.offset - bounds_[unit];
-  };
-  // Fused GEMMs read several adjacent parameters as one matrix.
-  auto check_adjacent = [&](const std::string& a, const std::string& b) {
-    const Parameter& pa = find(a);
-    TESSERA_CHECK(pa.offset + pa.numel() == find(b).offset);
-  };
+Parameter& TransformerImpl::Find(const std::string& name) {
+  auto it = index_.find(name);
+  TESSERA_CHECK_MSG(it != index_.end(), "no parameter %s", name.c_str());
+  return params_[it->second];
+}
 
+// Offset of a parameter relative to the start of `unit`, which must hold it.
+int64_t TransformerImpl::Rel(const std::string& name, int unit) {
+  const Parameter& p = Find(name);
+  TESSERA_CHECK_MSG(bounds_[unit] <= p.offset && p.offset + p.numel() <= bounds_[unit + 1],
+                    "%s is not in unit %d", name.c_str(), unit);
+  return p.offset - bounds_[unit];
+}
+
+// Fused GEMMs read several adjacent parameters as one matrix.
+void TransformerImpl::CheckAdjacent(const std::string& a, const std::string& b) {
+  const Parameter& pa = Find(a);
+  TESSERA_CHECK(pa.offset + pa.numel() == Find(b).offset);
+}
+
+void TransformerImpl::BindBlocks() {
   const bool gpt2 = config_.family == ModelFamily::kGpt2;
   for (int64_t j = 0; j < n_blocks_; ++j) {
     const int unit = static_cast<int>(1 + j);
     const int64_t i = chunk_.layer_begin + j;  // the global layer: parameter names
     BlockLayout b;
-    if (gpt2) {
+    BindAttention(i, unit, b);
+    if (config_.is_moe_layer(i)) {
+      BindMoeBlock(i, unit, b);
+    } else if (gpt2) {
       const std::string p = "h." + std::to_string(i) + ".";
-      b.norm1_w = rel(p + "ln_1.weight", unit);
-      b.norm1_b = rel(p + "ln_1.bias", unit);
-      b.qkv_w = rel(p + "attn.c_attn.weight", unit);
-      b.qkv_b = rel(p + "attn.c_attn.bias", unit);
-      b.proj_w = rel(p + "attn.c_proj.weight", unit);
-      b.proj_b = rel(p + "attn.c_proj.bias", unit);
-      b.norm2_w = rel(p + "ln_2.weight", unit);
-      b.norm2_b = rel(p + "ln_2.bias", unit);
-      b.fc_w = rel(p + "mlp.c_fc.weight", unit);
-      b.fc_b = rel(p + "mlp.c_fc.bias", unit);
-      b.out_w = rel(p + "mlp.c_proj.weight", unit);
-      b.out_b = rel(p + "mlp.c_proj.bias", unit);
+      b.fc_w = Rel(p + "mlp.c_fc.weight", unit);
+      b.fc_b = Rel(p + "mlp.c_fc.bias", unit);
+      b.out_w = Rel(p + "mlp.c_proj.weight", unit);
+      b.out_b = Rel(p + "mlp.c_proj.bias", unit);
     } else {
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      check_adjacent(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight");
-      check_adjacent(p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight");
-      check_adjacent(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight");
-      b.norm1_w = rel(p + "input_layernorm.weight", unit);
-      b.qkv_w = rel(p + "self_attn.q_proj.weight", unit);
-      b.proj_w = rel(p + "self_attn.o_proj.weight", unit);
-      b.norm2_w = rel(p + "post_attention_layernorm.weight", unit);
-      b.fc_w = rel(p + "mlp.gate_proj.weight", unit);
-      b.out_w = rel(p + "mlp.down_proj.weight", unit);
+      CheckAdjacent(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight");
+      b.fc_w = Rel(p + "mlp.gate_proj.weight", unit);
+      b.out_w = Rel(p + "mlp.down_proj.weight", unit);
+    }
+    if (!config_.is_moe_layer(i)) {
+      expert_unit_.push_back(-1);
+      moe_index_.push_back(-1);
     }
     block_layout_.push_back(b);
   }
@@ -279,15 +290,78 @@ void TransformerImpl::BindBlocks() {
   const std::string fin = gpt2 ? "ln_f" : "model.norm";
   const int last = final_unit();
   if (holds_unit(0)) {  // the embeddings (first chunk) or their copy (tied, last chunk)
-    wte_off_ = rel(emb, 0);
-    if (gpt2) wpe_off_ = rel("wpe.weight", 0);
+    wte_off_ = Rel(emb, 0);
+    if (gpt2) wpe_off_ = Rel("wpe.weight", 0);
   }
   if (chunk_.last) {
-    if (gpt2) lnf_b_off_ = rel(fin + ".bias", last);
-    lnf_w_off_ = rel(fin + ".weight", last);
-    head_off_ = config_.tie_embeddings ? rel(emb, 0) : rel("lm_head.weight", last);
+    if (gpt2) lnf_b_off_ = Rel(fin + ".bias", last);
+    lnf_w_off_ = Rel(fin + ".weight", last);
+    head_off_ = config_.tie_embeddings ? Rel(emb, 0) : Rel("lm_head.weight", last);
   }
 }
+
+// Block i's norms and attention (every block has them).
+void TransformerImpl::BindAttention(int64_t i, int unit, BlockLayout& b) {
+  if (config_.family == ModelFamily::kGpt2) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    b.norm1_w = Rel(p + "ln_1.weight", unit);
+    b.norm1_b = Rel(p + "ln_1.bias", unit);
+    b.qkv_w = Rel(p + "attn.c_attn.weight", unit);
+    b.qkv_b = Rel(p + "attn.c_attn.bias", unit);
+    b.proj_w = Rel(p + "attn.c_proj.weight", unit);
+    b.proj_b = Rel(p + "attn.c_proj.bias", unit);
+    b.norm2_w = Rel(p + "ln_2.weight", unit);
+    b.norm2_b = Rel(p + "ln_2.bias", unit);
+  } else {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    CheckAdjacent(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight");
+    CheckAdjacent(p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight");
+    b.norm1_w = Rel(p + "input_layernorm.weight", unit);
+    b.qkv_w = Rel(p + "self_attn.q_proj.weight", unit);
+    b.proj_w = Rel(p + "self_attn.o_proj.weight", unit);
+    b.norm2_w = Rel(p + "post_attention_layernorm.weight", unit);
+  }
+}
+
+// An MoE block's router and shared experts (in its unit) and routed experts (in its expert
+// unit: the chunk's units after its final unit, one per MoE block in layer order,
+// partition.h); also its MoeLayerState.
+void TransformerImpl::BindMoeBlock(int64_t i, int unit, BlockLayout& b) {
+  const int expert_unit =
+      static_cast<int>(n_blocks_ + 2 + (config_.moe_layers_before(i) -
+                                        config_.moe_layers_before(chunk_.layer_begin)));
+  expert_unit_.push_back(expert_unit);
+  moe_index_.push_back(static_cast<int>(moe_states_.size()));
+  moe_states_.emplace_back(config_.moe.num_experts);
+  moe_layer_ids_.push_back(i);
+  const bool shared = config_.moe.shared_experts > 0;
+  if (config_.family == ModelFamily::kGpt2) {
+    const std::string p = "h." + std::to_string(i) + ".mlp.";
+    b.router = Rel(p + "router.weight", unit);
+    if (shared) {
+      b.shared_fc_w = Rel(p + "shared_experts.c_fc.weight", unit);
+      b.shared_fc_b = Rel(p + "shared_experts.c_fc.bias", unit);
+      b.shared_out_w = Rel(p + "shared_experts.c_proj.weight", unit);
+      b.shared_out_b = Rel(p + "shared_experts.c_proj.bias", unit);
+    }
+    b.experts_fc_w = Rel(p + "experts.c_fc.weight", expert_unit);
+    b.experts_fc_b = Rel(p + "experts.c_fc.bias", expert_unit);
+    b.experts_out_w = Rel(p + "experts.c_proj.weight", expert_unit);
+    b.experts_out_b = Rel(p + "experts.c_proj.bias", expert_unit);
+  } else {
+    const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
+    b.router = Rel(p + "gate.weight", unit);
+    if (shared) {
+      CheckAdjacent(p + "shared_experts.gate_proj.weight", p + "shared_experts.up_proj.weight");
+      b.shared_fc_w = Rel(p + "shared_experts.gate_proj.weight", unit);
+      b.shared_out_w = Rel(p + "shared_experts.down_proj.weight", unit);
+    }
+    b.experts_fc_w = Rel(p + "experts.gate_up_proj", expert_unit);
+    b.experts_out_w = Rel(p + "experts.down_proj", expert_unit);
+  }
+}
+
+std::vector<int64_t> TransformerImpl::moe_layer_ids() const { return moe_layer_ids_; }
 
 // Runs each kind of pass the model will make (a training step and an evaluation step for the
 // whole model; a stage forward and backward for any chunk) on a MeasuringBackend (its kernels
@@ -323,6 +397,7 @@ void TransformerImpl::MeasureArenas() {
     c.act = backend_->MakeArena(MemoryKind::kActivations, act_bytes, tracker_);
   }
   ws_ = backend_->MakeArena(MemoryKind::kWorkspace, ws_bytes, tracker_);
+  for (MoeLayerState& m : moe_states_) m.ResetStats();  // the measuring passes routed nothing
 }
 
 void TransformerImpl::InitRandom(uint64_t seed) {
@@ -373,14 +448,17 @@ void TransformerImpl::ForwardBody(StepContext& step, const int32_t* inputs, cons
     store.Store(step, x.resid[0], x_in);
   }
   for (int64_t l = 0; l < L; ++l) {
-    const int unit = static_cast<int>(1 + l);
+    const int unit = static_cast<int>(1 + l), experts = expert_unit_[l];
     x.resid[l + 1] = store.Keep(step, x.act, {R, C});
     const float* weights = Acquire(unit);
+    const float* expert_weights = experts >= 0 ? Acquire(experts) : nullptr;
     Prefetch(unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
-    block_.Forward(step, config_.recompute, x.resid[l], x.resid[l + 1], x.saved[l],
-                   block_layout_[l].Weights(weights));
+    BlockOf(l).Forward(step, config_.recompute, x.resid[l], x.resid[l + 1], x.saved[l],
+                       block_layout_[l].Weights(weights, expert_weights), MoeStateOf(l),
+                       record_moe_);
+    if (experts >= 0) Release(experts);
     Release(unit);
   }
   if (!chunk_.last) return;
@@ -421,12 +499,19 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
   }
   // x_{l+1} = block_l(x_l)
   for (int64_t l = n_blocks_ - 1; l >= 0; --l) {
-    const int unit = static_cast<int>(1 + l);
+    const int unit = static_cast<int>(1 + l), experts = expert_unit_[l];
     const float* weights = Acquire(unit);
+    const float* expert_weights = experts >= 0 ? Acquire(experts) : nullptr;
     if (l > 0) Prefetch(unit - 1);  // unit 0 is not acquired by backward
     float* grads = Grads(unit);
-    block_.Backward(step, config_.recompute, d_res.f32(), x.resid[l], x.saved[l],
-                    block_layout_[l].Weights(weights), block_layout_[l].Grads(grads));
+    float* expert_grads = experts >= 0 ? Grads(experts) : nullptr;
+    BlockOf(l).Backward(step, config_.recompute, d_res.f32(), x.resid[l], x.saved[l],
+                        block_layout_[l].Weights(weights, expert_weights),
+                        block_layout_[l].Grads(grads, expert_grads), MoeStateOf(l));
+    if (experts >= 0) {
+      GradsDone(experts);
+      Release(experts);
+    }
     GradsDone(unit);
     Release(unit);
   }
@@ -453,6 +538,8 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   TESSERA_CHECK_MSG(chunk_.first && chunk_.last,
                     "a pipeline chunk runs ForwardStage / BackwardStage, not whole steps");
   StepContext step = Begin(0);
+  step.loss_grad_scale = grad_scale;
+  record_moe_ = backward;  // evaluation records no routing statistics
   const int64_t C = config_.hidden_size;
   const int64_t counted = Counted(inputs, targets);
 
@@ -472,6 +559,7 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
     final_base_ = nullptr;
   }
   ws_.Release(0);
+  record_moe_ = true;
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
 }
 

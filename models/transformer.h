@@ -20,6 +20,7 @@
 
 #include "comm/communicator.h"
 #include "models/model_config.h"
+#include "models/moe.h"
 #include "models/partition.h"
 #include "models/param_store.h"
 #include "models/parameter.h"
@@ -149,6 +150,13 @@ class Transformer {
   // The first failed tensor-parallel collective of a step, else OK: after one the step's
   // results are garbage and the caller must end the job (tensor_parallel.h).
   virtual Status comm_status() const = 0;
+
+  // The MoE blocks this model runs (model.moe; empty for a dense model), in layer order: each
+  // one's balancing bias (the trainer updates it after a step) and the routing statistics its
+  // training forwards recorded (the trainer reports and resets them). Evaluation (Forward)
+  // records nothing. moe_layer_ids()[i] is the global layer of moe_layers()[i].
+  virtual std::span<MoeLayerState> moe_layers() = 0;
+  virtual std::vector<int64_t> moe_layer_ids() const = 0;
 };
 
 }  // namespace tessera

@@ -94,19 +94,30 @@ class TransformerImpl final : public Transformer {
   DType activation_dtype() const override { return act_dtype_; }
   const ModelPartition& partition() const override { return *partition_; }
   Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
+  std::span<MoeLayerState> moe_layers() override { return moe_states_; }
+  std::vector<int64_t> moe_layer_ids() const override;
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
   // the sequence length T of Create.
+  // The MoE blocks' router and experts are whole on every tp rank (moe.h), so their share is
+  // not divided by tp.
   double TrainFlopsPerToken() const override {
-    return (6.0 * static_cast<double>(MatmulParams(config_)) +
+    const double moe = static_cast<double>(MoeMatmulParams(config_));
+    return (6.0 * (static_cast<double>(MatmulParams(config_)) - moe) +
             12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
-           partition_->tp_size();
+               partition_->tp_size() +
+           6.0 * moe;
   }
 
  private:
   void LayOutParameters();
   void BindBlocks();
+  void BindAttention(int64_t layer, int unit, BlockLayout& b);
+  void BindMoeBlock(int64_t layer, int unit, BlockLayout& b);
+  Parameter& Find(const std::string& name);
+  int64_t Rel(const std::string& name, int unit);
+  void CheckAdjacent(const std::string& a, const std::string& b);
   void MeasureArenas();
   void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
   double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
@@ -138,6 +149,11 @@ class TransformerImpl final : public Transformer {
   float* Grads(int unit) { return store_->Grads(unit_base_ + unit); }
   void GradsDone(int unit) { store_->GradsDone(unit_base_ + unit); }
   int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
+  // Block l of the chunk: the dense or the MoE block, and its MoE state (null if dense).
+  const DecoderBlock& BlockOf(int64_t l) const { return expert_unit_[l] >= 0 ? moe_block_ : block_; }
+  MoeLayerState* MoeStateOf(int64_t l) {
+    return moe_index_[l] >= 0 ? &moe_states_[static_cast<size_t>(moe_index_[l])] : nullptr;
+  }
   int final_unit() const { return static_cast<int>(n_blocks_) + 1; }
   // Rows of the residual stream on this rank (N, or N/tp under sequence parallelism).
   int64_t Rows() const { return tp_ ? tp_->LocalRows(B_ * T_) : B_ * T_; }
@@ -164,7 +180,8 @@ class TransformerImpl final : public Transformer {
   int64_t B_, T_;
   MemoryTracker* tracker_;
   DType act_dtype_;
-  DecoderBlock block_;
+  DecoderBlock block_;      // a dense block
+  DecoderBlock moe_block_;  // an MoE block (model.moe; unused without experts)
   int64_t chunk_rows_ = 0;
 
   Arena param_arena_, grad_arena_, ws_;
@@ -180,6 +197,12 @@ class TransformerImpl final : public Transformer {
 
   // Unit-relative offsets (elements) of the weights a step reads, -1 when absent.
   std::vector<BlockLayout> block_layout_;  // per block, relative to unit 1 + l
+  // Per block of the chunk: its chunk-relative expert unit and its index in moe_states_, or
+  // -1 for a dense block.
+  std::vector<int> expert_unit_, moe_index_;
+  std::vector<MoeLayerState> moe_states_;  // the chunk's MoE blocks, in layer order
+  std::vector<int64_t> moe_layer_ids_;     // their global layers
+  bool record_moe_ = true;  // forwards record routing statistics (not evaluation)
   int64_t wte_off_ = -1, wpe_off_ = -1;    // unit 0
   int64_t lnf_w_off_ = -1, lnf_b_off_ = -1;  // unit L + 1
   int64_t head_off_ = -1;  // in unit 0 (tied) or L + 1

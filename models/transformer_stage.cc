@@ -173,6 +173,7 @@ void TransformerImpl::BackwardStage(int ctx, const float* d_out, float* d_in, fl
   cur_ = &ctx_[static_cast<size_t>(ctx)];
   ws_.Release(0);
   StepContext step{pass_backend_, &cur_->act, &ws_};
+  step.loss_grad_scale = grad_scale;
   Backend& be = *step.backend;
   const int64_t R = Rows(), C = config_.hidden_size;
   Tensor d_res = ws_.Allocate(DType::kF32, {R, C});

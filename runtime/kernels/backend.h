@@ -34,6 +34,7 @@
 #include "runtime/core/memory.h"
 #include "runtime/core/stream.h"
 #include "runtime/core/tensor.h"
+#include "runtime/kernels/moe_routing.h"
 
 namespace tessera {
 
@@ -146,6 +147,34 @@ class Backend {
                                          float loss_scale, float* logits_scratch,
                                          int64_t chunk_rows, CombineFn combine,
                                          void* combine_ctx) = 0;
+  // ---- Mixture of experts (moe_routing.h has the routing rules, cpu/moe.h each contract) ----
+  virtual void MoeRoute(const MoeRouterSpec& spec, const float* logits, const float* bias,
+                        float* scores, int32_t* expert, float* gate, int64_t R) = 0;
+  virtual void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores,
+                                const int32_t* expert, const float* d_gate, float* d_logits,
+                                int64_t R) = 0;
+  // The plan's offset(E + 1) and counts(E) are host memory the caller reads to loop over the
+  // experts (a device backend copies them back); a measuring backend writes an empty plan
+  // (offsets 0, counts unchanged) and returns 0.
+  virtual int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k,
+                          int64_t E, int64_t capacity, int32_t* row_of, int32_t* token_of_row,
+                          int64_t* offset, int64_t* counts) = 0;
+  virtual void MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,
+                         int64_t C) = 0;
+  virtual void MoeGatherBackward(float* d_x, const float* d_rows, const int32_t* row_of,
+                                 int64_t R, int64_t k, int64_t C) = 0;
+  virtual void MoeCombine(float* out, const float* y, const float* gate, const int32_t* row_of,
+                          int64_t R, int64_t k, int64_t C) = 0;
+  virtual void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const float* y,
+                                  const float* gate, const int32_t* row_of, int64_t R,
+                                  int64_t k, int64_t C) = 0;
+  // probs_sum, counts and z_sum are host memory (measuring: unchanged).
+  virtual void MoeBalanceStats(const MoeRouterSpec& spec, const float* logits,
+                               const float* scores, const int32_t* expert, int64_t R,
+                               double* probs_sum, double* counts, double* z_sum) = 0;
+  virtual void MoeAuxBackward(const MoeRouterSpec& spec, const float* logits,
+                              const float* scores, const MoeAuxGrad& aux, float* d_logits,
+                              int64_t R) = 0;
 };
 
 }  // namespace tessera

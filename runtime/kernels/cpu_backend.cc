@@ -1,6 +1,8 @@
 // runtime/kernels/cpu_backend.cc — CpuBackend (cpu_backend.h): forwards every op to cpu/.
 #include "runtime/kernels/cpu_backend.h"
 
+#include "runtime/kernels/cpu/moe.h"
+
 #include <cstring>
 
 #include "runtime/core/check.h"
@@ -180,6 +182,48 @@ double CpuBackend::VocabParallelClassifier(float* losses, float* d_x, float* d_w
   return cpu::VocabParallelClassifier(losses, d_x, d_weight, x, weight, targets, N, C, V_local,
                                       V_real, vocab_begin, loss_scale, logits_scratch, chunk_rows,
                                       combine, combine_ctx);
+}
+
+void CpuBackend::MoeRoute(const MoeRouterSpec& spec, const float* logits, const float* bias,
+                          float* scores, int32_t* expert, float* gate, int64_t R) {
+  cpu::MoeRoute(spec, logits, bias, scores, expert, gate, R);
+}
+void CpuBackend::MoeRouteBackward(const MoeRouterSpec& spec, const float* scores,
+                                  const int32_t* expert, const float* d_gate, float* d_logits,
+                                  int64_t R) {
+  cpu::MoeRouteBackward(spec, scores, expert, d_gate, d_logits, R);
+}
+int64_t CpuBackend::MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k,
+                            int64_t E, int64_t capacity, int32_t* row_of, int32_t* token_of_row,
+                            int64_t* offset, int64_t* counts) {
+  return cpu::MoePlan(expert, gate, R, k, E, capacity, row_of, token_of_row, offset, counts);
+}
+void CpuBackend::MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,
+                           int64_t C) {
+  cpu::MoeGather(rows, x, token_of_row, n, C);
+}
+void CpuBackend::MoeGatherBackward(float* d_x, const float* d_rows, const int32_t* row_of,
+                                   int64_t R, int64_t k, int64_t C) {
+  cpu::MoeGatherBackward(d_x, d_rows, row_of, R, k, C);
+}
+void CpuBackend::MoeCombine(float* out, const float* y, const float* gate,
+                            const int32_t* row_of, int64_t R, int64_t k, int64_t C) {
+  cpu::MoeCombine(out, y, gate, row_of, R, k, C);
+}
+void CpuBackend::MoeCombineBackward(float* d_y, float* d_gate, const float* d_out,
+                                    const float* y, const float* gate, const int32_t* row_of,
+                                    int64_t R, int64_t k, int64_t C) {
+  cpu::MoeCombineBackward(d_y, d_gate, d_out, y, gate, row_of, R, k, C);
+}
+void CpuBackend::MoeBalanceStats(const MoeRouterSpec& spec, const float* logits,
+                                 const float* scores, const int32_t* expert, int64_t R,
+                                 double* probs_sum, double* counts, double* z_sum) {
+  cpu::MoeBalanceStats(spec, logits, scores, expert, R, probs_sum, counts, z_sum);
+}
+void CpuBackend::MoeAuxBackward(const MoeRouterSpec& spec, const float* logits,
+                                const float* scores, const MoeAuxGrad& aux, float* d_logits,
+                                int64_t R) {
+  cpu::MoeAuxBackward(spec, logits, scores, aux, d_logits, R);
 }
 
 }  // namespace tessera

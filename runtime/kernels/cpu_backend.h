@@ -84,6 +84,27 @@ class CpuBackend : public Backend {
                                  int64_t V_local, int64_t V_real, int64_t vocab_begin,
                                  float loss_scale, float* logits_scratch, int64_t chunk_rows,
                                  CombineFn combine, void* combine_ctx) override;
+  void MoeRoute(const MoeRouterSpec& spec, const float* logits, const float* bias, float* scores,
+                int32_t* expert, float* gate, int64_t R) override;
+  void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores, const int32_t* expert,
+                        const float* d_gate, float* d_logits, int64_t R) override;
+  int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k, int64_t E,
+                  int64_t capacity, int32_t* row_of, int32_t* token_of_row, int64_t* offset,
+                  int64_t* counts) override;
+  void MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,
+                 int64_t C) override;
+  void MoeGatherBackward(float* d_x, const float* d_rows, const int32_t* row_of, int64_t R,
+                         int64_t k, int64_t C) override;
+  void MoeCombine(float* out, const float* y, const float* gate, const int32_t* row_of,
+                  int64_t R, int64_t k, int64_t C) override;
+  void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const float* y,
+                          const float* gate, const int32_t* row_of, int64_t R, int64_t k,
+                          int64_t C) override;
+  void MoeBalanceStats(const MoeRouterSpec& spec, const float* logits, const float* scores,
+                       const int32_t* expert, int64_t R, double* probs_sum, double* counts,
+                       double* z_sum) override;
+  void MoeAuxBackward(const MoeRouterSpec& spec, const float* logits, const float* scores,
+                      const MoeAuxGrad& aux, float* d_logits, int64_t R) override;
 };
 
 // A process-wide CpuBackend (it is stateless) for code that is given no backend: the

@@ -106,4 +106,27 @@ double MeasuringBackend::VocabParallelClassifier(float* losses, float* d_x, floa
   return 0.0;
 }
 
+// MoE: the routing writes tensors (null here), the plan is empty, statistics unchanged.
+void MeasuringBackend::MoeRoute(const MoeRouterSpec&, const float*, const float*, float*,
+                                int32_t*, float*, int64_t) {}
+void MeasuringBackend::MoeRouteBackward(const MoeRouterSpec&, const float*, const int32_t*,
+                                        const float*, float*, int64_t) {}
+int64_t MeasuringBackend::MoePlan(const int32_t*, const float*, int64_t, int64_t, int64_t E,
+                                  int64_t, int32_t*, int32_t*, int64_t* offset, int64_t*) {
+  for (int64_t e = 0; e <= E; ++e) offset[e] = 0;
+  return 0;
+}
+void MeasuringBackend::MoeGather(float*, const float*, const int32_t*, int64_t, int64_t) {}
+void MeasuringBackend::MoeGatherBackward(float*, const float*, const int32_t*, int64_t, int64_t,
+                                         int64_t) {}
+void MeasuringBackend::MoeCombine(float*, const float*, const float*, const int32_t*, int64_t,
+                                  int64_t, int64_t) {}
+void MeasuringBackend::MoeCombineBackward(float*, float*, const float*, const float*,
+                                          const float*, const int32_t*, int64_t, int64_t,
+                                          int64_t) {}
+void MeasuringBackend::MoeBalanceStats(const MoeRouterSpec&, const float*, const float*,
+                                       const int32_t*, int64_t, double*, double*, double*) {}
+void MeasuringBackend::MoeAuxBackward(const MoeRouterSpec&, const float*, const float*,
+                                      const MoeAuxGrad&, float*, int64_t) {}
+
 }  // namespace tessera

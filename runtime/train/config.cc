@@ -37,9 +37,44 @@ constexpr int64_t kMaxSeqLen = int64_t{1} << 20;     // 1M tokens
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxWidth = int64_t{1} << 17;      // hidden size 131072
 constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxExperts = 65536;
 constexpr int64_t kMaxBatch = int64_t{1} << 20;
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;  // 4 GiB of int32 per split
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
+// model.moe (absent: a dense model). Ranges here; the rules between keys are ModelConfig::Check's.
+Status ReadMoe(YamlMap& s, MoeConfig* e) {
+  RETURN_IF_ERROR(s.Int("num_experts", 0, kMaxExperts, &e->num_experts));
+  RETURN_IF_ERROR(s.Int("top_k", 1, kMaxExperts, &e->top_k));
+  RETURN_IF_ERROR(s.Int("expert_ffn_size", 0, kMaxWidth * 8, &e->expert_ffn_size));
+  RETURN_IF_ERROR(s.Int("shared_experts", 0, kMaxExperts, &e->shared_experts));
+  RETURN_IF_ERROR(s.Int("first_dense_layers", 0, kMaxLayers, &e->first_dense_layers));
+  RETURN_IF_ERROR(s.Int("layer_interval", 1, kMaxLayers, &e->layer_interval));
+  RETURN_IF_ERROR(s.Enum<RouterScore>(
+      "score", {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}}, &e->score));
+  RETURN_IF_ERROR(s.Bool("normalize_gates", &e->normalize_gates));
+  RETURN_IF_ERROR(s.Float("route_scale", kPositive, &e->route_scale));
+  RETURN_IF_ERROR(s.Int("groups", 1, kMaxExperts, &e->groups));
+  RETURN_IF_ERROR(s.Int("groups_kept", 1, kMaxExperts, &e->groups_kept));
+  // "dropless" (the default) or a factor > 0; 0 is refused rather than read as dropless.
+  if (const YamlNode* v = s.Get("capacity_factor"); v != nullptr) {
+    if (v->IsPlainScalar() && v->scalar == "dropless") {
+      e->capacity_factor = 0.0f;
+    } else if (Result<float> f = ReadYamlFloat(s.context(), *v, s.Dotted("capacity_factor"),
+                                               kPositive);
+               f.ok()) {
+      e->capacity_factor = *f;
+    } else {
+      return InvalidArgument(f.status().message() +
+                             " (a factor > 0, e.g. 1.25, or dropless: no token is dropped)");
+    }
+  }
+  RETURN_IF_ERROR(s.Float("aux_loss", kNonNegative, &e->aux_loss));
+  RETURN_IF_ERROR(s.Float("seq_aux_loss", kNonNegative, &e->seq_aux_loss));
+  RETURN_IF_ERROR(s.Float("z_loss", kNonNegative, &e->z_loss));
+  RETURN_IF_ERROR(s.Float("bias_update_rate", kNonNegative, &e->bias_update_rate));
+  return s.Finish();
+}
 
 Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Enum<ModelFamily>(
@@ -62,6 +97,8 @@ Status ReadModel(YamlMap& s, ModelConfig* m) {
                                            {"selective", RecomputePolicy::kSelective},
                                            {"full", RecomputePolicy::kFull}},
                                           &m->recompute));
+  ASSIGN_OR_RETURN(YamlMap moe, s.Child("moe"));
+  RETURN_IF_ERROR(ReadMoe(moe, &m->moe));
   return s.Finish();
 }
 
@@ -268,8 +305,15 @@ Status CheckParallel(const YamlContext& ctx, const Config& c) {
   const ParallelConfig& par = c.parallel;
   if (par.ep > 1) {
     return ctx.CrossFieldError({"parallel.ep"}, "ep=" + N(par.ep) +
-                                                    ": not supported yet (only 1; data, tensor "
-                                                    "and pipeline parallelism are)");
+                                                    ": expert parallelism is not supported yet "
+                                                    "(only 1: every rank holds all experts; "
+                                                    "data, tensor and pipeline parallelism are)");
+  }
+  if (par.sequence_parallel && par.tp > 1 && c.model.moe.enabled()) {
+    return ctx.CrossFieldError({"parallel.sequence_parallel", "model.moe.num_experts"},
+                               "sequence parallelism with experts is not supported yet: the MoE "
+                               "blocks run on every tp rank's full micro-batch (set "
+                               "parallel.sequence_parallel: false)");
   }
   if (par.virtual_stages > 1 && par.pp < 2) {
     return ctx.CrossFieldError({"parallel.virtual_stages", "parallel.pp"},

@@ -54,6 +54,29 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   Put(out, "tie_embeddings", m.tie_embeddings);
   Put(out, "init_std", m.init_std);
   PutName(out, "recompute", RecomputePolicyName(m.recompute));
+  const MoeConfig& e = m.moe;
+  out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
+  Put(out, "num_experts", e.num_experts);
+  Put(out, "top_k", e.top_k);
+  Put(out, "expert_ffn_size", e.expert_ffn_size);
+  Put(out, "shared_experts", e.shared_experts);
+  Put(out, "first_dense_layers", e.first_dense_layers);
+  Put(out, "layer_interval", e.layer_interval);
+  PutName(out, "score", RouterScoreName(e.score));
+  Put(out, "normalize_gates", e.normalize_gates);
+  Put(out, "route_scale", e.route_scale);
+  Put(out, "groups", e.groups);
+  Put(out, "groups_kept", e.groups_kept);
+  if (e.capacity_factor > 0) {
+    Put(out, "capacity_factor", e.capacity_factor);
+  } else {
+    PutName(out, "capacity_factor", "dropless");
+  }
+  Put(out, "aux_loss", e.aux_loss);
+  Put(out, "seq_aux_loss", e.seq_aux_loss);
+  Put(out, "z_loss", e.z_loss);
+  Put(out, "bias_update_rate", e.bias_update_rate);
+  out << YAML::EndMap;
   out << YAML::EndMap;
 }
 

@@ -88,6 +88,7 @@ std::string FormatProgressLine(const StepMetrics& m) {
                 m.skipped ? (m.nonfinite ? " (skipped: non-finite)" : " (skipped)") : "",
                 scale.c_str(), FormatRate(m.tokens_per_second).c_str(),
                 100.0 * m.mfu, FormatDuration(m.eta_seconds).c_str());
+  if (m.moe && !m.moe->layers.empty()) return std::string(buf) + " | " + FormatMoeProgress(*m.moe);
   return buf;
 }
 
@@ -116,6 +117,7 @@ std::string FormatSummary(const TrainSummary& s, const std::string& memory_repor
                       final - *s.floor));
   }
   out += "  peak memory by kind:\n" + memory_report;
+  out += s.moe_histogram;
   out += "  outputs          " + out_dir + "/{metrics.jsonl,model.safetensors,config.yaml,env.json}\n";
   return out;
 }
@@ -166,6 +168,25 @@ Status MetricsFile::Append(const StepMetrics& m) {
   w.Key("elapsed_s").Double(m.elapsed_seconds);
   w.Key("tok_per_s").Double(m.tokens_per_second);
   w.Key("mfu").Double(m.mfu);
+  if (m.moe && !m.moe->layers.empty()) {
+    w.Key("moe_aux_loss").Double(m.moe->aux_loss);
+    w.Key("moe_imbalance").Double(m.moe->worst_imbalance);
+    w.Key("moe").BeginArray();
+    for (const MoeLayerReport& l : m.moe->layers) {
+      w.BeginObject();
+      w.Key("layer").Int(l.layer);
+      w.Key("counts").BeginArray();
+      for (int64_t c : l.counts) w.Int(c);
+      w.EndArray();
+      w.Key("dropped").Double(l.dropped);
+      w.Key("imbalance").Double(l.imbalance);
+      w.Key("aux_loss").Double(l.aux_loss);
+      w.Key("bias_min").Double(l.bias_min);
+      w.Key("bias_max").Double(l.bias_max);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   w.EndObject();
   std::string line = w.str() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/train/moe_balance.h"
 
 namespace tessera {
 
@@ -39,6 +40,8 @@ struct StepMetrics {
   double mfu = 0;              // model FLOP/s over the measured GEMM peak, in [0, 1]
   double eta_seconds = 0;
   std::optional<double> val_loss;  // set on steps that ran an evaluation
+  // MoE models (model.moe): the step's routing over the job (moe_balance.h).
+  std::optional<MoeStepReport> moe;
 };
 
 // Keeps the lines of `path` (a metrics.jsonl) whose "step" is <= last_step and drops the rest,
@@ -59,10 +62,12 @@ struct TrainSummary {
   std::optional<double> floor;      // entropy floor of the data, when known
   bool stopped = false;             // ended early on a supervisor's stop (run_link.h), after
                                     //   saving: not a finished run
+  std::string moe_histogram;        // FormatMoeHistogram of the last steps ("" when dense)
 };
 
 // The end-of-run block: wall time, steps, tokens, final/best/held-out loss, distance to the
-// entropy floor, peak memory by kind (`memory_report`) and where the outputs are.
+// entropy floor, peak memory by kind (`memory_report`), an MoE model's per-expert histogram
+// (TrainSummary::moe_histogram) and where the outputs are.
 std::string FormatSummary(const TrainSummary& s, const std::string& memory_report,
                           const std::string& out_dir);
 

@@ -14,7 +14,11 @@
 
 namespace tessera {
 
-// One of the four unit slots (SlotOf): the parameter values of the unit last loaded into it
+// Slots (SlotOf): 0 the embeddings, 1 the final unit, 2 and 3 alternate between blocks, 4 and
+// 5 between MoE blocks' expert units (acquired beside their block's unit).
+constexpr int kNumSlots = 6;
+
+// One of the unit slots (SlotOf): the parameter values of the unit last loaded into it
 // and the gradient buffer (with its pending reduce-scatter) of the unit last computed in it.
 struct ParamShards::Slot {
   // Parameters (zero 3 or low precision; otherwise Acquire points into the fp32 buffer).
@@ -81,6 +85,12 @@ Tensor ParamShards::Reserve(MemoryKind kind, DType dtype, int64_t n) {
 // buffers (parameters, gradients, optimizer, all-gather staging), reserve the unit slots.
 Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges) {
   const int U = layout_.num_units();
+  // The final unit: the last one that does not hold experts (those follow it).
+  final_unit_ = U - 1;
+  while (final_unit_ > 0 && std::find(options_.expert_units.begin(), options_.expert_units.end(),
+                                      final_unit_) != options_.expert_units.end()) {
+    --final_unit_;
+  }
   rank_ = dp_ != nullptr ? dp_->rank() : 0;
   ranks_ = dp_ != nullptr ? dp_->size() : 1;
   zero_ = layout_.ranks() > 1 ? options_.zero : 0;
@@ -151,7 +161,7 @@ void ParamShards::ReserveSlots() {
   const bool param_slots = zero_ == 3 || low_;
   const bool grad_slots = zero_ >= 2 || options_.grad_accum_steps > 1;
   const bool accum = options_.grad_accum_steps > 1;
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kNumSlots; ++k) {
     int64_t padded = 0, unit = 0, piece = 0;
     for (int u = 0; u < layout_.num_units(); ++u) {
       if (SlotOf(u) != k) continue;
@@ -190,7 +200,10 @@ int ParamShards::SlotOf(int unit) const {
   for (int u : options_.embedding_units) {
     if (u == unit) return 0;
   }
-  if (unit == layout_.num_units() - 1) return 1;
+  for (size_t i = 0; i < options_.expert_units.size(); ++i) {
+    if (options_.expert_units[i] == unit) return 4 + static_cast<int>(i % 2);
+  }
+  if (unit == final_unit_) return 1;
   return 2 + (unit - 1) % 2;
 }
 

@@ -70,6 +70,9 @@ struct ParamShardsOptions {
   // stage's copy of tied embeddings (the first unit of its last chunk). They get the
   // embedding slot, not a block slot a block would reuse.
   std::vector<int> embedding_units;
+  // Units holding an MoE block's routed experts (ModelPartition::expert_units): acquired
+  // together with their block's unit, so they alternate between two slots of their own.
+  std::vector<int> expert_units;
   // The compute backend whose device holds this state: it provides the arenas and converts
   // and adds the buffers (dtype conversions, gradient accumulation). Null: the CPU reference.
   Backend* backend = nullptr;
@@ -196,6 +199,7 @@ class ParamShards final : public ParamStore {
   int64_t ag_chunk_ = 0;
 
   std::vector<std::unique_ptr<Slot>> slots_;  // see SlotOf
+  int final_unit_ = 0;  // the last unit that holds no experts
   std::vector<float*> grads_of_;  // per unit: this micro-batch's gradient buffer, or null
   int64_t micro_ = 0;
   Status status_ = Status::Ok();

@@ -2,7 +2,7 @@
 //
 // The JSON form: {"step":N,"seed":S,"data_epoch":E,"data_index":I,"adamw_step":A,
 // "nonfinite_streak":K[,"loss_scale":X,"loss_scale_good_steps":G,"loss_scale_skipped":Z]
-// [,"loss_window":[...]]}. The seed is a uint64 stored as the int64 with the same bits (JSON
+// [,"loss_window":[...]][,"moe_bias":[[...],...]]}. The seed is a uint64 stored as the int64 with the same bits (JSON
 // integers are signed here), so every seed round-trips.
 #include "runtime/train/saved_state.h"
 
@@ -18,7 +18,10 @@ namespace {
 
 constexpr std::string_view kKeys[] = {
     "step", "seed", "data_epoch", "data_index", "adamw_step", "nonfinite_streak",
-    "loss_scale", "loss_scale_good_steps", "loss_scale_skipped", "loss_window"};
+    "loss_scale", "loss_scale_good_steps", "loss_scale_skipped", "loss_window", "moe_bias"};
+
+// More MoE blocks or experts than any model has: a bound on what a manifest makes us allocate.
+constexpr size_t kMaxSavedMoeValues = size_t{1} << 24;
 
 class StateReader {
  public:
@@ -78,6 +81,31 @@ Result<std::vector<double>> ParseLossWindow(const StateReader& r, const JsonValu
   return out;
 }
 
+// Rows of equal length of finite numbers, each a float as saved.
+Result<std::vector<std::vector<float>>> ParseMoeBias(const StateReader& r, const JsonValue& b) {
+  if (!b.is_array()) return r.Error("moe_bias", "not an array");
+  std::vector<std::vector<float>> rows;
+  size_t values = 0;
+  for (const JsonValue& row : b.items()) {
+    if (!row.is_array()) return r.Error("moe_bias", "a row that is not an array");
+    if (!rows.empty() && row.items().size() != rows.front().size()) {
+      return r.Error("moe_bias", "rows of different lengths");
+    }
+    values += row.items().size();
+    if (values > kMaxSavedMoeValues) return r.Error("moe_bias", "too many values");
+    std::vector<float> out;
+    for (const JsonValue& v : row.items()) {
+      const double d = v.is_number() ? v.as_double() : NAN;
+      if (!std::isfinite(d) || static_cast<double>(static_cast<float>(d)) != d) {
+        return r.Error("moe_bias", "holds something other than a finite 32-bit float");
+      }
+      out.push_back(static_cast<float>(d));
+    }
+    rows.push_back(std::move(out));
+  }
+  return rows;
+}
+
 }  // namespace
 
 JsonValue SavedStateJson(const SavedTrainerState& s) {
@@ -98,6 +126,15 @@ JsonValue SavedStateJson(const SavedTrainerState& s) {
     w.reserve(s.loss_window.size());
     for (double v : s.loss_window) w.push_back(JsonValue::Number(v));
     m.push_back({"loss_window", JsonValue::Array(std::move(w))});
+  }
+  if (!s.moe_bias.empty()) {
+    std::vector<JsonValue> rows;
+    for (const std::vector<float>& row : s.moe_bias) {
+      std::vector<JsonValue> values;
+      for (float v : row) values.push_back(JsonValue::Number(v));
+      rows.push_back(JsonValue::Array(std::move(values)));
+    }
+    m.push_back({"moe_bias", JsonValue::Array(std::move(rows))});
   }
   return JsonValue::Object(std::move(m));
 }
@@ -133,6 +170,9 @@ Result<SavedTrainerState> ParseSavedState(const JsonValue& state, int64_t manife
   if (const JsonValue* w = state.Find("loss_window")) {
     ASSIGN_OR_RETURN(s.loss_window, ParseLossWindow(r, *w));
   }
+  if (const JsonValue* b = state.Find("moe_bias")) {
+    ASSIGN_OR_RETURN(s.moe_bias, ParseMoeBias(r, *b));
+  }
   return s;
 }
 
@@ -152,6 +192,17 @@ Status CheckStateFitsRun(const SavedTrainerState& s, const Config& config, int64
                       ", index " + std::to_string(s.data_index) + "} is outside this run's " +
                       std::to_string(num_windows) +
                       " training windows (taken on different data or seq_len?)");
+  }
+  const MoeConfig& moe = config.model.moe;
+  if (moe.bias_update_rate > 0) {
+    const size_t blocks = static_cast<size_t>(config.model.num_moe_layers());
+    if (s.moe_bias.size() != blocks ||
+        (blocks > 0 && s.moe_bias.front().size() != static_cast<size_t>(moe.num_experts))) {
+      return OutOfRange(where + ": holds " + std::to_string(s.moe_bias.size()) +
+                        " MoE bias rows, but this run balances " + std::to_string(blocks) +
+                        " MoE blocks of " + std::to_string(moe.num_experts) +
+                        " experts with a bias (model.moe.bias_update_rate)");
+    }
   }
   if (s.loss_scale && config.precision == Precision::kFp16) {
     const LossScaleConfig defaults;

@@ -6,10 +6,12 @@
 // of every candidate checkpoint before it is loaded:
 //   ParseSavedState — is it a state any run could have saved? Every field present and of its
 //     type, in range, no counter that would overflow, the step equal to the manifest's own,
-//     the fp16 loss scale a positive power of two. No: kDataLoss — the checkpoint is damaged
+//     the fp16 loss scale a positive power of two, the MoE bias rows finite and of one length.
+//     No: kDataLoss — the checkpoint is damaged
 //     (the resume sets it aside and falls back; `tessera ckpt verify` reports it).
 //   CheckStateFitsRun — can THIS run continue from it? Its step within train.steps, its data
-//     position inside this run's data, its loss scale within this run's bounds. No:
+//     position inside this run's data, its loss scale within this run's bounds, an MoE bias
+//     for every MoE block when this run balances with one. No:
 //     kOutOfRange with the reason — the checkpoint is healthy but not for this run: the
 //     resume skips it (leaves it in place) and falls back. A different train.seed is a config
 //     error (kInvalidArgument): the data order would differ from the run being resumed.
@@ -47,6 +49,9 @@ struct SavedTrainerState {
   int64_t nonfinite_streak = 0;  // consecutive non-finite steps skipped (on_nonfinite: skip)
   std::optional<SavedLossScale> loss_scale;  // fp16 runs only
   std::vector<double> loss_window;  // loss-spike detection: the recent step losses, oldest first
+  // model.moe's aux-loss-free balancing bias: one row of num_experts per MoE block, in layer
+  // order (empty when the run has no such bias).
+  std::vector<std::vector<float>> moe_bias;
 };
 
 JsonValue SavedStateJson(const SavedTrainerState& s);

@@ -220,6 +220,7 @@ Status Trainer::SetUpParameters() {
   for (size_t k = 1; k < partition_->chunks().size(); ++k) {
     o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
   }
+  o.expert_units = partition_->expert_units();
   ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
                                                 DecayRanges(*partition_, c.optimizer), dp_, &memory_));
   ModelOptions mo;
@@ -234,6 +235,10 @@ Status Trainer::SetUpParameters() {
   mo.sequence_parallel = c.parallel.sequence_parallel;
   mo.partition = &*partition_;
   RETURN_IF_ERROR(BuildModels(mo));
+  if (c.model.moe.bias_update_rate > 0) {  // every block starts unbiased
+    moe_bias_.assign(static_cast<size_t>(c.model.num_moe_layers()),
+                     std::vector<float>(static_cast<size_t>(c.model.moe.num_experts), 0.0f));
+  }
   RETURN_IF_ERROR(LoadInitialWeights());
   if (c.precision == Precision::kFp16) SetUpLossScaler();
   return Status::Ok();
@@ -368,10 +373,35 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   r.grad_norm = clipped.norm;
   Guard(r);
   if (r.guard.verdict == StepGuard::Verdict::kStop) return r;  // nothing changed: the caller stops
-  if (r.skipped) return r;
-  checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
-  RETURN_IF_ERROR(shards_->Step(lr, clipped.grad_scale));
+  if (!r.skipped) {
+    checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
+    RETURN_IF_ERROR(shards_->Step(lr, clipped.grad_scale));
+  }
+  RETURN_IF_ERROR(FinishMoe(r));
   return r;
+}
+
+std::vector<LocalMoeLayer> Trainer::LocalMoeLayers() {
+  std::vector<LocalMoeLayer> local;
+  std::vector<Transformer*> models;
+  if (model_) models.push_back(model_.get());
+  for (auto& chunk : chunks_) models.push_back(chunk.get());
+  for (Transformer* m : models) {
+    const std::vector<int64_t> ids = m->moe_layer_ids();
+    for (size_t i = 0; i < ids.size(); ++i) local.push_back({ids[i], &m->moe_layers()[i]});
+  }
+  return local;
+}
+
+// The MoE blocks after the step (moe_balance.h): statistics over the job, the balancing bias
+// moved when the update was applied, the report; the bias of every block kept for checkpoints.
+Status Trainer::FinishMoe(StepResult& r) {
+  if (!config_.model.moe.enabled()) return Status::Ok();
+  const std::vector<LocalMoeLayer> local = LocalMoeLayers();
+  ASSIGN_OR_RETURN(r.moe, FinishMoeStep(config_.model, local, dp_, pp_, !r.skipped));
+  moe_bias_.clear();
+  for (const MoeLayerReport& l : r.moe.layers) moe_bias_.push_back(l.bias);
+  return Status::Ok();
 }
 
 // The model's and the parameter state's errors after a pass (a failed reduction or gather
@@ -591,6 +621,11 @@ Status Trainer::Log(int64_t done, float lr, const StepResult& r, double step_sec
   // Against the peak of every rank of the job (rank 0's measurement times the ranks).
   m.mfu = peak_flops_ > 0 ? m.tokens_per_second * run.flops_per_token / (peak_flops_ * dp_size_) : 0;
   m.eta_seconds = m.elapsed_seconds / (m.step - start_step_) * (tc.steps - m.step);
+  if (!r.moe.layers.empty()) {
+    m.moe = r.moe;
+    run.moe_recent.push_back(r.moe.layers);
+    if (run.moe_recent.size() > kMoeHistogramSteps) run.moe_recent.pop_front();
+  }
   RETURN_IF_ERROR(run.metrics->Append(m));
   if (m.step % tc.log_interval == 0 || last || m.step == 1) {
     std::fprintf(out, "%s\n", FormatProgressLine(m).c_str());

@@ -42,6 +42,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -54,6 +55,7 @@
 #include "optimizer/loss_scale.h"
 #include "runtime/core/memory.h"
 #include "runtime/kernels/backend.h"
+#include "runtime/train/moe_balance.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
@@ -105,6 +107,7 @@ class Trainer {
     bool skipped = false;
     double loss_scale = 1.0;  // what the loss was multiplied by (fp16)
     StepGuard::Decision guard;  // why it was applied, skipped (or the run stops)
+    MoeStepReport moe;          // the MoE blocks' routing over the job (empty: dense)
   };
 
   using Clock = std::chrono::steady_clock;
@@ -127,9 +130,16 @@ class Trainer {
     double interval_loss = 0;              // since the last progress line (finite losses)
     int64_t interval_steps = 0;
     Clock::time_point start;  // after the banner: rates and elapsed time count from here
+    // The MoE blocks' counts summed over the last kMoeHistogramSteps steps, for the summary.
+    std::deque<std::vector<MoeLayerReport>> moe_recent;
   };
+  static constexpr size_t kMoeHistogramSteps = 50;
 
   Trainer(const Config& config) : config_(config) {}
+  // The MoE blocks this rank's model(s) hold (model.moe), with their global indices.
+  std::vector<LocalMoeLayer> LocalMoeLayers();
+  Status FinishMoe(StepResult& r);
+  std::string MoeHistogram(const RunProgress& run) const;
   Status SetUpParameters();
   Status BuildModels(ModelOptions mo);
   Status LoadInitialWeights();
@@ -214,6 +224,9 @@ class Trainer {
   std::unique_ptr<Transformer> model_;  // the whole model (pp = 1)
   // Pipeline (pp > 1): one model per chunk of this rank.
   std::vector<std::unique_ptr<Transformer>> chunks_;
+  // model.moe's balancing bias of every MoE block of the job (not only this rank's), after the
+  // last step: what a checkpoint saves (StateJson on any rank writes all of it).
+  std::vector<std::vector<float>> moe_bias_;
   // The schedule's executor over model_ (pp = 1: its one-stage case) or chunks_; every step
   // and evaluation runs through it.
   std::unique_ptr<PipelineRunner> pipeline_;

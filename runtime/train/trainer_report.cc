@@ -2,6 +2,7 @@
 // loop: the run's output files and banner at its start (BeginRun), and at its end the final
 // export, memory.json and the summary (Finish). Split from trainer.cc, which keeps the loop.
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -174,10 +175,33 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks)));
   std::string report = memory_.Report();
   if (ranks > 1) report += FormatMemoryTable(memory, ranks);
+  summary.moe_histogram = MoeHistogram(run);
   std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
   PrintSummaryExtras(idle, out);
   std::fflush(out);
   return summary;
+}
+
+// The MoE blocks' counts summed over the run's last steps, as the summary's histogram.
+std::string Trainer::MoeHistogram(const RunProgress& run) const {
+  if (run.moe_recent.empty()) return "";
+  std::vector<MoeLayerReport> sum = run.moe_recent.back();
+  for (MoeLayerReport& l : sum) {
+    std::fill(l.counts.begin(), l.counts.end(), 0);
+    l.dropped = 0;
+  }
+  for (const std::vector<MoeLayerReport>& step : run.moe_recent) {
+    for (size_t i = 0; i < sum.size(); ++i) {
+      for (size_t e = 0; e < sum[i].counts.size(); ++e) sum[i].counts[e] += step[i].counts[e];
+      sum[i].dropped += step[i].dropped / static_cast<double>(run.moe_recent.size());
+    }
+  }
+  for (MoeLayerReport& l : sum) {
+    const double total = std::accumulate(l.counts.begin(), l.counts.end(), 0.0);
+    const double top = static_cast<double>(*std::max_element(l.counts.begin(), l.counts.end()));
+    l.imbalance = total > 0 ? top / (total / static_cast<double>(l.counts.size())) : 0.0;
+  }
+  return FormatMoeHistogram(sum, static_cast<int64_t>(run.moe_recent.size()));
 }
 
 // The summary's checkpoint line and, pipelined, the measured idle share beside the bubble.

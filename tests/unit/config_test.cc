@@ -741,7 +741,7 @@ TEST(ConfigParallel, PipelineLayoutsAreChecked) {
 
 TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
   EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
-                     "--set parallel.ep=2: parallel.ep: ep=2: not supported yet");
+                     "--set parallel.ep=2: parallel.ep: ep=2: expert parallelism is not supported yet");
   EXPECT_EQ(LoadOk("parallel:\n  dp: 4\n  zero: 3\n").parallel.zero, 3);
 }
 

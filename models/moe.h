@@ -1,0 +1,173 @@
+// models/moe.h — the mixture-of-experts sublayer of an MoE block (model.moe), with explicit
+// forward and backward: it takes the place of the MLP, after the block's second norm.
+//
+//   logits = h @ router^T                 (R, E), fp32 whatever the precision
+//   scores, top-k experts and gates       routing rules of runtime/kernels/moe_routing.h, the
+//                                         selection biased by the balancing bias (if on)
+//   plan                                  dropless, or each expert keeps its ceil(R*k/E*factor)
+//                                         assignments of largest gate; a dropped assignment
+//                                         adds nothing (the token keeps its residual)
+//   x_rows = h gathered in expert order   (rows, C)
+//   per expert e: y_e = out_e(act(fc_e(x_e)))   one GEMM per expert over its rows (grouped)
+//   out = sum_j gate_j * y[row(t, j)] + shared(h)
+// act is GELU (gpt2, with biases) or SwiGLU (llama); the shared experts are one MLP of width
+// shared_experts * expert_ffn applied to every token.
+// Auxiliary losses (added to the training loss, reported apart from it; all per micro-batch
+// of R tokens, k experts per token, E experts, balancing probabilities p of moe_routing.h):
+//   switch     aux_loss * E / (R^2 k) * sum_e count_e * sum_t p_te       (Switch / Megatron)
+//   sequence   seq_aux_loss * mean over sequences b of sum_e f_be P_be, f_be = E/(k T) *
+//              count_be, P_be = mean_t p_te over b's T tokens              (DeepSeek-V3)
+//   z-loss     z_loss * mean_t (logsumexp_e r_te)^2                        (ST-MoE)
+// counts are the tokens choosing each expert (before capacity drops) and are constants.
+//
+// Owns: nothing across steps but the layer's MoeLayerState (the balancing bias and the step's
+// routing statistics), which the model keeps per MoE block. Tensors come from the step's arenas
+// as the block's do (block.h): what backward needs is kept by the policy, the rest in
+// workspace. Sizes are the worst case (every token's k assignments kept), so the measuring pass
+// (which routes nothing) sizes the arenas for any routing.
+// Precision: the experts' activations are stored in the activation dtype like the MLP's
+// (activation_store.h); router logits, scores and gates stay fp32.
+// Tensor parallelism: the router and every expert are whole on each tp rank, which computes
+// the sublayer on the full micro-batch (the same bits on every rank, so nothing is reduced);
+// sequence parallelism with experts is refused by the config.
+// Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model_config.h"
+#include "runtime/core/memory.h"
+#include "runtime/core/tensor.h"
+#include "runtime/kernels/backend.h"
+
+namespace tessera {
+
+struct StepContext;
+
+struct MoeDims {
+  bool gpt2 = true;
+  int64_t B = 0, T = 0;  // micro-batch: R = B * T token rows
+  int64_t C = 0;         // hidden size
+  int64_t Fe = 0;        // each expert's MLP width
+  int64_t S = 0;         // shared experts' width (shared_experts * Fe); 0 = none
+  MoeRouterSpec spec;    // E, k, groups, score, normalisation, scale
+  float capacity_factor = 0.0f;  // 0: dropless
+  float aux_loss = 0.0f, seq_aux_loss = 0.0f, z_loss = 0.0f;
+  bool balancing_bias = false;   // bias_update_rate > 0
+  DType act_dtype = DType::kF32;
+
+  static MoeDims Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype);
+  int64_t R() const { return B * T; }
+  int64_t E() const { return spec.E; }
+  int64_t k() const { return spec.k; }
+  int64_t fc_dim() const { return gpt2 ? Fe : 2 * Fe; }         // expert fc output width
+  int64_t shared_fc_dim() const { return gpt2 ? S : 2 * S; }
+  // The most rows the experts can get: every assignment kept.
+  int64_t max_rows() const { return R() * k(); }
+  // Per-expert capacity of one call, or -1 for dropless.
+  int64_t capacity() const;
+};
+
+// Views of the sublayer's weights: the router and shared experts in the block's unit, the
+// routed experts in its expert unit. Null where absent (gpt2 biases, shared experts).
+struct MoeWeights {
+  const float* router = nullptr;     // (E, C)
+  const float* shared_fc_w = nullptr;   // (shared_fc_dim, C)  llama [gate | up] rows
+  const float* shared_fc_b = nullptr;   // (S)
+  const float* shared_out_w = nullptr;  // (C, S)
+  const float* shared_out_b = nullptr;  // (C)
+  const float* fc_w = nullptr;       // (E, fc_dim, C)  llama: each expert's [gate | up] rows
+  const float* fc_b = nullptr;       // (E, Fe)
+  const float* out_w = nullptr;      // (E, C, Fe)
+  const float* out_b = nullptr;      // (E, C)
+};
+
+struct MoeGrads {
+  float* router = nullptr;
+  float* shared_fc_w = nullptr;
+  float* shared_fc_b = nullptr;
+  float* shared_out_w = nullptr;
+  float* shared_out_b = nullptr;
+  float* fc_w = nullptr;
+  float* fc_b = nullptr;
+  float* out_w = nullptr;
+  float* out_b = nullptr;
+};
+
+// What one MoE block keeps across steps and reports.
+struct MoeLayerState {
+  std::vector<float> bias;        // (E) balancing bias, selection only; zero when off
+  // Routing statistics since the trainer last took them (every forward that trains or
+  // evaluates, recomputation excluded):
+  std::vector<int64_t> counts;    // (E) tokens that chose each expert, before capacity drops
+  int64_t assigned = 0;           // token-expert assignments made
+  int64_t kept = 0;               // of which kept (assigned - kept were dropped by capacity)
+  double aux_loss = 0.0;          // sum of the auxiliary losses' values
+  int64_t calls = 0;              // forwards counted (micro-batches)
+  double last_aux_loss = 0.0;     // the auxiliary losses of the latest forward (any kind)
+
+  explicit MoeLayerState(int64_t E = 0) : bias(E, 0.0f), counts(E, 0) {}
+  void ResetStats();
+};
+
+// What the sublayer's backward needs. Tensors in the activations arena hold the activation
+// dtype, the router's are fp32 (activation_store.h).
+struct MoeSaved {
+  Tensor logits;        // (R, E) fp32 router logits
+  Tensor scores;        // (R, E) fp32 softmax / sigmoid scores
+  Tensor expert;        // (R, k) i32 chosen experts
+  Tensor gate;          // (R, k) fp32 gates
+  Tensor row_of;        // (R, k) i32 row of each assignment, -1 dropped
+  Tensor token_of_row;  // (max_rows) i32
+  Tensor x_rows;        // (max_rows, C)      the experts' inputs
+  Tensor fc_out;        // (max_rows, fc_dim) pre-activation
+  Tensor act_out;       // (max_rows, Fe)     [selective: recomputed]
+  Tensor y;             // (max_rows, C)      the experts' outputs (the gates' gradient)
+  Tensor shared_fc_out;   // (R, shared_fc_dim)
+  Tensor shared_act_out;  // (R, S)           [selective: recomputed]
+  std::vector<int64_t> offset;  // (E + 1) each expert's first row (host)
+  // The auxiliary losses' gradient, unscaled (the backward multiplies by the step's scale).
+  std::vector<float> switch_coef;  // (E) or empty
+  std::vector<float> seq_coef;     // (B, E) or empty
+  float z_scale = 0.0f;
+};
+
+class MoeLayer {
+ public:
+  explicit MoeLayer(const MoeDims& dims) : d_(dims) {}
+
+  // out(R,C) = the sublayer of h(R,C) (both fp32, out written). Kept tensors go to `kept`,
+  // recomputable ones to `dropped` (block.h's policy arenas); `state` supplies the bias and,
+  // with `record`, collects the statistics (a recomputation passes false).
+  void Forward(StepContext& step, Arena& kept, Arena& dropped, const float* h, float* out,
+               MoeSaved& s, const MoeWeights& w, MoeLayerState& state, bool record) const;
+
+  // d_h(R,C) = dL/dh (written) from d_out(R,C) = dL/d(out), plus the auxiliary losses'
+  // gradient scaled by step.loss_grad_scale. `act_out` / `shared_act_out`: the saved ones, or
+  // recomputed by RecomputeActivations under selective. Gradients accumulate into g.
+  void Backward(StepContext& step, const float* h, const float* d_out, float* d_h,
+                const MoeSaved& s, const Tensor& act_out, const Tensor& shared_act_out,
+                const MoeWeights& w, const MoeGrads& g) const;
+
+  // The activation outputs selective recomputation drops, from the saved pre-activations,
+  // into workspace tensors (routed rows, shared).
+  void RecomputeActivations(StepContext& step, const MoeSaved& s, Tensor& act_out,
+                            Tensor& shared_act_out) const;
+
+  const MoeDims& dims() const { return d_; }
+
+ private:
+  const float* Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w,
+                       const float* x, int64_t rows) const;
+  void Shared(StepContext& step, const float* h, float* out, const MoeSaved& s,
+              const MoeWeights& w) const;
+  // act_out = act(fc_out) for n rows of the given width, committed to act_out's storage.
+  float* Activation(const StepContext& step, const Tensor& act_out, const float* fc_out,
+                    int64_t n, int64_t F) const;
+  void AuxLosses(StepContext& step, MoeSaved& s, MoeLayerState& state, bool record) const;
+
+  MoeDims d_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,255 @@
+// links: tessera_models
+// tests/kernels/moe_model_test.cc — models with mixture-of-experts blocks (model.moe,
+// models/moe.h): finite-difference gradient checks of the whole model (router, experts,
+// shared experts, combine and every auxiliary loss) under every recompute policy and router
+// kind, bit-identical gradients across policies, determinism, capacity drops and the routing
+// statistics a training forward records.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/param_layout.h"
+#include "models/transformer.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kB = 2, kT = 8;
+
+enum class Router { kMixtral, kDeepSeek };
+
+// A tiny MoE model: Mixtral-like (softmax top-2 of 4, normalised, Switch aux + z-loss) or
+// DeepSeek-like (sigmoid, 2 groups of 3 with 1 kept... top-2, a shared expert, sequence-wise aux,
+// route scale, balancing bias, first block dense).
+ModelConfig TinyMoe(ModelFamily family, Router router, RecomputePolicy policy) {
+  ModelConfig c;
+  c.family = family;
+  c.vocab_size = 32;
+  c.max_seq_len = 16;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_heads = 4;
+  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;
+  c.ffn_hidden_size = 24;
+  c.tie_embeddings = family == ModelFamily::kGpt2;
+  c.init_std = 0.2f;
+  c.recompute = policy;
+  MoeConfig& e = c.moe;
+  e.expert_ffn_size = 8;
+  if (router == Router::kMixtral) {
+    e.num_experts = 4;
+    e.top_k = 2;
+    e.aux_loss = 0.01f;
+    e.z_loss = 0.001f;
+  } else {
+    e.num_experts = 6;
+    e.top_k = 2;
+    e.score = RouterScore::kSigmoid;
+    e.groups = 3;
+    e.groups_kept = 2;
+    e.shared_experts = 1;
+    e.route_scale = 2.5f;
+    e.seq_aux_loss = 0.01f;
+    e.bias_update_rate = 0.001f;
+    e.first_dense_layers = 1;
+  }
+  return c;
+}
+
+std::vector<int32_t> Tokens(int64_t n, int64_t V, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = tok(gen);
+  return t;
+}
+
+std::unique_ptr<Transformer> Make(const ModelConfig& c, MemoryTracker* tracker = nullptr) {
+  auto r = Transformer::Create(c, kB, kT, tracker);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return std::move(r).value();
+}
+
+// The training objective of the last forward: the mean cross-entropy plus every MoE block's
+// auxiliary losses.
+double Objective(Transformer& m, double ce) {
+  double total = ce;
+  for (const MoeLayerState& s : m.moe_layers()) total += s.last_aux_loss;
+  return total;
+}
+
+struct Case {
+  ModelFamily family;
+  Router router;
+  RecomputePolicy policy;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(ModelFamilyName(info.param.family)) +
+         (info.param.router == Router::kMixtral ? "_mixtral_" : "_deepseek_") +
+         RecomputePolicyName(info.param.policy);
+}
+
+class MoeGradCheck : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLosses) {
+  const Case c = GetParam();
+  const ModelConfig config = TinyMoe(c.family, c.router, c.policy);
+  auto m = Make(config);
+  m->InitRandom(7);
+  // A non-zero balancing bias, as after some training: selection then differs from scores.
+  for (MoeLayerState& s : m->moe_layers()) {
+    for (size_t e = 0; e < s.bias.size(); ++e) s.bias[e] = config.moe.bias_update_rate > 0 ? 0.05f * (e % 3) : 0.0f;
+  }
+  const std::vector<int32_t> in = Tokens(kB * kT, 32, 11), tg = Tokens(kB * kT, 32, 12);
+  m->ZeroGrads();
+  const double ce = m->ForwardBackward(in.data(), tg.data(), 1.0f);
+  const double objective = Objective(*m, ce);
+  EXPECT_EQ(ce, m->Forward(in.data(), tg.data()));
+  EXPECT_EQ(objective, Objective(*m, ce));
+  const int64_t P = m->num_params();
+  const std::vector<float> g(m->flat_grads().f32(), m->flat_grads().f32() + P);
+  // The check covers the MoE parts: the router and every routed expert have gradients, and
+  // the auxiliary losses are on.
+  for (const Parameter& p : m->parameters()) {
+    const bool moe = p.name().find("router") != std::string::npos ||
+                     p.name().find("mlp.gate.") != std::string::npos ||
+                     p.name().find("experts") != std::string::npos;
+    if (!moe) continue;
+    double sq = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) sq += double(g[p.offset + i]) * g[p.offset + i];
+    EXPECT_GT(sq, 0.0) << p.name();
+  }
+  EXPECT_GT(objective, ce);
+  float* theta = m->flat_params().f32();
+  const std::vector<float> theta0(theta, theta + P);
+  auto objective_at = [&](const std::vector<double>& d, double eps) {
+    for (int64_t i = 0; i < P; ++i) theta[i] = static_cast<float>(theta0[i] + eps * d[i]);
+    const double l = Objective(*m, m->Forward(in.data(), tg.data()));
+    std::copy(theta0.begin(), theta0.end(), theta);
+    return l;
+  };
+  std::mt19937 gen(3);
+  std::normal_distribution<double> normal;
+  for (int k = 0; k < 5; ++k) {
+    std::vector<double> d(static_cast<size_t>(P));
+    if (k == 0) {
+      for (int64_t i = 0; i < P; ++i) d[i] = g[i];
+    } else {
+      for (auto& x : d) x = normal(gen);
+    }
+    double norm = 0;
+    for (double x : d) norm += x * x;
+    norm = std::sqrt(norm);
+    for (auto& x : d) x /= norm;
+    double analytic = 0;
+    for (int64_t i = 0; i < P; ++i) analytic += g[i] * d[i];
+    // Small steps: a larger one could change which experts a token picks (a kink).
+    const double eps = 2e-3;
+    const double numeric = (objective_at(d, eps) - objective_at(d, -eps)) / (2 * eps);
+    EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 5e-4) << "direction " << k;
+  }
+}
+
+TEST_P(MoeGradCheck, EveryPolicyGivesBitIdenticalGradients) {
+  const Case c = GetParam();
+  if (c.policy != RecomputePolicy::kNone) GTEST_SKIP() << "compared once, from the none case";
+  const std::vector<int32_t> in = Tokens(kB * kT, 32, 21), tg = Tokens(kB * kT, 32, 22);
+  std::vector<float> reference;
+  double reference_loss = 0;
+  for (RecomputePolicy p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    auto m = Make(TinyMoe(c.family, c.router, p));
+    m->InitRandom(5);
+    m->ZeroGrads();
+    const double loss = m->ForwardBackward(in.data(), tg.data(), 0.5f);
+    std::vector<float> g(m->flat_grads().f32(), m->flat_grads().f32() + m->num_params());
+    if (reference.empty()) {
+      reference = g;
+      reference_loss = loss;
+      continue;
+    }
+    EXPECT_EQ(loss, reference_loss) << RecomputePolicyName(p);
+    EXPECT_EQ(std::memcmp(g.data(), reference.data(), g.size() * sizeof(float)), 0)
+        << RecomputePolicyName(p);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MoeGradCheck,
+    ::testing::Values(Case{ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone},
+                      Case{ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kSelective},
+                      Case{ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kFull},
+                      Case{ModelFamily::kGpt2, Router::kDeepSeek, RecomputePolicy::kNone},
+                      Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone},
+                      Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kFull},
+                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kNone},
+                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kSelective}),
+    CaseName);
+
+TEST(MoeModel, TrainingForwardsRecordStatisticsAndEvaluationDoesNot) {
+  ModelConfig c = TinyMoe(ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kFull);
+  auto m = Make(c);
+  m->InitRandom(1);
+  ASSERT_EQ(m->moe_layers().size(), 2u);
+  EXPECT_EQ(m->moe_layer_ids(), (std::vector<int64_t>{0, 1}));
+  const std::vector<int32_t> in = Tokens(kB * kT, 32, 31), tg = Tokens(kB * kT, 32, 32);
+  m->ForwardBackward(in.data(), tg.data(), 1.0f);
+  m->ForwardBackward(in.data(), tg.data(), 1.0f);
+  for (const MoeLayerState& s : m->moe_layers()) {
+    int64_t total = 0;
+    for (int64_t n : s.counts) total += n;
+    EXPECT_EQ(total, 2 * kB * kT * 2);  // two micro-batches, k = 2; recompute not counted
+    EXPECT_EQ(s.assigned, total);
+    EXPECT_EQ(s.kept, total);           // dropless
+    EXPECT_EQ(s.calls, 2);
+    EXPECT_GT(s.aux_loss, 0.0);
+  }
+  const std::vector<int64_t> before = m->moe_layers()[0].counts;
+  m->Forward(in.data(), tg.data());
+  EXPECT_EQ(m->moe_layers()[0].counts, before);
+}
+
+TEST(MoeModel, CapacityDropsTheLowestGatesAndDroppedTokensKeepTheirResidual) {
+  ModelConfig c = TinyMoe(ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone);
+  c.moe.capacity_factor = 0.5f;  // ceil(16 * 2 / 4 * 0.5) = 4 of ~8 per expert
+  auto m = Make(c);
+  m->InitRandom(2);
+  const std::vector<int32_t> in = Tokens(kB * kT, 32, 41), tg = Tokens(kB * kT, 32, 42);
+  m->ZeroGrads();
+  m->ForwardBackward(in.data(), tg.data(), 1.0f);
+  for (const MoeLayerState& s : m->moe_layers()) {
+    EXPECT_EQ(s.assigned, kB * kT * 2);
+    EXPECT_LE(s.kept, 4 * 4);
+    EXPECT_LT(s.kept, s.assigned);
+  }
+}
+
+TEST(MoeModel, SameSeedSameBitsAndTheFlopsCountOnlyTheChosenExperts) {
+  const ModelConfig c = TinyMoe(ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kNone);
+  const std::vector<int32_t> in = Tokens(kB * kT, 32, 51), tg = Tokens(kB * kT, 32, 52);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    auto m = Make(c);
+    m->InitRandom(9);
+    m->ZeroGrads();
+    m->ForwardBackward(in.data(), tg.data(), 1.0f);
+    std::vector<float> g(m->flat_grads().f32(), m->flat_grads().f32() + m->num_params());
+    if (run == 0) {
+      first = g;
+    } else {
+      EXPECT_EQ(std::memcmp(g.data(), first.data(), g.size() * sizeof(float)), 0);
+    }
+  }
+  // One MoE block (the first is dense): router 6x16, a shared [gate|up] 16x16 and down 16x8,
+  // two routed experts of 3 x 8 x 16 per token.
+  EXPECT_EQ(MoeMatmulParams(c), 6 * 16 + 3 * 8 * 16 + 2 * 3 * 8 * 16);
+}
+
+}  // namespace
+}  // namespace tessera
