@@ -76,7 +76,21 @@ Result<CommBenchResult> BenchReduceScatter(Communicator& comm, int64_t bytes, in
                  [&] { return comm.ReduceScatter(tin, tout, ReduceOp::kSum)->Wait(); });
 }
 
-Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, int iters) {
+Result<CommBenchResult> BenchAllToAll(Communicator& comm, int64_t bytes, int iters) {
+  const int n = comm.size();
+  const int64_t block = bytes / 4 / n;
+  std::vector<float> in(static_cast<size_t>(block * n), 1.0f), out(in.size());
+  Tensor tin(in.data(), DType::kF32, {block * n});
+  Tensor tout(out.data(), DType::kF32, {block * n});
+  const std::vector<int64_t> counts(static_cast<size_t>(n), block);
+  return Measure(comm, "all_to_all(backend)", block * n * 4, iters, 1.0 * (n - 1) / n,
+                 [&] { return comm.AllToAll(tin, tout, counts, counts)->Wait(); });
+}
+
+namespace {
+
+// The world communicator is the only one raw MPI calls can be compared with.
+Status CheckRawMpi(Communicator& comm) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) return FailedPrecondition("raw MPI benchmark needs an MpiSession");
@@ -85,6 +99,28 @@ Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, 
   if (world != comm.size()) {
     return InvalidArgument("raw MPI benchmark runs on the world; pass the world communicator");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CommBenchResult> BenchRawMpiAllToAll(Communicator& comm, int64_t bytes, int iters) {
+  RETURN_IF_ERROR(CheckRawMpi(comm));
+  const int n = comm.size();
+  const int block = static_cast<int>(bytes / 4 / n);
+  std::vector<float> in(static_cast<size_t>(block) * n, 1.0f), out(in.size());
+  std::vector<int> counts(static_cast<size_t>(n), block), displs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) displs[static_cast<size_t>(r)] = r * block;
+  return Measure(comm, "mpi_alltoallv(raw)", static_cast<int64_t>(block) * n * 4, iters,
+                 1.0 * (n - 1) / n, [&] {
+    int rc = MPI_Alltoallv(in.data(), counts.data(), displs.data(), MPI_FLOAT, out.data(),
+                           counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? Status::Ok() : Internal("MPI_Alltoallv failed");
+  });
+}
+
+Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, int iters) {
+  RETURN_IF_ERROR(CheckRawMpi(comm));
   std::vector<float> buf(static_cast<size_t>(bytes / 4), 1.0f);
   const int n = comm.size();
   return Measure(comm, "mpi_allreduce(raw)", bytes, iters, 2.0 * (n - 1) / n, [&] {

@@ -1,8 +1,9 @@
 // comm/bench.h — bandwidth figures for `tessera bench comm`.
 //
-// Owns: timing of a Communicator's all-reduce / reduce-scatter and of raw MPI_Allreduce on the
-// same buffer size, reported as algorithm and bus bandwidth (NCCL-tests definitions: all-reduce
-// bus = alg x 2(n-1)/n, reduce-scatter bus = alg x (n-1)/n). Collective over the communicator;
+// Owns: timing of a Communicator's all-reduce / reduce-scatter / all-to-all and of raw
+// MPI_Allreduce / MPI_Alltoallv on the same sizes, reported as algorithm and bus bandwidth
+// (NCCL-tests definitions: all-reduce bus = alg x 2(n-1)/n, reduce-scatter and all-to-all bus =
+// alg x (n-1)/n). Collective over the communicator;
 // every rank returns the same figures (the slowest rank's time per iteration).
 // Thread-safety: call from the thread that issues the communicator's ops.
 #pragma once
@@ -33,6 +34,11 @@ Result<CommBenchResult> BenchAllReduce(Communicator& comm, int64_t bytes, int it
                                        ReduceOrder order = ReduceOrder::kBackend);
 // fp32 reduce-scatter (sum): `bytes` is the input size per rank.
 Result<CommBenchResult> BenchReduceScatter(Communicator& comm, int64_t bytes, int iters);
+// fp32 all-to-all (the MoE token dispatch): `bytes` per rank, in equal blocks for every rank
+// (bus = alg x (n-1)/n, NCCL-tests' definition).
+Result<CommBenchResult> BenchAllToAll(Communicator& comm, int64_t bytes, int iters);
+// Plain blocking MPI_Alltoallv on MPI_COMM_WORLD with the same counts: its reference figure.
+Result<CommBenchResult> BenchRawMpiAllToAll(Communicator& comm, int64_t bytes, int iters);
 // Plain blocking MPI_Allreduce on MPI_COMM_WORLD with the same buffer: the reference figure.
 // Requires an MpiSession; `comm` is only used to agree on timings.
 Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, int iters);

@@ -63,6 +63,71 @@ Status CheckParams(std::span<const Parameter> params) {
   return Status::Ok();
 }
 
+// One tensor of an HF file and where it lives in Tessera: a parameter whole, or (routed experts,
+// stacked on the expert axis in Tessera) one expert's block of it, contiguous at `offset`.
+struct HfTensor {
+  std::string name;
+  Shape shape;            // in the file
+  size_t param;           // index in the parameter list
+  int64_t offset = 0;     // elements into its value
+  bool transposed = false;  // GPT-2 Conv1D: (in, out) in the file
+};
+
+// "model.layers.3.mlp.experts.gate_up_proj" -> "model.layers.3." (empty if not a layer name).
+std::string LayerPrefix(const std::string& name) {
+  const size_t at = name.find(".mlp.");
+  return at == std::string::npos ? std::string() : name.substr(0, at + 1);
+}
+
+// Every HF tensor of `params` (CheckParams passed). Llama-family MoE blocks are written per
+// expert in one of the two HF dialects:
+//   kMixtral   block_sparse_moe.gate.weight, block_sparse_moe.experts.N.{w1 (gate), w3 (up),
+//              w2 (down)}.weight
+//   kQwenMoe   mlp.gate.weight, mlp.experts.N.{gate,up,down}_proj.weight, and the shared
+//              experts as mlp.shared_experts.* (DeepSeek's names; Qwen2-MoE's are alike)
+// GPT-2-family experts have no HF convention: their stacked tensors keep Tessera's names.
+std::vector<HfTensor> HfLayout(const ModelConfig& config, std::span<const Parameter> params,
+                               HfMoeNames dialect) {
+  std::vector<HfTensor> out;
+  const bool llama = config.family == ModelFamily::kLlama;
+  const int64_t E = config.moe.num_experts, Fe = config.expert_ffn(), C = config.hidden_size;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    const std::string& name = p.name();
+    const bool mixtral = llama && dialect == HfMoeNames::kMixtral;
+    if (mixtral && name.ends_with(".mlp.gate.weight")) {
+      out.push_back({LayerPrefix(name) + "block_sparse_moe.gate.weight", p.spec.global_shape, i});
+      continue;
+    }
+    if (!llama || name.find(".mlp.experts.") == std::string::npos) {
+      out.push_back({name, HfShape(p), i, 0, p.hf_transposed});
+      continue;
+    }
+    const std::string layer = LayerPrefix(name);
+    const std::string experts = layer + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.");
+    const bool gate_up = name.ends_with("experts.gate_up_proj");
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = experts + std::to_string(e) + ".";
+      if (gate_up) {  // (E, 2Fe, C): expert e's [gate | up] rows
+        out.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), Shape{Fe, C}, i, e * 2 * Fe * C});
+        out.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), Shape{Fe, C}, i, e * 2 * Fe * C + Fe * C});
+      } else {        // (E, C, Fe)
+        out.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), Shape{C, Fe}, i, e * C * Fe});
+      }
+    }
+  }
+  return out;
+}
+
+// The dialect of the file's MoE tensor names (Mixtral's when it has a block_sparse_moe tensor).
+template <typename Map>
+HfMoeNames DialectOf(const Map& by_name) {
+  for (const auto& [name, entry] : by_name) {
+    if (name.find(".block_sparse_moe.") != std::string::npos) return HfMoeNames::kMixtral;
+  }
+  return HfMoeNames::kQwenMoe;
+}
+
 // True if name == prefix + <layer index < num_layers> + suffix.
 bool MatchesLayerPattern(std::string_view name, std::string_view prefix, std::string_view suffix,
                          int64_t num_layers) {
@@ -105,6 +170,7 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> OpenCheckpoint(const std::string&
 }
 
 struct LoadItem {
+  const HfTensor* tensor;
   Parameter* param;
   const SafetensorsCheckpoint::Entry* entry;
 };
@@ -113,7 +179,8 @@ struct LoadItem {
 Status CopyIntoParam(const LoadItem& item, std::vector<float>& scratch) {
   const SafetensorsFile& file = *item.entry->file;
   const SafetensorsTensorInfo& info = *item.entry->info;
-  Parameter& p = *item.param;
+  const HfTensor& t = *item.tensor;
+  float* value = item.param->value.f32() + t.offset;
   // NaN/Inf weights would train to NaN at the first step (or silently poison a fine-tune).
   auto finite = [&](const float* values) -> Status {
     const int64_t bad = FirstNonFinite(values, info.shape.numel(), DType::kF32);
@@ -121,25 +188,45 @@ Status CopyIntoParam(const LoadItem& item, std::vector<float>& scratch) {
     return DataLoss(file.path() + ": tensor " + Quote(info.name) + " holds a NaN or Inf (element " +
                     std::to_string(bad) + "): refusing non-finite weights");
   };
-  if (!p.hf_transposed) {
-    RETURN_IF_ERROR(file.ReadAsF32(info, p.value.f32()));
-    return finite(p.value.f32());
+  if (!t.transposed) {
+    RETURN_IF_ERROR(file.ReadAsF32(info, value));
+    return finite(value);
   }
   const int64_t in = info.shape[0], out = info.shape[1];  // HF Conv1D layout (in, out)
   scratch.resize(static_cast<size_t>(in * out));
   RETURN_IF_ERROR(file.ReadAsF32(info, scratch.data()));
   RETURN_IF_ERROR(finite(scratch.data()));
-  float* dst = p.value.f32();  // (out, in)
+  float* dst = value;  // (out, in)
   for (int64_t i = 0; i < in; ++i) {
     for (int64_t o = 0; o < out; ++o) dst[o * in + i] = scratch[static_cast<size_t>(i * out + o)];
   }
   return Status::Ok();
 }
 
+// The MoE blocks' routing-bias tensors of a file, by name (DeepSeek-V3's
+// e_score_correction_bias beside the router, one per MoE block), in layer order.
+std::vector<std::string> MoeBiasNames(const ModelConfig& config) {
+  std::vector<std::string> names;
+  const bool gpt2 = config.family == ModelFamily::kGpt2;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (!config.is_moe_layer(l)) continue;
+    names.push_back(gpt2 ? "h." + std::to_string(l) + ".mlp.router.e_score_correction_bias"
+                         : "model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias");
+  }
+  return names;
+}
+
 }  // namespace
 
+HfMoeNames DefaultHfMoeNames(const ModelConfig& config) {
+  const MoeConfig& e = config.moe;
+  return e.score == RouterScore::kSoftmax && e.shared_experts == 0 && e.groups == 1
+             ? HfMoeNames::kMixtral
+             : HfMoeNames::kQwenMoe;
+}
+
 Status LoadHfWeights(const std::string& path, const ModelConfig& config,
-                     std::span<Parameter> params) {
+                     std::span<Parameter> params, HfExtras* extras) {
   RETURN_IF_ERROR(CheckParams(params));
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, OpenCheckpoint(path));
 
@@ -158,41 +245,64 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
   }
 
   // Validate everything before touching any parameter.
+  const std::vector<HfTensor> layout = HfLayout(config, params, DialectOf(by_name));
   std::vector<LoadItem> items;
   std::vector<std::string> missing, mismatched;
-  std::set<std::string_view> param_names;
-  for (Parameter& p : params) {
-    param_names.insert(p.name());
-    auto it = by_name.find(p.name());
-    if (it == by_name.end()) {
-      missing.push_back(p.name());
-      continue;
-    }
-    const SafetensorsTensorInfo& info = *it->second->info;
-    const std::string where = it->second->file->path() + ": tensor " + Quote(info.name);
-    const Shape want = HfShape(p);
+  std::set<std::string_view> expected;
+  auto check_shape = [&](const SafetensorsCheckpoint::Entry& entry, const Shape& want,
+                         const std::string& layout_note) {
+    const SafetensorsTensorInfo& info = *entry.info;
+    const std::string where = entry.file->path() + ": tensor " + Quote(info.name);
     if (!(info.shape == want)) {
-      std::string layout = p.hf_transposed ? " (HF (in, out) layout of Tessera " +
-                                                 p.spec.global_shape.ToString() + ")"
-                                           : "";
-      mismatched.push_back(where + ": shape mismatch: expected " + want.ToString() + layout +
+      mismatched.push_back(where + ": shape mismatch: expected " + want.ToString() + layout_note +
                            ", got " + info.shape.ToString());
-    } else if (info.dtype == DType::kI32) {
+      return false;
+    }
+    if (info.dtype == DType::kI32) {
       mismatched.push_back(where + ": dtype mismatch: expected a float type (F32/F16/BF16), "
                            "got I32");
-    } else {
-      items.push_back({&p, it->second});
+      return false;
+    }
+    return true;
+  };
+  for (const HfTensor& t : layout) {
+    expected.insert(t.name);
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      missing.push_back(t.name);
+      continue;
+    }
+    Parameter& p = params[t.param];
+    const std::string note = t.transposed ? " (HF (in, out) layout of Tessera " +
+                                                p.spec.global_shape.ToString() + ")"
+                                          : "";
+    if (check_shape(*it->second, t.shape, note)) items.push_back({&t, &p, it->second});
+  }
+  // The routing bias: read into `extras` when the caller takes it (all blocks or none).
+  std::vector<const SafetensorsCheckpoint::Entry*> bias_entries;
+  if (extras != nullptr) {
+    for (const std::string& name : MoeBiasNames(config)) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) continue;
+      expected.insert(it->first);
+      if (check_shape(*it->second, Shape{config.moe.num_experts}, "")) bias_entries.push_back(it->second);
+    }
+    if (!bias_entries.empty() && bias_entries.size() != MoeBiasNames(config).size()) {
+      mismatched.push_back(ckpt->path() + ": has e_score_correction_bias for " +
+                           std::to_string(bias_entries.size()) + " of the " +
+                           std::to_string(MoeBiasNames(config).size()) + " MoE blocks");
     }
   }
   std::vector<std::string> unexpected;
   for (const auto& [canonical, entry] : by_name) {
-    if (!param_names.count(canonical) && !IsIgnorable(canonical, config)) {
+    if (!expected.count(canonical) && !IsIgnorable(canonical, config)) {
       unexpected.push_back(entry->info->name);
     }
   }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string msg = ckpt->path() + ": weights do not match the " +
-                      ModelFamilyName(config.family) + " model; nothing was loaded";
+                      ModelFamilyName(config.family) + (config.moe.enabled() ? " MoE" : "") +
+                      " model; nothing was loaded";
     if (!missing.empty()) {
       msg += "; missing " + std::to_string(missing.size()) + " tensor(s): " + ListNames(missing);
     }
@@ -214,31 +324,46 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
     Status st = CopyIntoParam(item, scratch);
     if (!st.ok()) return st.WithPrefix("parameters are partially loaded (restore or reload)");
   }
+  if (extras != nullptr) {
+    extras->moe_bias.clear();
+    for (const SafetensorsCheckpoint::Entry* entry : bias_entries) {
+      std::vector<float>& row = extras->moe_bias.emplace_back(static_cast<size_t>(config.moe.num_experts));
+      RETURN_IF_ERROR(entry->file->ReadAsF32(*entry->info, row.data()));
+      if (FirstNonFinite(row.data(), static_cast<int64_t>(row.size()), DType::kF32) >= 0) {
+        return DataLoss(entry->file->path() + ": tensor " + Quote(entry->info->name) +
+                        " holds a NaN or Inf");
+      }
+    }
+  }
   return Status::Ok();
 }
 
 Status ExportHfWeights(const std::string& path, const ModelConfig& config,
-                       std::span<const Parameter> params, DType dtype) {
+                       std::span<const Parameter> params, DType dtype, const HfExtras* extras) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return InvalidArgument(path + ": HF export dtype must be f32, bf16 or f16, got " +
                            std::string(DTypeName(dtype)));
   }
   RETURN_IF_ERROR(CheckParams(params));
-  std::vector<std::vector<float>> transposed;  // owns (in, out) copies of Conv1D weights
-  transposed.reserve(params.size());
-  std::vector<SafetensorsTensorOut> outs;
   for (const Parameter& p : params) {
     if (config.tie_embeddings && p.name() == "lm_head.weight") {
       return InvalidArgument(path + ": parameter 'lm_head.weight' exists but the config ties "
                              "embeddings");
     }
+  }
+  const std::vector<HfTensor> layout = HfLayout(config, params, DefaultHfMoeNames(config));
+  std::vector<std::vector<float>> transposed;  // owns (in, out) copies of Conv1D weights
+  transposed.reserve(layout.size());
+  std::vector<SafetensorsTensorOut> outs;
+  for (const HfTensor& h : layout) {
     SafetensorsTensorOut t;
-    t.name = p.name();
-    t.shape = HfShape(p);
+    t.name = h.name;
+    t.shape = h.shape;
     t.source_dtype = DType::kF32;
     t.dtype = dtype;
-    t.data = p.value.data();
-    if (p.hf_transposed) {
+    const Parameter& p = params[h.param];
+    t.data = p.value.f32() + h.offset;
+    if (h.transposed) {
       const int64_t out = p.spec.global_shape[0], in = p.spec.global_shape[1];
       const float* src = p.value.f32();  // (out, in)
       std::vector<float>& dst = transposed.emplace_back(static_cast<size_t>(in * out));
@@ -248,6 +373,29 @@ Status ExportHfWeights(const std::string& path, const ModelConfig& config,
       t.data = dst.data();
     }
     outs.push_back(std::move(t));
+  }
+  const std::vector<std::string> bias_names = MoeBiasNames(config);
+  bool any_bias = false;  // an all-zero bias is no bias: not written
+  if (extras != nullptr) {
+    for (const std::vector<float>& row : extras->moe_bias) {
+      for (float v : row) any_bias |= v != 0.0f;
+    }
+  }
+  if (any_bias) {
+    if (extras->moe_bias.size() != bias_names.size()) {
+      return InvalidArgument(path + ": " + std::to_string(extras->moe_bias.size()) +
+                             " MoE bias rows for " + std::to_string(bias_names.size()) +
+                             " MoE blocks");
+    }
+    for (size_t i = 0; i < bias_names.size(); ++i) {
+      SafetensorsTensorOut t;
+      t.name = bias_names[i];
+      t.shape = Shape{static_cast<int64_t>(extras->moe_bias[i].size())};
+      t.source_dtype = DType::kF32;
+      t.dtype = DType::kF32;  // a selection bias: kept exact whatever the weights' dtype
+      t.data = extras->moe_bias[i].data();
+      outs.push_back(std::move(t));
+    }
   }
   return WriteSafetensors(path, outs, {{"format", "pt"}});
 }

@@ -32,7 +32,6 @@ MoeDims MoeDims::Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype)
   d.aux_loss = c.moe.aux_loss;
   d.seq_aux_loss = c.moe.seq_aux_loss;
   d.z_loss = c.moe.z_loss;
-  d.balancing_bias = c.moe.bias_update_rate > 0;
   d.act_dtype = act_dtype;
   return d;
 }
@@ -135,7 +134,7 @@ void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const flo
 
   // logits = h @ router^T (fp32); scores, experts and gates; the plan.
   be.Gemm(false, true, R, E, C, 1.0f, h, C, w.router, C, 0.0f, s.logits.f32(), E);
-  be.MoeRoute(d_.spec, s.logits.f32(), d_.balancing_bias ? state.bias.data() : nullptr,
+  be.MoeRoute(d_.spec, s.logits.f32(), state.bias.data(),
               s.scores.f32(), s.expert.i32(), s.gate.f32(), R);
   s.offset.assign(static_cast<size_t>(E + 1), 0);
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);

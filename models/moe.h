@@ -3,7 +3,8 @@
 //
 //   logits = h @ router^T                 (R, E), fp32 whatever the precision
 //   scores, top-k experts and gates       routing rules of runtime/kernels/moe_routing.h, the
-//                                         selection biased by the balancing bias (if on)
+//                                         selection biased by the layer's routing bias (zero
+//                                         unless balancing moved it or a file set it)
 //   plan                                  dropless, or each expert keeps its ceil(R*k/E*factor)
 //                                         assignments of largest gate; a dropped assignment
 //                                         adds nothing (the token keeps its residual)
@@ -54,7 +55,6 @@ struct MoeDims {
   MoeRouterSpec spec;    // E, k, groups, score, normalisation, scale
   float capacity_factor = 0.0f;  // 0: dropless
   float aux_loss = 0.0f, seq_aux_loss = 0.0f, z_loss = 0.0f;
-  bool balancing_bias = false;   // bias_update_rate > 0
   DType act_dtype = DType::kF32;
 
   static MoeDims Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype);

@@ -236,6 +236,7 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "pipeline") return RunBenchPipeline(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "tp") return RunBenchTp(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "diverged") return RunBenchDiverged(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "moe") return RunBenchMoe(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--precision fp32,bf16] [--batch 4] [--steps 3]\n"
@@ -245,7 +246,8 @@ int RunBench(const Args& args) {
         "       tessera bench ckpt [--config FILE] [--repeats R] [--step-ms MS]\n"
         "       tessera bench pipeline [--layers 8] [--micro 8] ...   (under mpirun, P stages)\n"
         "       tessera bench tp [--config FILE]\n"
-        "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n\n"
+        "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n"
+        "       tessera bench moe [--tokens N] [--experts E] [--top-k K] ...\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length and precision: milliseconds per step\n"
         "split into forward, backward and clip+AdamW (min and median over the timed steps),\n"
@@ -273,7 +275,9 @@ int RunBench(const Args& args) {
         "  tp          activation memory per tensor-parallel rank with and without sequence\n"
         "              parallelism\n"
         "  diverged    step time of a diverged model beside the healthy one, with subnormal\n"
-        "              floats flushed (as training runs) and kept (IEEE)\n");
+        "              floats flushed (as training runs) and kept (IEEE)\n"
+        "  moe         a mixture-of-experts sublayer's tokens/s with balanced and skewed routing,\n"
+        "              and its grouped expert GEMMs beside the sgemm peak\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench",
@@ -283,7 +287,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged, moe; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

@@ -51,5 +51,7 @@ int RunBenchPipeline(const Args& args);
 int RunBenchTp(const Args& args);
 // `tessera bench diverged ...` (cmd_bench_diverged.cc).
 int RunBenchDiverged(const Args& args);
+// `tessera bench moe ...` (cmd_bench_moe.cc).
+int RunBenchMoe(const Args& args);
 
 }  // namespace tessera::cli

@@ -1,6 +1,7 @@
 // tools/cmd_bench_comm.cc — `tessera bench comm`: the MPI backend's all-reduce (both reduction
-// orders) and reduce-scatter bus bandwidth beside plain blocking MPI_Allreduce, measured in the
-// same run on the same buffer size, and the ratio to it (issue 3's target: >= 90 %).
+// orders), reduce-scatter and all-to-all bus bandwidth beside plain blocking MPI_Allreduce /
+// MPI_Alltoallv, measured in the same run on the same buffer size, and the ratio to it (target:
+// >= 90 %).
 //
 // The only place the CLI initialises MPI (MpiSession), so other commands never pay for it.
 // Needs >= 2 ranks: under a plain launch (world size 1) it explains how to run it and exits
@@ -77,10 +78,11 @@ int RunBenchComm(const Args& args) {
         "usage: tessera bench comm [--bytes 64MiB] [--iters N]\n"
         "       run under mpirun, e.g. tools/dev/mpirun.sh -np 2 build/tessera bench comm\n\n"
         "Bus bandwidth (GB/s, NCCL-tests definitions: all-reduce = alg x 2(n-1)/n, reduce-scatter\n"
-        "= alg x (n-1)/n) of the MPI backend's fp32 all-reduce with ReduceOrder kBackend and\n"
-        "kRankOrder and of its reduce-scatter, beside plain blocking MPI_Allreduce on the same\n"
-        "size measured in the same run (before and after), with each op's median as a\n"
-        "percentage of the better raw median. Each iteration counts as long as its slowest rank.\n"
+        "and all-to-all = alg x (n-1)/n) of the MPI backend's fp32 all-reduce with ReduceOrder\n"
+        "kBackend and kRankOrder, its reduce-scatter and its all-to-all (MoE token dispatch, equal\n"
+        "blocks), beside plain blocking MPI_Allreduce / MPI_Alltoallv on the same size measured in\n"
+        "the same run (before and after), with each op's median as a percentage of the better raw\n"
+        "median. Each iteration counts as long as its slowest rank.\n"
         "Must run under mpirun with at least 2 ranks; rank 0 prints.\n\n"
         "  --bytes SIZE   fp32 buffer per rank: bytes, or with KiB / MiB / GiB (default 64MiB,\n"
         "                 a positive multiple of 4 bytes, at most 4GiB); reduce-scatter uses the\n"
@@ -135,6 +137,10 @@ int RunBenchComm(const Args& args) {
   CommBenchResult rank_order = OrAbort(BenchAllReduce(comm, *bytes, n, ReduceOrder::kRankOrder));
   CommBenchResult scatter = OrAbort(BenchReduceScatter(comm, *bytes, n));
   CommBenchResult raw_after = OrAbort(BenchRawMpiAllReduce(comm, *bytes, n));
+  // All-to-all (the MoE token dispatch), between two raw MPI_Alltoallv figures as well.
+  CommBenchResult a2a_raw_before = OrAbort(BenchRawMpiAllToAll(comm, *bytes, n));
+  CommBenchResult a2a = OrAbort(BenchAllToAll(comm, *bytes, n));
+  CommBenchResult a2a_raw_after = OrAbort(BenchRawMpiAllToAll(comm, *bytes, n));
   if (!printer) return kExitOk;
 
   const double reference = std::max(raw_before.bus_gbps, raw_after.bus_gbps);
@@ -148,6 +154,12 @@ int RunBenchComm(const Args& args) {
   PrintRow(rank_order, "all_reduce kRankOrder", reference);
   PrintRow(scatter, "reduce_scatter kBackend", reference);
   PrintRow(raw_after, "MPI_Allreduce raw (last)", 0);
+  const double a2a_reference = std::max(a2a_raw_before.bus_gbps, a2a_raw_after.bus_gbps);
+  std::printf("\n  all-to-all (%% of the better raw MPI_Alltoallv median, %.2f GB/s; target >= 90%%):\n",
+              a2a_reference);
+  PrintRow(a2a_raw_before, "MPI_Alltoallv raw (first)", 0);
+  PrintRow(a2a, "all_to_all kBackend", a2a_reference);
+  PrintRow(a2a_raw_after, "MPI_Alltoallv raw (last)", 0);
   if (scatter.bytes != *bytes) {
     std::printf("  (reduce-scatter input: %lld bytes, a multiple of 4 x ranks)\n",
                 static_cast<long long>(scatter.bytes));

@@ -393,7 +393,11 @@ int RunExportCkpt(const ParsedArgs& p) {
     }
   }
   const std::string out = p.Get("--out");
-  Status s = ExportHfWeights(out, config->model, params, dtype);
+  HfExtras extras;  // the MoE blocks' routing bias, from the saved trainer state
+  if (auto state = ParseSavedState(m.state, m.step, ManifestPath(dir)); state.ok()) {
+    extras.moe_bias = state->moe_bias;
+  }
+  Status s = ExportHfWeights(out, config->model, params, dtype, &extras);
   if (!s.ok()) return Fail("export", s, ExitCodeFor(s));
   std::printf("exported %zu tensors (%.2fM parameters, %s) of %s to %s\n", params.size(), total / 1e6,
               std::string(DTypeName(dtype)).c_str(), dir.c_str(), out.c_str());

@@ -234,7 +234,9 @@ int RunExport(const Args& args) {
   auto model = BuildModel(*config, &memory, parsed->Get("--init-from"));
   if (!model.ok()) return Fail("export", model.status(), ExitPhase::kInput);
   const std::string out = parsed->Get("--out");
-  Status s = ExportHfWeights(out, config->model, (*model)->parameters(), dtype);
+  HfExtras extras;  // the MoE blocks' routing bias, as loaded
+  for (const MoeLayerState& layer : (*model)->moe_layers()) extras.moe_bias.push_back(layer.bias);
+  Status s = ExportHfWeights(out, config->model, (*model)->parameters(), dtype, &extras);
   if (!s.ok()) return Fail("export", s, ExitPhase::kRun);
   std::printf("exported %lld tensors (%.2fM parameters, %s) to %s\n",
               static_cast<long long>((*model)->parameters().size()), (*model)->num_params() / 1e6,

@@ -194,14 +194,13 @@ Status CheckStateFitsRun(const SavedTrainerState& s, const Config& config, int64
                       " training windows (taken on different data or seq_len?)");
   }
   const MoeConfig& moe = config.model.moe;
-  if (moe.bias_update_rate > 0) {
+  if (moe.enabled()) {
     const size_t blocks = static_cast<size_t>(config.model.num_moe_layers());
     if (s.moe_bias.size() != blocks ||
         (blocks > 0 && s.moe_bias.front().size() != static_cast<size_t>(moe.num_experts))) {
       return OutOfRange(where + ": holds " + std::to_string(s.moe_bias.size()) +
                         " MoE bias rows, but this run balances " + std::to_string(blocks) +
-                        " MoE blocks of " + std::to_string(moe.num_experts) +
-                        " experts with a bias (model.moe.bias_update_rate)");
+                        " MoE blocks of " + std::to_string(moe.num_experts) + " experts");
     }
   }
   if (s.loss_scale && config.precision == Precision::kFp16) {

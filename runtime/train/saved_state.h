@@ -11,7 +11,7 @@
 //     (the resume sets it aside and falls back; `tessera ckpt verify` reports it).
 //   CheckStateFitsRun — can THIS run continue from it? Its step within train.steps, its data
 //     position inside this run's data, its loss scale within this run's bounds, an MoE bias
-//     for every MoE block when this run balances with one. No:
+//     row for every MoE block of this run's model. No:
 //     kOutOfRange with the reason — the checkpoint is healthy but not for this run: the
 //     resume skips it (leaves it in place) and falls back. A different train.seed is a config
 //     error (kInvalidArgument): the data order would differ from the run being resumed.
@@ -49,8 +49,8 @@ struct SavedTrainerState {
   int64_t nonfinite_streak = 0;  // consecutive non-finite steps skipped (on_nonfinite: skip)
   std::optional<SavedLossScale> loss_scale;  // fp16 runs only
   std::vector<double> loss_window;  // loss-spike detection: the recent step losses, oldest first
-  // model.moe's aux-loss-free balancing bias: one row of num_experts per MoE block, in layer
-  // order (empty when the run has no such bias).
+  // The MoE blocks' routing bias (model.moe's aux-loss-free balancing, or a DeepSeek file's):
+  // one row of num_experts per MoE block, in layer order (empty for a dense model).
   std::vector<std::vector<float>> moe_bias;
 };
 

@@ -110,9 +110,20 @@ Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTrac
   if (weights.empty()) {
     model->InitRandom(config.train.seed);
   } else {
-    RETURN_IF_ERROR(LoadHfWeights(weights, config.model, model->parameters()));
+    HfExtras extras;
+    RETURN_IF_ERROR(LoadHfWeights(weights, config.model, model->parameters(), &extras));
+    SetMoeBias(config.model, *model, extras.moe_bias);
   }
   return model;
+}
+
+void SetMoeBias(const ModelConfig& config, Transformer& model,
+                const std::vector<std::vector<float>>& bias) {
+  if (bias.empty()) return;
+  const std::vector<int64_t> ids = model.moe_layer_ids();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    model.moe_layers()[i].bias = bias[static_cast<size_t>(config.moe_layers_before(ids[i]))];
+  }
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* world,
@@ -235,7 +246,7 @@ Status Trainer::SetUpParameters() {
   mo.sequence_parallel = c.parallel.sequence_parallel;
   mo.partition = &*partition_;
   RETURN_IF_ERROR(BuildModels(mo));
-  if (c.model.moe.bias_update_rate > 0) {  // every block starts unbiased
+  if (c.model.moe.enabled()) {  // every block starts unbiased (an HF file may set it)
     moe_bias_.assign(static_cast<size_t>(c.model.num_moe_layers()),
                      std::vector<float>(static_cast<size_t>(c.model.moe.num_experts), 0.0f));
   }
@@ -303,7 +314,12 @@ Status Trainer::LoadInitialWeights() {
     // copy of the global model, released before training starts.
     std::vector<float> full(static_cast<size_t>(UnitBounds(c.model).back()));
     std::vector<Parameter> views = GlobalViews(c.model, full.data());
-    RETURN_IF_ERROR(LoadHfWeights(c.init_from, c.model, views));
+    HfExtras extras;
+    RETURN_IF_ERROR(LoadHfWeights(c.init_from, c.model, views, &extras));
+    if (!extras.moe_bias.empty()) {  // the file's routing bias (DeepSeek-V3's)
+      moe_bias_ = extras.moe_bias;
+      for (Transformer* m : Models()) SetMoeBias(c.model, *m, moe_bias_);
+    }
     shards_->Load([&](int64_t b, int64_t e, float* out) {
       FillFromGlobal(*partition_, full.data(), b, e, out);
     });
@@ -381,12 +397,16 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   return r;
 }
 
-std::vector<LocalMoeLayer> Trainer::LocalMoeLayers() {
-  std::vector<LocalMoeLayer> local;
+std::vector<Transformer*> Trainer::Models() {
   std::vector<Transformer*> models;
   if (model_) models.push_back(model_.get());
   for (auto& chunk : chunks_) models.push_back(chunk.get());
-  for (Transformer* m : models) {
+  return models;
+}
+
+std::vector<LocalMoeLayer> Trainer::LocalMoeLayers() {
+  std::vector<LocalMoeLayer> local;
+  for (Transformer* m : Models()) {
     const std::vector<int64_t> ids = m->moe_layer_ids();
     for (size_t i = 0; i < ids.size(); ++i) local.push_back({ids[i], &m->moe_layers()[i]});
   }

@@ -138,6 +138,7 @@ class Trainer {
   Trainer(const Config& config) : config_(config) {}
   // The MoE blocks this rank's model(s) hold (model.moe), with their global indices.
   std::vector<LocalMoeLayer> LocalMoeLayers();
+  std::vector<Transformer*> Models();  // the whole model, or this rank's chunks
   Status FinishMoe(StepResult& r);
   std::string MoeHistogram(const RunProgress& run) const;
   Status SetUpParameters();
@@ -267,5 +268,10 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 // when non-empty) if given, else random init from the seed.
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
                                                 const std::string& weights_override = "");
+
+// Sets the routing bias of `model`'s MoE blocks from `bias` (one row per MoE block of the
+// global model, in layer order); nothing when `bias` is empty.
+void SetMoeBias(const ModelConfig& config, Transformer& model,
+                const std::vector<std::vector<float>>& bias);
 
 }  // namespace tessera

@@ -169,8 +169,10 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   }
   if (!is_root()) return summary;
   const std::string weights = tc.out_dir + "/model.safetensors";
+  HfExtras extras;
+  extras.moe_bias = moe_bias_;
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
-                                  DType::kF32));
+                                  DType::kF32, &extras));
   const int ranks = all_ != nullptr ? all_->size() : 1;
   RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks)));
   std::string report = memory_.Report();

@@ -48,9 +48,7 @@ Status Trainer::RestoreState(const SavedTrainerState& s, const std::string& wher
   guard_->Restore(s.nonfinite_streak, s.loss_window);
   if (!s.moe_bias.empty()) {  // CheckStateFitsRun matched it to this run's MoE blocks
     moe_bias_ = s.moe_bias;
-    for (const LocalMoeLayer& l : LocalMoeLayers()) {
-      l.state->bias = moe_bias_[static_cast<size_t>(config_.model.moe_layers_before(l.layer))];
-    }
+    for (Transformer* m : Models()) SetMoeBias(config_.model, *m, moe_bias_);
   }
   if (loss_scaler_ && !s.loss_scale) {
     // Saved by an fp32 or bf16 run: fp16 starts from the configured scale.
@@ -72,7 +70,7 @@ JsonValue Trainer::StateJson(int64_t step) const {
   s.adamw_step = shards_->adamw_step();
   s.nonfinite_streak = guard_->nonfinite_streak();
   s.loss_window = guard_->loss_window();
-  if (config_.model.moe.bias_update_rate > 0) s.moe_bias = moe_bias_;
+  s.moe_bias = moe_bias_;  // empty for a dense model
   if (loss_scaler_) {
     s.loss_scale = SavedLossScale{loss_scaler_->scale(), loss_scaler_->good_steps(),
                                   loss_scaler_->skipped_steps()};

@@ -1,7 +1,7 @@
 // tests/e2e/moe_e2e_test.cc — the shipped mixture-of-experts configs through the CLI: each
 // trains to the built-in corpus's entropy floor like the dense configs, and a user sees the
 // routing (metrics.jsonl per block and expert, the progress line's worst imbalance, the
-// summary's histogram); MoE config errors name the numbers.
+// summary's histogram); MoE config errors name the numbers; `tessera bench moe` runs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,6 +75,17 @@ TEST(MoeConfigErrors, NameTheNumbersAndTheFix) {
     EXPECT_EQ(r.exit_code, 3) << c.set << "\n" << r.output;
     EXPECT_NE(r.output.find(c.want), std::string::npos) << c.set << "\n" << r.output;
   }
+}
+
+TEST(MoeBench, RunsAndRefusesBadFlags) {
+  auto r = Tessera("bench moe --tokens 64 --hidden 32 --expert-ffn 32 --experts 4 --steps 1 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("balanced"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("skewed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of peak"), std::string::npos) << r.output;
+  auto bad = Tessera("bench moe --top-k 9 --experts 4");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--top-k 9 exceeds --experts 4"), std::string::npos) << bad.output;
 }
 
 }  // namespace

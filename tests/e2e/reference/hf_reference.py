@@ -3,7 +3,18 @@
 Hugging Face model definitions (not from Tessera's code), used to check Tessera's numerics.
 
     hf_reference.py --family gpt2|llama --weights model.safetensors --tokens shard.bin \
-        --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] [--seq T]
+        --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] [--seq T] \
+        [--top-k K --score softmax|sigmoid [--no-norm-topk] [--route-scale S] \
+         [--n-group G --topk-group g]]
+
+Llama-family mixture-of-experts blocks are recognised by their tensors: Mixtral's
+(block_sparse_moe.gate, block_sparse_moe.experts.N.w1/w2/w3, MixtralSparseMoeBlock: softmax
+over the router logits, top-k, the k weights renormalised) or DeepSeek-V3's (mlp.gate with
+e_score_correction_bias, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.*; DeepseekV3
+MoEGate: sigmoid scores, the bias added for the choice only, groups scored by the sum of their
+top-2, the best topk_group groups kept, top-k, weights normalised when norm_topk_prob and
+multiplied by routed_scaling_factor). The routing options come from the command line, as
+they come from config.json.
 
 Reads the safetensors file and the token shard with its own parsers, splits the shard into
 consecutive windows of T+1 tokens, and prints the mean next-token cross-entropy (nats) over
@@ -118,7 +129,54 @@ def rope(x, theta):
     return x * cos + rotated * sin
 
 
-def llama_logits(w, ids, nh, nkv, eps, theta):
+def silu_mlp(x, gate, up, down):
+    """down(silu(gate(x)) * up(x)), nn.Linear weights (out, in)."""
+    g, u = x @ gate.T, x @ up.T
+    return (g / (1.0 + np.exp(-g)) * u) @ down.T
+
+
+def moe_block(w, p, x, moe):
+    """The MoE MLP of block prefix p on x (B, T, C), per the HF definitions (module docstring)."""
+    B, T, C = x.shape
+    flat = x.reshape(B * T, C)
+    mixtral = p + "block_sparse_moe.gate.weight" in w
+    if mixtral:
+        logits = flat @ w[p + "block_sparse_moe.gate.weight"].T
+        expert = lambda e: silu_mlp(flat, *(w[f"{p}block_sparse_moe.experts.{e}.{n}.weight"]
+                                            for n in ("w1", "w3", "w2")))
+    else:
+        logits = flat @ w[p + "mlp.gate.weight"].T
+        expert = lambda e: silu_mlp(flat, *(w[f"{p}mlp.experts.{e}.{n}_proj.weight"]
+                                            for n in ("gate", "up", "down")))
+    E, k = logits.shape[1], moe.top_k
+    scores = softmax(logits) if moe.score == "softmax" else 1.0 / (1.0 + np.exp(-logits))
+    choice = scores + w.get(p + "mlp.gate.e_score_correction_bias", np.zeros(E))
+    if moe.n_group > 1:
+        size = E // moe.n_group
+        grouped = choice.reshape(-1, moe.n_group, size)
+        group_scores = np.sort(grouped, axis=-1)[..., -2:].sum(-1)  # DeepSeek-V3: top-2 sum
+        keep = np.argsort(-group_scores, axis=-1, kind="stable")[:, : moe.topk_group]
+        mask = np.zeros_like(group_scores, dtype=bool)
+        np.put_along_axis(mask, keep, True, axis=-1)
+        choice = np.where(np.repeat(mask, size, axis=-1), choice, -np.inf)
+    idx = np.argsort(-choice, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(scores, idx, axis=-1)
+    if mixtral or moe.norm_topk:
+        weights = weights / (weights.sum(-1, keepdims=True) + (1e-20 if moe.score == "sigmoid" else 0))
+    weights = weights * moe.route_scale
+    out = np.zeros_like(flat)
+    for e in range(E):
+        rows = (idx == e)
+        if not rows.any():
+            continue
+        y = expert(e)
+        out += (weights * rows).sum(-1, keepdims=True) * y
+    if p + "mlp.shared_experts.gate_proj.weight" in w:
+        out += silu_mlp(flat, *(w[f"{p}mlp.shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
+    return out.reshape(B, T, C)
+
+
+def llama_logits(w, ids, nh, nkv, eps, theta, moe):
     h = w["model.embed_tokens.weight"][ids]
     layers = sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")})
     for i in layers:
@@ -132,9 +190,11 @@ def llama_logits(w, ids, nh, nkv, eps, theta):
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         h = h + merge_heads(attention(q, k, v)) @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
-        gate = x @ w[p + "mlp.gate_proj.weight"].T
-        up = x @ w[p + "mlp.up_proj.weight"].T
-        h = h + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        if p + "mlp.gate_proj.weight" in w:
+            h = h + silu_mlp(x, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                             w[p + "mlp.down_proj.weight"])
+        else:
+            h = h + moe_block(w, p, x, moe)
     h = rms_norm(h, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return h @ head.T
@@ -150,6 +210,12 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax")
+    ap.add_argument("--no-norm-topk", dest="norm_topk", action="store_false")
+    ap.add_argument("--route-scale", type=float, default=1.0)
+    ap.add_argument("--n-group", type=int, default=1)
+    ap.add_argument("--topk-group", type=int, default=1)
     a = ap.parse_args()
     w = load_safetensors(a.weights)
     tokens = load_tokens(a.tokens)
@@ -160,7 +226,7 @@ def main():
     if a.family == "gpt2":
         logits = gpt2_logits(w, ids, a.heads, a.eps)
     else:
-        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta)
+        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta, a)
     z = logits - logits.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     loss = -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
