@@ -72,21 +72,17 @@ const float* MoeLayer::Experts(StepContext& step, const MoeSaved& s, const MoeWe
   const ActivationStore store(d_.act_dtype);
   const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim();
   float* fc = store.Working(step, s.fc_out);
-  for (int64_t e = 0; e < d_.E(); ++e) {
-    const int64_t b = s.offset[e], n = s.offset[e + 1] - b;
-    if (n == 0) continue;
-    be.LinearForward(fc + b * FC, x + b * C, w.fc_w + e * FC * C,
-                     w.fc_b != nullptr ? w.fc_b + e * Fe : nullptr, n, C, FC);
-  }
+  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+    be.LinearForward(fc + b * FC, x + b * C, ExpertSlice(w.fc_w, e, FC * C),
+                     ExpertSlice(w.fc_b, e, Fe), n, C, FC);
+  });
   store.CommitRows(step, s.fc_out, fc, rows);
   const float* act = Activation(step, s.act_out, fc, rows, Fe);
   float* y = store.Working(step, s.y);
-  for (int64_t e = 0; e < d_.E(); ++e) {
-    const int64_t b = s.offset[e], n = s.offset[e + 1] - b;
-    if (n == 0) continue;
-    be.LinearForward(y + b * C, act + b * Fe, w.out_w + e * C * Fe,
-                     w.out_b != nullptr ? w.out_b + e * C : nullptr, n, Fe, C);
-  }
+  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+    be.LinearForward(y + b * C, act + b * Fe, ExpertSlice(w.out_w, e, C * Fe),
+                     ExpertSlice(w.out_b, e, C), n, Fe, C);
+  });
   store.CommitRows(step, s.y, y, rows);
   return y;
 }
@@ -265,13 +261,11 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   // y_e = out_e(act_e)
   Tensor d_act = ws.Allocate(DType::kF32, {M, Fe});
   const float* act = store.ReadRows(step, act_out, rows);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = s.offset[e], n = s.offset[e + 1] - b;
-    if (n == 0) continue;
-    be.LinearBackward(d_act.f32() + b * Fe, g.out_w + e * C * Fe,
-                      g.out_b != nullptr ? g.out_b + e * C : nullptr, d_y.f32() + b * C,
-                      act + b * Fe, w.out_w + e * C * Fe, n, Fe, C);
-  }
+  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+    be.LinearBackward(d_act.f32() + b * Fe, ExpertSlice(g.out_w, e, C * Fe),
+                      ExpertSlice(g.out_b, e, C), d_y.f32() + b * C, act + b * Fe,
+                      ExpertSlice(w.out_w, e, C * Fe), n, Fe, C);
+  });
   // act_e = act(fc_out_e)
   Tensor d_fc = d_.gpt2 ? d_act : ws.Allocate(DType::kF32, {M, FC});
   const float* fc = store.ReadRows(step, s.fc_out, rows);
@@ -283,13 +277,11 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   // fc_out_e = fc_e(x_e)
   Tensor d_x = ws.Allocate(DType::kF32, {M, C});
   const float* x = store.ReadRows(step, s.x_rows, rows);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = s.offset[e], n = s.offset[e + 1] - b;
-    if (n == 0) continue;
-    be.LinearBackward(d_x.f32() + b * C, g.fc_w + e * FC * C,
-                      g.fc_b != nullptr ? g.fc_b + e * Fe : nullptr, d_fc.f32() + b * FC,
-                      x + b * C, w.fc_w + e * FC * C, n, C, FC);
-  }
+  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+    be.LinearBackward(d_x.f32() + b * C, ExpertSlice(g.fc_w, e, FC * C),
+                      ExpertSlice(g.fc_b, e, Fe), d_fc.f32() + b * FC, x + b * C,
+                      ExpertSlice(w.fc_w, e, FC * C), n, C, FC);
+  });
   // x_rows = h[token_of_row]
   be.MoeGatherBackward(d_h, d_x.f32(), s.row_of.i32(), R, k, C);
 

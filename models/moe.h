@@ -133,6 +133,21 @@ struct MoeSaved {
   float z_scale = 0.0f;
 };
 
+// Calls fn(e, first_row, rows) for every expert e the plan gave rows (offset: E + 1 values).
+template <typename Fn>
+void ForEachExpertRows(const std::vector<int64_t>& offset, Fn fn) {
+  for (size_t e = 0; e + 1 < offset.size(); ++e) {
+    const int64_t b = offset[e], n = offset[e + 1] - b;
+    if (n > 0) fn(static_cast<int64_t>(e), b, n);
+  }
+}
+
+// Expert e's block of a stacked (E, stride) tensor; null for an absent one (a bias).
+template <typename T>
+T* ExpertSlice(T* stacked, int64_t e, int64_t stride) {
+  return stacked == nullptr ? nullptr : stacked + e * stride;
+}
+
 class MoeLayer {
  public:
   explicit MoeLayer(const MoeDims& dims) : d_(dims) {}

@@ -65,16 +65,14 @@ void GroupedGemms(Backend& be, const MoeDims& d, const std::vector<int64_t>& off
                   std::vector<float>& x, std::vector<float>& fc, std::vector<float>& act,
                   std::vector<float>& y, Weights& w) {
   const int64_t C = d.C, Fe = d.Fe, FC = d.fc_dim();
-  for (int64_t e = 0; e < d.E(); ++e) {
-    const int64_t b = offset[e], n = offset[e + 1] - b;
-    if (n == 0) continue;
+  ForEachExpertRows(offset, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearForward(fc.data() + b * FC, x.data() + b * C, w.fc.data() + e * FC * C, nullptr, n, C, FC);
     be.LinearForward(y.data() + b * C, act.data() + b * Fe, w.out.data() + e * C * Fe, nullptr, n, Fe, C);
     be.LinearBackward(act.data() + b * Fe, w.g_out.data() + e * C * Fe, nullptr, y.data() + b * C,
                       act.data() + b * Fe, w.out.data() + e * C * Fe, n, Fe, C);
     be.LinearBackward(x.data() + b * C, w.g_fc.data() + e * FC * C, nullptr, fc.data() + b * FC,
                       x.data() + b * C, w.fc.data() + e * FC * C, n, C, FC);
-  }
+  });
 }
 
 }  // namespace
