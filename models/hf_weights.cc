@@ -83,8 +83,10 @@ std::string LayerPrefix(const std::string& name) {
 // expert in one of the two HF dialects:
 //   kMixtral   block_sparse_moe.gate.weight, block_sparse_moe.experts.N.{w1 (gate), w3 (up),
 //              w2 (down)}.weight
-//   kQwenMoe   mlp.gate.weight, mlp.experts.N.{gate,up,down}_proj.weight, and the shared
-//              experts as mlp.shared_experts.* (DeepSeek's names; Qwen2-MoE's are alike)
+//   kQwenMoe   mlp.gate.weight, mlp.experts.N.{gate,up,down}_proj.weight (Qwen2-MoE's and
+//              DeepSeek's routed experts), the shared experts as mlp.shared_experts.* and the
+//              routing bias as mlp.gate.e_score_correction_bias (DeepSeek's; Qwen2-MoE's
+//              singular shared_expert with its shared_expert_gate is not modelled)
 // GPT-2-family experts have no HF convention: their stacked tensors keep Tessera's names.
 std::vector<HfTensor> HfLayout(const ModelConfig& config, std::span<const Parameter> params,
                                HfMoeNames dialect) {
@@ -220,9 +222,10 @@ std::vector<std::string> MoeBiasNames(const ModelConfig& config) {
 
 HfMoeNames DefaultHfMoeNames(const ModelConfig& config) {
   const MoeConfig& e = config.moe;
-  return e.score == RouterScore::kSoftmax && e.shared_experts == 0 && e.groups == 1
-             ? HfMoeNames::kMixtral
-             : HfMoeNames::kQwenMoe;
+  // Exactly what HF's Mixtral block computes: softmax, top-k renormalised, nothing else.
+  const bool mixtral = e.score == RouterScore::kSoftmax && e.normalize_gates &&
+                       e.route_scale == 1.0f && e.shared_experts == 0 && e.groups == 1;
+  return mixtral ? HfMoeNames::kMixtral : HfMoeNames::kQwenMoe;
 }
 
 Status LoadHfWeights(const std::string& path, const ModelConfig& config,
@@ -319,22 +322,22 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
     return InvalidArgument(msg);
   }
 
+  // The routing bias is read and checked first: nothing is written until all of it is good.
+  std::vector<std::vector<float>> bias;
+  for (const SafetensorsCheckpoint::Entry* entry : bias_entries) {
+    std::vector<float>& row = bias.emplace_back(static_cast<size_t>(config.moe.num_experts));
+    RETURN_IF_ERROR(entry->file->ReadAsF32(*entry->info, row.data()));
+    if (FirstNonFinite(row.data(), static_cast<int64_t>(row.size()), DType::kF32) >= 0) {
+      return DataLoss(entry->file->path() + ": tensor " + Quote(entry->info->name) +
+                      " holds a NaN or Inf; nothing was loaded");
+    }
+  }
   std::vector<float> scratch;
   for (const LoadItem& item : items) {
     Status st = CopyIntoParam(item, scratch);
     if (!st.ok()) return st.WithPrefix("parameters are partially loaded (restore or reload)");
   }
-  if (extras != nullptr) {
-    extras->moe_bias.clear();
-    for (const SafetensorsCheckpoint::Entry* entry : bias_entries) {
-      std::vector<float>& row = extras->moe_bias.emplace_back(static_cast<size_t>(config.moe.num_experts));
-      RETURN_IF_ERROR(entry->file->ReadAsF32(*entry->info, row.data()));
-      if (FirstNonFinite(row.data(), static_cast<int64_t>(row.size()), DType::kF32) >= 0) {
-        return DataLoss(entry->file->path() + ": tensor " + Quote(entry->info->name) +
-                        " holds a NaN or Inf");
-      }
-    }
-  }
+  if (extras != nullptr) extras->moe_bias = std::move(bias);
   return Status::Ok();
 }
 
@@ -351,7 +354,15 @@ Status ExportHfWeights(const std::string& path, const ModelConfig& config,
                              "embeddings");
     }
   }
-  const std::vector<HfTensor> layout = HfLayout(config, params, DefaultHfMoeNames(config));
+  bool any_bias = false;  // an all-zero bias is no bias: not written
+  if (extras != nullptr) {
+    for (const std::vector<float>& row : extras->moe_bias) {
+      for (float v : row) any_bias |= v != 0.0f;
+    }
+  }
+  // A routing bias is DeepSeek's: Mixtral's names would hide that the routing differs.
+  const HfMoeNames dialect = any_bias ? HfMoeNames::kQwenMoe : DefaultHfMoeNames(config);
+  const std::vector<HfTensor> layout = HfLayout(config, params, dialect);
   std::vector<std::vector<float>> transposed;  // owns (in, out) copies of Conv1D weights
   transposed.reserve(layout.size());
   std::vector<SafetensorsTensorOut> outs;
@@ -375,12 +386,6 @@ Status ExportHfWeights(const std::string& path, const ModelConfig& config,
     outs.push_back(std::move(t));
   }
   const std::vector<std::string> bias_names = MoeBiasNames(config);
-  bool any_bias = false;  // an all-zero bias is no bias: not written
-  if (extras != nullptr) {
-    for (const std::vector<float>& row : extras->moe_bias) {
-      for (float v : row) any_bias |= v != 0.0f;
-    }
-  }
   if (any_bias) {
     if (extras->moe_bias.size() != bias_names.size()) {
       return InvalidArgument(path + ": " + std::to_string(extras->moe_bias.size()) +

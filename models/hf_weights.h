@@ -25,12 +25,13 @@ namespace tessera {
 
 // How a Llama-family MoE model's routed experts are named in HF files: Mixtral's
 // (block_sparse_moe.gate, block_sparse_moe.experts.N.w1/w2/w3) or Qwen2-MoE's / DeepSeek's
-// (mlp.gate, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.*). Tessera keeps them
+// (mlp.gate, mlp.experts.N.{gate,up,down}_proj; DeepSeek's mlp.shared_experts.*). Tessera keeps them
 // stacked on the expert axis (param_layout.h); import and export split them per expert.
 // GPT-2-family experts have no HF convention and keep Tessera's stacked names.
 enum class HfMoeNames { kMixtral, kQwenMoe };
-// What an export writes: Mixtral's names for a Mixtral-shaped model (softmax scores, no shared
-// experts, no groups), the others' otherwise. Import reads either.
+// What an export writes: Mixtral's names for a model that computes exactly what HF's Mixtral
+// does (softmax, renormalised gates, route scale 1, no shared experts, no groups, no routing
+// bias), the others' otherwise. Import reads either.
 HfMoeNames DefaultHfMoeNames(const ModelConfig& config);
 
 // What an HF file may hold beyond the parameters.

@@ -81,11 +81,6 @@ std::optional<ModelConfigProblem> CheckMoe(const ModelConfig& m) {
                   "groups_kept=" + N(e.groups_kept) + " must be in [1, groups=" + N(e.groups) + "]");
   }
   if (e.groups > 1) {
-    if (e.top_k % e.groups_kept != 0) {
-      return Broken({"model.moe.groups_kept", "model.moe.top_k"},
-                    "groups_kept=" + N(e.groups_kept) + " must divide top_k=" + N(e.top_k) +
-                        " (a group's score is the sum of its top top_k/groups_kept scores)");
-    }
     if (e.top_k > e.groups_kept * (e.num_experts / e.groups)) {
       return Broken({"model.moe.top_k", "model.moe.groups_kept"},
                     "top_k=" + N(e.top_k) + " exceeds the " + N(e.groups_kept * (e.num_experts / e.groups)) +

@@ -50,10 +50,11 @@ struct MoeConfig {
   bool normalize_gates = true;    // model.moe.normalize_gates: the k gates of a token divided
                                   //   by their sum (Mixtral, DeepSeek-V3: true; Qwen2-MoE: false)
   float route_scale = 1.0f;       // model.moe.route_scale: gates multiplied by this, > 0
-  int64_t groups = 1;             // model.moe.groups: experts in G equal groups (DeepSeek's
-                                  //   device/node-limited routing), divides num_experts
+  int64_t groups = 1;             // model.moe.groups: experts in G equal groups, each scored
+                                  //   by the sum of its top 2 (DeepSeek's device/node-limited
+                                  //   routing), divides num_experts
   int64_t groups_kept = 1;        // model.moe.groups_kept: groups a token may use, 1..groups;
-                                  //   divides top_k
+                                  //   they must hold at least top_k experts
   float capacity_factor = 0.0f;   // model.moe.capacity_factor: 0 = dropless; else each expert
                                   //   takes at most ceil(tokens * k / E * factor) tokens, > 0
   float aux_loss = 0.0f;          // model.moe.aux_loss: Switch load-balancing loss coefficient

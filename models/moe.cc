@@ -38,10 +38,13 @@ MoeDims MoeDims::Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype)
 
 int64_t MoeDims::capacity() const {
   if (!(capacity_factor > 0)) return -1;
-  // ceil(tokens * k / E * factor), in double: exact for any realistic size.
-  const double cap = std::ceil(static_cast<double>(R()) * static_cast<double>(k()) /
-                               static_cast<double>(E()) * capacity_factor);
-  return static_cast<int64_t>(cap);
+  // ceil(tokens * k / E * factor), in double. The factor is the 32-bit float nearest to what
+  // the config wrote (1.1 is 1.10000002f): a product that is an integer for the written
+  // factor comes out a few ulps above it, so a relative 1e-7 below is taken first (far
+  // smaller than the step between two products of distinct written factors).
+  const double x = static_cast<double>(R()) * static_cast<double>(k()) /
+                   static_cast<double>(E()) * static_cast<double>(capacity_factor);
+  return static_cast<int64_t>(std::ceil(x * (1.0 - 1e-7)));
 }
 
 void MoeLayerState::ResetStats() {

@@ -65,7 +65,7 @@ struct MoeDims {
   int64_t shared_fc_dim() const { return gpt2 ? S : 2 * S; }
   // The most rows the experts can get: every assignment kept.
   int64_t max_rows() const { return R() * k(); }
-  // Per-expert capacity of one call, or -1 for dropless.
+  // Per-expert capacity of one call, ceil(R * k / E * capacity_factor), or -1 for dropless.
   int64_t capacity() const;
 };
 
@@ -98,8 +98,8 @@ struct MoeGrads {
 // What one MoE block keeps across steps and reports.
 struct MoeLayerState {
   std::vector<float> bias;        // (E) balancing bias, selection only; zero when off
-  // Routing statistics since the trainer last took them (every forward that trains or
-  // evaluates, recomputation excluded):
+  // Routing statistics since the trainer last took them (every training forward;
+  // recomputation and evaluation excluded):
   std::vector<int64_t> counts;    // (E) tokens that chose each expert, before capacity drops
   int64_t assigned = 0;           // token-expert assignments made
   int64_t kept = 0;               // of which kept (assigned - kept were dropped by capacity)

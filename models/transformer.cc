@@ -52,8 +52,17 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_p
   const double C = c.hidden_size, L = c.num_layers, V = c.vocab_size, F = c.ffn_size();
   const double NH = c.num_heads, HS = C / NH, NKV = c.kv_heads(), tokens = double(B) * T;
   const double per_layer = C * (NH + 2 * NKV) * HS + NH * HS * C + 3 * C * F + 4 * C;
-  const double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
-  const double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;
+  double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
+  double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;
+  if (c.moe.enabled()) {
+    // Each MoE block on top: its router, shared and E routed experts (3 matrices each), and
+    // the worst-case routed rows (every token's k assignments: inputs, pre-activation,
+    // activation, outputs) with the router's logits and scores.
+    const double M = c.num_moe_layers(), E = c.moe.num_experts, Fe = c.expert_ffn();
+    const double S = c.moe.shared_experts * Fe, k = c.moe.top_k;
+    params += M * (E * C + 3 * S * C + E * 3 * Fe * C);
+    acts += M * tokens * (k * (2 * C + 3 * Fe) + 2 * E + 3 * S);
+  }
   const double bytes = 4.0 * ((owns_params ? 2 * params : 0.0) + acts) + 4.0 * kLogitsScratchFloats;
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (bytes > ram) {
@@ -539,7 +548,7 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
                     "a pipeline chunk runs ForwardStage / BackwardStage, not whole steps");
   StepContext step = Begin(0);
   step.loss_grad_scale = grad_scale;
-  record_moe_ = backward;  // evaluation records no routing statistics
+  record_moe_ = backward && record_routing_;  // evaluation records no routing statistics
   const int64_t C = config_.hidden_size;
   const int64_t counted = Counted(inputs, targets);
 
@@ -559,7 +568,7 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
     final_base_ = nullptr;
   }
   ws_.Release(0);
-  record_moe_ = true;
+  record_moe_ = record_routing_;
   return counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
 }
 

@@ -153,10 +153,13 @@ class Transformer {
 
   // The MoE blocks this model runs (model.moe; empty for a dense model), in layer order: each
   // one's balancing bias (the trainer updates it after a step) and the routing statistics its
-  // training forwards recorded (the trainer reports and resets them). Evaluation (Forward)
-  // records nothing. moe_layer_ids()[i] is the global layer of moe_layers()[i].
+  // training forwards recorded (the trainer reports and resets them). Evaluation records
+  // nothing: Forward never does, and a pipeline evaluation turns RecordRouting off around its
+  // ForwardStage calls. moe_layer_ids()[i] is the global layer of moe_layers()[i].
   virtual std::span<MoeLayerState> moe_layers() = 0;
   virtual std::vector<int64_t> moe_layer_ids() const = 0;
+  // Whether ForwardStage / ForwardBackward record routing statistics (default true).
+  virtual void RecordRouting(bool on) = 0;
 };
 
 }  // namespace tessera

@@ -96,6 +96,7 @@ class TransformerImpl final : public Transformer {
   Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
   std::span<MoeLayerState> moe_layers() override { return moe_states_; }
   std::vector<int64_t> moe_layer_ids() const override;
+  void RecordRouting(bool on) override { record_routing_ = on; }
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
@@ -202,7 +203,8 @@ class TransformerImpl final : public Transformer {
   std::vector<int> expert_unit_, moe_index_;
   std::vector<MoeLayerState> moe_states_;  // the chunk's MoE blocks, in layer order
   std::vector<int64_t> moe_layer_ids_;     // their global layers
-  bool record_moe_ = true;  // forwards record routing statistics (not evaluation)
+  bool record_routing_ = true;  // RecordRouting: training forwards record statistics
+  bool record_moe_ = true;      // this pass records (record_routing_, never in Forward)
   int64_t wte_off_ = -1, wpe_off_ = -1;    // unit 0
   int64_t lnf_w_off_ = -1, lnf_b_off_ = -1;  // unit L + 1
   int64_t head_off_ = -1;  // in unit 0 (tied) or L + 1

@@ -152,6 +152,7 @@ double TransformerImpl::HeadPass(StepContext& step, const int32_t* targets, floa
 double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32_t* targets,
                                      const float* x_in, float* x_out) {
   StepContext step = Begin(ctx);
+  record_moe_ = record_routing_;
   cur_->inputs = inputs;
   cur_->targets = targets;
   const int64_t counted = Counted(inputs, targets);

@@ -5,9 +5,11 @@
 //   scores      s_t = softmax(r_t) or sigmoid(r_t)                            (kSoftmax / sigmoid)
 //   selection   q_t = s_t + bias   (the aux-loss-free balancing bias; selection only)
 //   groups      with groups G > 1: the experts form G equal consecutive groups; a group's score
-//               is the sum of its top (k / groups_kept) values of q_t; the token keeps the
-//               groups_kept best groups (DeepSeek's device/node-limited routing, Megatron's
-//               group-limited top-k) and the other groups' experts cannot be chosen
+//               is the sum of its top two values of q_t (its one value for groups of one), as
+//               DeepSeek-V3 defines it; the token keeps the groups_kept best groups (ties:
+//               lower group first) and the other groups' experts cannot be chosen (DeepSeek's
+//               device/node-limited routing; Megatron's group top-k sums top k/groups_kept,
+//               which is the same rule whenever k/groups_kept = 2, as in DeepSeek-V3)
 //   top-k       the k experts of largest q_t, in decreasing q order (ties: lower index first)
 //   gates       w_j = s_t[e_j]; with normalize, w_j /= sum_j s_t[e_j] (+ 1e-20 for sigmoid,
 //               whose scores may all be tiny); then w_j *= route_scale
@@ -24,7 +26,7 @@ struct MoeRouterSpec {
   int64_t E = 0;            // routed experts
   int64_t k = 1;            // experts per token
   int64_t groups = 1;       // G, divides E
-  int64_t groups_kept = 1;  // 1..G, divides k when G > 1
+  int64_t groups_kept = 1;  // 1..G; the kept groups hold at least k experts
   bool sigmoid = false;     // scores: sigmoid (else softmax)
   bool normalize = true;    // gates divided by their sum
   float route_scale = 1.0f;

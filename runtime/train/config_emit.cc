@@ -55,6 +55,10 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   Put(out, "init_std", m.init_std);
   PutName(out, "recompute", RecomputePolicyName(m.recompute));
   const MoeConfig& e = m.moe;
+  if (!e.enabled()) {  // a dense model: no section (it reads back as the defaults)
+    out << YAML::EndMap;
+    return;
+  }
   out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
   Put(out, "num_experts", e.num_experts);
   Put(out, "top_k", e.top_k);

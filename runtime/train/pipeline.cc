@@ -213,7 +213,9 @@ Result<double> PipelineRunner::Forward(const int32_t* inputs, const int32_t* tar
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int ci = static_cast<int>(c);
     if (!first_vs(ci)) RETURN_IF_ERROR(Recv(*forward_[prev_chunk(ci)], recv_.data(), prev_rank()));
+    chunks_[c]->RecordRouting(false);  // evaluation: no routing statistics
     loss += chunks_[c]->ForwardStage(0, inputs, targets, recv_.data(), out.data());
+    chunks_[c]->RecordRouting(true);
     RETURN_IF_ERROR(PassStatus(*chunks_[c]));
     if (!last_vs(ci)) RETURN_IF_ERROR(Send(*forward_[c], out.data(), next_rank()));
   }

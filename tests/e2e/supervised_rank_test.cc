@@ -7,9 +7,11 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/commit.h"
@@ -75,6 +77,13 @@ struct Recorder {
     }
     return out;
   }
+  // The server sees a dead peer's EOF on its own thread, maybe after the process has been
+  // reaped: waits (bounded) for `kind` before the caller stops the server.
+  void AwaitEvent(ControlEventKind kind, size_t count = 1) {
+    for (int i = 0; i < 500 && Of(kind).size() < count; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 };
 
 // `socket_parent` non-empty: the server listens on a Unix socket there too, as under launch.
@@ -121,6 +130,7 @@ TEST(SupervisedRank, ReportsToTheSupervisorAndStopsAfterACommittedSave) {
   rec.stop_at_step = 2;
   auto server = StartServer(rec);
   CommandResult r = RunCommand(TrainCmd(Env(server->port()), dir.str(), 300));
+  rec.AwaitEvent(ControlEventKind::kBye);
   server->Stop();
   EXPECT_EQ(r.exit_code, 7) << r.output;  // kExitStopped
   EXPECT_NE(r.output.find("on the supervisor's request (checkpoint step"), std::string::npos)
@@ -152,6 +162,7 @@ TEST(SupervisedRank, RegistersOverTheUnixSocketTheEnvironmentNames) {
   auto server = StartServer(rec, 1, dir.str());
   CommandResult r = RunCommand(TrainCmd(
       Env(server->port(), "TESSERA_CONTROL_SOCKET=" + server->unix_socket_path()), dir.str(), 300));
+  rec.AwaitEvent(ControlEventKind::kBye);
   server->Stop();
   EXPECT_EQ(r.exit_code, 7) << r.output;
   auto registered = rec.Of(ControlEventKind::kRegistered);
@@ -198,6 +209,7 @@ TEST(SupervisedRank, TwoRanksAgreeOnTheStopAndBothSayBye) {
   CommandResult r = RunCommand(Repo("tools/dev/mpirun.sh") + " -np 2 env " +
                                TrainCmd(Env(server->port()), dir.str(), 300) +
                                " --set parallel.dp=2");
+  rec.AwaitEvent(ControlEventKind::kBye, 2);
   server->Stop();
   EXPECT_EQ(r.exit_code, 7) << r.output;
   auto commits = rec.Of(ControlEventKind::kCommit);
@@ -217,6 +229,7 @@ TEST(SupervisedRank, CrashHookKillsWithoutBye) {
   Recorder rec;
   auto server = StartServer(rec);
   CommandResult r = RunCommand(TrainCmd(Env(server->port(), "TESSERA_FAULT_CRASH=0:2"), dir.str(), 50));
+  rec.AwaitEvent(ControlEventKind::kDisconnected);
   server->Stop();
   EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
   EXPECT_NE(r.output.find("TESSERA_FAULT_CRASH fault hook"), std::string::npos) << r.output;

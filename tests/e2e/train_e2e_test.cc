@@ -198,13 +198,12 @@ TEST(TrainE2E, MixtralShapedMoeMatchesIndependentReference) {
                         " --top-k 2 --score softmax");
 }
 
-// DeepSeek-shaped: sigmoid scores, 4 groups of 2 with the best 2 kept, top-4 (so a group's score
-// is the sum of its top 2, as DeepSeek-V3 fixes it), a shared expert, the first block dense, the
-// trained e_score_correction_bias exported beside the router and used for the choice.
+// DeepSeek-shaped (the shipped config): sigmoid scores, 4 groups of 2 scored by the sum of their
+// top 2 with the best 2 kept, top-2, a shared expert, the first block dense, the trained
+// e_score_correction_bias exported beside the router and used for the choice.
 TEST(TrainE2E, DeepSeekShapedMoeMatchesIndependentReference) {
-  CheckAgainstReference("configs/moe-deepseek-tiny.yaml", "llama", 4, 2,
-                        " --set model.moe.top_k=4",
-                        " --top-k 4 --score sigmoid --route-scale 2.5 --n-group 4 --topk-group 2");
+  CheckAgainstReference("configs/moe-deepseek-tiny.yaml", "llama", 4, 2, "",
+                        " --top-k 2 --score sigmoid --route-scale 2.5 --n-group 4 --topk-group 2");
 }
 
 }  // namespace

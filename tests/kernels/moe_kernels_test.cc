@@ -73,7 +73,7 @@ TEST(MoeRoute, BiasChangesTheChoiceButNotTheGates) {
 
 TEST(MoeRoute, GroupLimitedRoutingKeepsTheBestGroups) {
   // Six experts in three groups of two; keep one group; top 2 inside it. Group scores (the
-  // sum of each group's top k/kept = 2 scores): {0,1}: 0.9+0.1, {2,3}: 0.8+0.7, {4,5}: 0.95+0.
+  // sum of each group's top two scores): {0,1}: 0.9+0.1, {2,3}: 0.8+0.7, {4,5}: 0.95+0.
   MoeRouterSpec spec;
   spec.E = 6;
   spec.k = 2;

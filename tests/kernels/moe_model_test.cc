@@ -129,12 +129,20 @@ TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLo
   EXPECT_GT(objective, ce);
   float* theta = m->flat_params().f32();
   const std::vector<float> theta0(theta, theta + P);
-  auto objective_at = [&](const std::vector<double>& d, double eps) {
+  // The objective at theta0 + eps*d, and the experts' token counts there (a training pass
+  // records them; its gradients are not used).
+  auto objective_at = [&](const std::vector<double>& d, double eps, std::vector<int64_t>* counts) {
     for (int64_t i = 0; i < P; ++i) theta[i] = static_cast<float>(theta0[i] + eps * d[i]);
-    const double l = Objective(*m, m->Forward(in.data(), tg.data()));
+    for (MoeLayerState& s : m->moe_layers()) s.ResetStats();
+    m->ZeroGrads();
+    const double l = Objective(*m, m->ForwardBackward(in.data(), tg.data(), 1.0f));
+    counts->clear();
+    for (const MoeLayerState& s : m->moe_layers()) counts->insert(counts->end(), s.counts.begin(), s.counts.end());
     std::copy(theta0.begin(), theta0.end(), theta);
     return l;
   };
+  std::vector<int64_t> counts0;
+  EXPECT_EQ(objective_at(std::vector<double>(static_cast<size_t>(P), 0.0), 0.0, &counts0), objective);
   std::mt19937 gen(3);
   std::normal_distribution<double> normal;
   for (int k = 0; k < 5; ++k) {
@@ -150,9 +158,16 @@ TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLo
     for (auto& x : d) x /= norm;
     double analytic = 0;
     for (int64_t i = 0; i < P; ++i) analytic += g[i] * d[i];
-    // Small steps: a larger one could change which experts a token picks (a kink).
-    const double eps = 2e-3;
-    const double numeric = (objective_at(d, eps) - objective_at(d, -eps)) / (2 * eps);
+    // Routing is piecewise constant: a step that changes which experts tokens pick crosses a
+    // kink, and the difference quotient there measures the jump, not the derivative. Such a
+    // step (seen as changed expert counts) is halved until routing stays put.
+    double eps = 2e-3, numeric = 0;
+    for (int tries = 0;; ++tries) {
+      std::vector<int64_t> up, down;
+      numeric = (objective_at(d, eps, &up) - objective_at(d, -eps, &down)) / (2 * eps);
+      if ((up == counts0 && down == counts0) || tries == 6) break;
+      eps /= 2;
+    }
     EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 5e-4) << "direction " << k;
   }
 }
@@ -228,6 +243,25 @@ TEST(MoeModel, CapacityDropsTheLowestGatesAndDroppedTokensKeepTheirResidual) {
     EXPECT_LE(s.kept, 4 * 4);
     EXPECT_LT(s.kept, s.assigned);
   }
+}
+
+TEST(MoeModel, CapacityIsTheWrittenFactorsCeilingNotTheFloatsNeighbour) {
+  ModelConfig c = TinyMoe(ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone);
+  c.moe.num_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.capacity_factor = 1.1f;  // 1.10000002f: 16 * 2 / 4 * 1.1 = 8.8 -> 9
+  EXPECT_EQ(MoeDims::Of(c, 2, 8, DType::kF32).capacity(), 9);
+  c.moe.capacity_factor = 1.25f;  // exact: 10
+  EXPECT_EQ(MoeDims::Of(c, 2, 8, DType::kF32).capacity(), 10);
+  ModelConfig d = c;
+  d.moe.num_experts = 16;
+  d.moe.capacity_factor = 1.1f;  // 40 * 2 / 16 * 1.1 = 5.5 -> 6
+  EXPECT_EQ(MoeDims::Of(d, 5, 8, DType::kF32).capacity(), 6);
+  d.moe.num_experts = 20;
+  d.moe.capacity_factor = 1.1f;  // 100 * 2 / 20 * 1.1 = 11 exactly as written, not 12
+  EXPECT_EQ(MoeDims::Of(d, 10, 10, DType::kF32).capacity(), 11);
+  c.moe.capacity_factor = 0.0f;
+  EXPECT_EQ(MoeDims::Of(c, 2, 8, DType::kF32).capacity(), -1);
 }
 
 TEST(MoeModel, SameSeedSameBitsAndTheFlopsCountOnlyTheChosenExperts) {

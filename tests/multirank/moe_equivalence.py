@@ -29,8 +29,11 @@ import json, os, sys
 import tessera_runs as tr
 from tessera_runs import Runner
 
+# Evaluations every 2 steps: an evaluation must record no routing (else the bias would move
+# with it, and a pipeline's would differ from one rank's).
 runner = Runner(sys.argv, ["train.steps=6", "train.micro_batch_size=2", "train.seq_len=16",
-                           "train.log_interval=6", "train.eval_batches=1", "comm.bucket_mb=0.1",
+                           "train.log_interval=6", "train.eval_batches=1", "train.eval_interval=2",
+                           "comm.bucket_mb=0.1",
                            "comm.timeout_s=300", "schedule.warmup_steps=2",
                            "schedule.decay_steps=6", "checkpoint.keep_last=10"])
 failures = []

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -156,6 +157,46 @@ TEST(HfMoe, EitherDialectLoadsAndAMissingExpertIsNamed) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("block_sparse_moe.experts.4.w1.weight"), std::string::npos) << s.message();
   EXPECT_EQ(bigger.buffers, before);
+}
+
+TEST(HfMoe, MixtralsNamesOnlyForWhatMixtralComputes) {
+  ModelConfig c = Moe(true);
+  EXPECT_EQ(DefaultHfMoeNames(c), HfMoeNames::kMixtral);
+  c.moe.route_scale = 2.0f;
+  EXPECT_EQ(DefaultHfMoeNames(c), HfMoeNames::kQwenMoe);
+  c = Moe(true);
+  c.moe.normalize_gates = false;
+  EXPECT_EQ(DefaultHfMoeNames(c), HfMoeNames::kQwenMoe);
+  // A routing bias makes even a Mixtral-shaped export use DeepSeek's names.
+  testing::ScopedTempDir dir("hf_moe_bias_names");
+  c = Moe(true);
+  Params out(c, 1.0f);
+  HfExtras extras;
+  extras.moe_bias = {{0, 0, 0, 0}, {0, 0.5f, 0, 0}};
+  ASSERT_TRUE(ExportHfWeights(dir / "b.safetensors", c, out.params, DType::kF32, &extras).ok());
+  const std::vector<std::string> names = Names(dir / "b.safetensors");
+  EXPECT_TRUE(Has(names, "model.layers.1.mlp.experts.0.gate_proj.weight"));
+  EXPECT_TRUE(Has(names, "model.layers.1.mlp.gate.e_score_correction_bias"));
+  // An all-zero bias is no bias: Mixtral's names, no bias tensor.
+  extras.moe_bias = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  ASSERT_TRUE(ExportHfWeights(dir / "z.safetensors", c, out.params, DType::kF32, &extras).ok());
+  EXPECT_FALSE(Has(Names(dir / "z.safetensors"), "model.layers.1.mlp.gate.e_score_correction_bias"));
+}
+
+TEST(HfMoe, ANonFiniteRoutingBiasIsRefusedBeforeAnyParameterIsWritten) {
+  testing::ScopedTempDir dir("hf_moe_nan_bias");
+  const ModelConfig c = Moe(false);
+  Params out(c, 2.0f);
+  HfExtras extras;
+  extras.moe_bias = {{0.5f, NAN, 0.0f, 1.0f}};
+  ASSERT_TRUE(ExportHfWeights(dir / "n.safetensors", c, out.params, DType::kF32, &extras).ok());
+  Params in(c, 9.0f);
+  const std::vector<std::vector<float>> before = in.buffers;
+  HfExtras read;
+  Status s = LoadHfWeights(dir / "n.safetensors", c, in.params, &read);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("e_score_correction_bias"), std::string::npos) << s.message();
+  EXPECT_EQ(in.buffers, before) << "parameters written before the bias was checked";
 }
 
 }  // namespace

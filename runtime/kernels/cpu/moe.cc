@@ -51,9 +51,9 @@ void AllowedExperts(const MoeRouterSpec& spec, const float* q, uint8_t* allowed,
     std::fill(allowed, allowed + E, uint8_t{1});
     return;
   }
-  const int64_t size = E / G, per = spec.k / spec.groups_kept;
+  const int64_t size = E / G, per = std::min<int64_t>(2, size);
   for (int64_t g = 0; g < G; ++g) {
-    // The sum of the group's `per` largest q, largest first.
+    // The sum of the group's two largest q (DeepSeek-V3's group score), largest first.
     top.assign(q + g * size, q + (g + 1) * size);
     std::partial_sort(top.begin(), top.begin() + per, top.end(), std::greater<float>());
     float sum = 0.0f;
@@ -71,11 +71,13 @@ void AllowedExperts(const MoeRouterSpec& spec, const float* q, uint8_t* allowed,
   }
 }
 
-// The denominator of normalised gates.
+// The denominator of normalised gates. The guard keeps it positive when every chosen score
+// has underflowed (sigmoid scores, or softmax scores of experts a large bias chose); any
+// healthy sum is far above it, so it changes no bits there.
 float GateSum(const MoeRouterSpec& spec, const float* s, const int32_t* expert) {
   float sum = 0.0f;
   for (int64_t j = 0; j < spec.k; ++j) sum += s[expert[j]];
-  return spec.sigmoid ? sum + 1e-20f : sum;
+  return sum + 1e-20f;
 }
 
 }  // namespace
