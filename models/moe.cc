@@ -10,6 +10,8 @@
 
 #include "models/activation_store.h"
 #include "models/block.h"
+#include "models/expert_parallel.h"
+#include "runtime/core/check.h"
 
 namespace tessera {
 
@@ -47,6 +49,13 @@ int64_t MoeDims::capacity() const {
   return static_cast<int64_t>(std::ceil(x * (1.0 - 1e-7)));
 }
 
+int MoeDims::ep_size() const { return ep != nullptr ? ep->size() : 1; }
+
+int64_t MoeDims::max_expert_rows() const {
+  if (ep == nullptr) return max_rows();
+  return ep_size() * R() * std::min(k(), local_experts());
+}
+
 void MoeLayerState::ResetStats() {
   std::fill(counts.begin(), counts.end(), 0);
   assigned = kept = calls = 0;
@@ -66,28 +75,74 @@ float* MoeLayer::Activation(const StepContext& step, const Tensor& act_out, cons
   return out;
 }
 
-// The routed experts on the planned rows x (fp32, x_rows's values): fc, activation, out
-// projection, one GEMM per expert over its contiguous rows. Fills fc_out, act_out and y;
-// returns y's fp32 values.
-const float* MoeLayer::Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w,
-                               const float* x, int64_t rows) const {
+// The routed experts on their rows x (fp32, x_rows's values; s.segment): fc, activation,
+// out projection, one GEMM per segment (a local expert's rows from one source). Fills fc_out
+// and act_out; writes the outputs, fp32, to y.
+void MoeLayer::Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w,
+                       const float* x, float* y) const {
   Backend& be = *step.backend;
   const ActivationStore store(d_.act_dtype);
-  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim();
+  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim(), El = d_.local_experts();
+  const int64_t rows = s.segment.empty() ? 0 : s.segment.back();
   float* fc = store.Working(step, s.fc_out);
-  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
+    const int64_t e = i % El;
     be.LinearForward(fc + b * FC, x + b * C, ExpertSlice(w.fc_w, e, FC * C),
                      ExpertSlice(w.fc_b, e, Fe), n, C, FC);
   });
   store.CommitRows(step, s.fc_out, fc, rows);
   const float* act = Activation(step, s.act_out, fc, rows, Fe);
-  float* y = store.Working(step, s.y);
-  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
+  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
+    const int64_t e = i % El;
     be.LinearForward(y + b * C, act + b * Fe, ExpertSlice(w.out_w, e, C * Fe),
                      ExpertSlice(w.out_b, e, C), n, Fe, C);
   });
-  store.CommitRows(step, s.y, y, rows);
-  return y;
+}
+
+void MoeLayer::PlanExchange(MoeSaved& s) const {
+  const int P = d_.ep->size();
+  const int64_t E = d_.E(), El = d_.local_experts();
+  std::vector<int32_t> send(static_cast<size_t>(E)), recv(static_cast<size_t>(E), 0);
+  for (int64_t e = 0; e < E; ++e) {
+    send[static_cast<size_t>(e)] = static_cast<int32_t>(s.offset[e + 1] - s.offset[e]);
+  }
+  d_.ep->ExchangeCounts(send.data(), recv.data(), El);
+  // After a failed exchange the counts may be partial: nothing arrives (the trainer ends the
+  // job at the micro-batch's end).
+  if (!d_.ep->status().ok()) std::fill(recv.begin(), recv.end(), 0);
+  s.rows_to.assign(static_cast<size_t>(P), 0);
+  s.rows_from.assign(static_cast<size_t>(P), 0);
+  s.segment.assign(1, 0);
+  for (int p = 0; p < P; ++p) {
+    for (int64_t le = 0; le < El; ++le) {
+      const size_t i = static_cast<size_t>(p * El + le);
+      s.rows_to[static_cast<size_t>(p)] += send[i];
+      s.rows_from[static_cast<size_t>(p)] += recv[i];
+      s.segment.push_back(s.segment.back() + recv[i]);
+    }
+  }
+  // Peers run the same config, so no rank can be sent more than the worst case.
+  TESSERA_CHECK(s.segment.back() <= d_.max_expert_rows());
+}
+
+void MoeLayer::RunExperts(StepContext& step, MoeSaved& s, const MoeWeights& w, const float* x,
+                          float* y) const {
+  const ActivationStore store(d_.act_dtype);
+  const int64_t C = d_.C;
+  if (d_.ep == nullptr) {
+    s.segment = s.offset;
+    store.CommitRows(step, s.x_rows, const_cast<float*>(x), s.offset.back());
+    Experts(step, s, w, x, y);
+    return;
+  }
+  Arena& ws = *step.workspace;
+  PlanExchange(s);
+  float* x_in = store.Working(step, s.x_rows);
+  d_.ep->ExchangeRows(x, s.rows_to, x_in, s.rows_from, C);
+  store.CommitRows(step, s.x_rows, x_in, s.segment.back());
+  float* y_out = ws.Allocate(DType::kF32, {d_.max_expert_rows(), C}).f32();
+  Experts(step, s, w, x_in, y_out);
+  d_.ep->ExchangeRows(y_out, s.rows_from, y, s.rows_to, C);
 }
 
 // out += shared(h): fc, activation, out projection over all R tokens (the projection's output
@@ -121,9 +176,10 @@ void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const flo
   s.gate = kept.Allocate(DType::kF32, {R, k});
   s.row_of = kept.Allocate(DType::kI32, {R, k});
   s.token_of_row = kept.Allocate(DType::kI32, {M});
-  s.x_rows = store.Keep(step, kept, {M, C});
-  s.fc_out = store.Keep(step, kept, {M, d_.fc_dim()});
-  s.act_out = store.Keep(step, dropped, {M, d_.Fe});
+  const int64_t Mx = d_.max_expert_rows();
+  s.x_rows = store.Keep(step, kept, {Mx, C});
+  s.fc_out = store.Keep(step, kept, {Mx, d_.fc_dim()});
+  s.act_out = store.Keep(step, dropped, {Mx, d_.Fe});
   s.y = store.Keep(step, kept, {M, C});
   if (d_.S > 0) {
     s.shared_fc_out = store.Keep(step, kept, {R, d_.shared_fc_dim()});
@@ -147,11 +203,14 @@ void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const flo
     ++state.calls;
   }
 
-  // x_rows = h in expert order; the experts; out = sum_j gate_j * y[row(t, j)]
-  float* x = store.Working(step, s.x_rows);
+  // x = h in expert order; the experts (on their ranks under ep); out = sum_j gate_j *
+  // y[row(t, j)]
+  float* x = d_.ep == nullptr ? store.Working(step, s.x_rows)
+                              : ws.Allocate(DType::kF32, {M, C}).f32();
   be.MoeGather(x, h, s.token_of_row.i32(), rows, C);
-  store.CommitRows(step, s.x_rows, x, rows);
-  const float* y = Experts(step, s, w, x, rows);
+  float* y = store.Working(step, s.y);
+  RunExperts(step, s, w, x, y);
+  store.CommitRows(step, s.y, y, rows);
   be.MoeCombine(out, y, s.gate.f32(), s.row_of.i32(), R, k, C);
   // out += shared(h)
   if (d_.S > 0) Shared(step, h, out, s, w);
@@ -217,8 +276,8 @@ void MoeLayer::RecomputeActivations(StepContext& step, const MoeSaved& s, Tensor
                                     Tensor& shared_act_out) const {
   const ActivationStore store(d_.act_dtype);
   Arena& ws = *step.workspace;
-  const int64_t rows = s.offset.empty() ? 0 : s.offset.back();
-  act_out = ws.Allocate(DType::kF32, {d_.max_rows(), d_.Fe});
+  const int64_t rows = s.segment.empty() ? 0 : s.segment.back();
+  act_out = ws.Allocate(DType::kF32, {d_.max_expert_rows(), d_.Fe});
   Activation(step, act_out, store.ReadRows(step, s.fc_out, rows), rows, d_.Fe);
   if (d_.S > 0) {
     shared_act_out = ws.Allocate(DType::kF32, {d_.R(), d_.S});
@@ -234,7 +293,6 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   const size_t mark = ws.Mark();
   const ActivationStore store(d_.act_dtype);
   const int64_t R = d_.R(), E = d_.E(), k = d_.k(), C = d_.C, M = d_.max_rows();
-  const int64_t Fe = d_.Fe, FC = d_.fc_dim();
   const int64_t rows = s.offset.empty() ? 0 : s.offset.back();
 
   // out += shared(h): d_h is written here (zero without shared experts).
@@ -261,31 +319,9 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   Tensor d_gate = ws.Allocate(DType::kF32, {R, k});
   be.MoeCombineBackward(d_y.f32(), d_gate.f32(), d_out, store.ReadRows(step, s.y, rows),
                         s.gate.f32(), s.row_of.i32(), R, k, C);
-  // y_e = out_e(act_e)
-  Tensor d_act = ws.Allocate(DType::kF32, {M, Fe});
-  const float* act = store.ReadRows(step, act_out, rows);
-  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
-    be.LinearBackward(d_act.f32() + b * Fe, ExpertSlice(g.out_w, e, C * Fe),
-                      ExpertSlice(g.out_b, e, C), d_y.f32() + b * C, act + b * Fe,
-                      ExpertSlice(w.out_w, e, C * Fe), n, Fe, C);
-  });
-  // act_e = act(fc_out_e)
-  Tensor d_fc = d_.gpt2 ? d_act : ws.Allocate(DType::kF32, {M, FC});
-  const float* fc = store.ReadRows(step, s.fc_out, rows);
-  if (d_.gpt2) {
-    be.GeluBackward(d_fc.f32(), d_act.f32(), fc, rows * Fe);
-  } else {
-    be.SwigluBackward(d_fc.f32(), d_act.f32(), fc, rows, Fe);
-  }
-  // fc_out_e = fc_e(x_e)
   Tensor d_x = ws.Allocate(DType::kF32, {M, C});
-  const float* x = store.ReadRows(step, s.x_rows, rows);
-  ForEachExpertRows(s.offset, [&](int64_t e, int64_t b, int64_t n) {
-    be.LinearBackward(d_x.f32() + b * C, ExpertSlice(g.fc_w, e, FC * C),
-                      ExpertSlice(g.fc_b, e, Fe), d_fc.f32() + b * FC, x + b * C,
-                      ExpertSlice(w.fc_w, e, FC * C), n, C, FC);
-  });
-  // x_rows = h[token_of_row]
+  ExpertsBackward(step, s, act_out, w, g, d_y.f32(), d_x.f32());
+  // x = h[token_of_row]
   be.MoeGatherBackward(d_h, d_x.f32(), s.row_of.i32(), R, k, C);
 
   // gates and scores from logits, plus the auxiliary losses
@@ -307,6 +343,53 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   be.Gemm(false, false, R, C, E, 1.0f, d_logits.f32(), E, w.router, C, 1.0f, d_h, C);
   be.Gemm(true, false, E, C, R, 1.0f, d_logits.f32(), E, h, C, 1.0f, g.router, C);
   ws.Release(mark);
+}
+
+// The experts' backward on their rows (dispatched there and back under ep), dual of
+// RunExperts: d_x (this rank's rows) from d_y (this rank's rows); weight gradients accumulate
+// segment by segment.
+void MoeLayer::ExpertsBackward(StepContext& step, const MoeSaved& s, const Tensor& act_out,
+                               const MoeWeights& w, const MoeGrads& g, const float* d_y,
+                               float* d_x) const {
+  Backend& be = *step.backend;
+  Arena& ws = *step.workspace;
+  const ActivationStore store(d_.act_dtype);
+  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim(), El = d_.local_experts();
+  const int64_t Mx = d_.max_expert_rows();
+  const int64_t rows = s.segment.empty() ? 0 : s.segment.back();
+  const float* dy = d_y;
+  float* dx = d_x;
+  if (d_.ep != nullptr) {
+    float* in = ws.Allocate(DType::kF32, {Mx, C}).f32();
+    d_.ep->ExchangeRows(d_y, s.rows_to, in, s.rows_from, C);
+    dy = in;
+    dx = ws.Allocate(DType::kF32, {Mx, C}).f32();
+  }
+  // y_e = out_e(act_e)
+  Tensor d_act = ws.Allocate(DType::kF32, {Mx, Fe});
+  const float* act = store.ReadRows(step, act_out, rows);
+  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
+    const int64_t e = i % El;
+    be.LinearBackward(d_act.f32() + b * Fe, ExpertSlice(g.out_w, e, C * Fe),
+                      ExpertSlice(g.out_b, e, C), dy + b * C, act + b * Fe,
+                      ExpertSlice(w.out_w, e, C * Fe), n, Fe, C);
+  });
+  // act_e = act(fc_out_e)
+  Tensor d_fc = d_.gpt2 ? d_act : ws.Allocate(DType::kF32, {Mx, FC});
+  const float* fc = store.ReadRows(step, s.fc_out, rows);
+  if (d_.gpt2) {
+    be.GeluBackward(d_fc.f32(), d_act.f32(), fc, rows * Fe);
+  } else {
+    be.SwigluBackward(d_fc.f32(), d_act.f32(), fc, rows, Fe);
+  }
+  // fc_out_e = fc_e(x_e)
+  const float* x = store.ReadRows(step, s.x_rows, rows);
+  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
+    const int64_t e = i % El;
+    be.LinearBackward(dx + b * C, ExpertSlice(g.fc_w, e, FC * C), ExpertSlice(g.fc_b, e, Fe),
+                      d_fc.f32() + b * FC, x + b * C, ExpertSlice(w.fc_w, e, FC * C), n, C, FC);
+  });
+  if (d_.ep != nullptr) d_.ep->ExchangeRows(dx, s.rows_from, d_x, s.rows_to, C);
 }
 
 }  // namespace tessera

@@ -31,6 +31,12 @@
 // Tensor parallelism: the router and every expert are whole on each tp rank, which computes
 // the sublayer on the full micro-batch (the same bits on every rank, so nothing is reduced);
 // sequence parallelism with experts is refused by the config.
+// Expert parallelism (MoeDims::ep): the rank holds E/ep of the experts. It routes and plans
+// its own tokens over all E experts as above; the planned rows (in expert order, so each
+// peer's are contiguous) are dispatched to the experts' ranks (expert_parallel.h), the
+// experts run one GEMM per (source rank, local expert) segment of what arrived, and the
+// outputs return to their tokens' rank for the combine. The backward is the dual. A row's
+// values are those ep = 1 computes; weight gradients add the sources' segments in rank order.
 // Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
 #pragma once
 
@@ -45,6 +51,7 @@
 namespace tessera {
 
 struct StepContext;
+class ExpertParallel;
 
 struct MoeDims {
   bool gpt2 = true;
@@ -56,6 +63,7 @@ struct MoeDims {
   float capacity_factor = 0.0f;  // 0: dropless
   float aux_loss = 0.0f, seq_aux_loss = 0.0f, z_loss = 0.0f;
   DType act_dtype = DType::kF32;
+  ExpertParallel* ep = nullptr;  // expert parallelism (ep >= 2), else null
 
   static MoeDims Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype);
   int64_t R() const { return B * T; }
@@ -63,8 +71,13 @@ struct MoeDims {
   int64_t k() const { return spec.k; }
   int64_t fc_dim() const { return gpt2 ? Fe : 2 * Fe; }         // expert fc output width
   int64_t shared_fc_dim() const { return gpt2 ? S : 2 * S; }
-  // The most rows the experts can get: every assignment kept.
+  // The most rows this rank's tokens can send to experts: every assignment kept.
   int64_t max_rows() const { return R() * k(); }
+  int ep_size() const;
+  int64_t local_experts() const { return E() / ep_size(); }  // experts this rank holds
+  // The most rows this rank's experts can get: max_rows(), or under ep every rank's tokens
+  // choosing min(k, local experts) of them.
+  int64_t max_expert_rows() const;
   // Per-expert capacity of one call, ceil(R * k / E * capacity_factor), or -1 for dropless.
   int64_t capacity() const;
 };
@@ -120,13 +133,19 @@ struct MoeSaved {
   Tensor gate;          // (R, k) fp32 gates
   Tensor row_of;        // (R, k) i32 row of each assignment, -1 dropped
   Tensor token_of_row;  // (max_rows) i32
-  Tensor x_rows;        // (max_rows, C)      the experts' inputs
-  Tensor fc_out;        // (max_rows, fc_dim) pre-activation
-  Tensor act_out;       // (max_rows, Fe)     [selective: recomputed]
-  Tensor y;             // (max_rows, C)      the experts' outputs (the gates' gradient)
+  Tensor x_rows;        // (max_expert_rows, C)      the experts' inputs (received under ep)
+  Tensor fc_out;        // (max_expert_rows, fc_dim) pre-activation
+  Tensor act_out;       // (max_expert_rows, Fe)     [selective: recomputed]
+  Tensor y;             // (max_rows, C)  the experts' outputs for this rank's rows (the gates'
+                        //                gradient), returned from their ranks under ep
   Tensor shared_fc_out;   // (R, shared_fc_dim)
   Tensor shared_act_out;  // (R, S)           [selective: recomputed]
-  std::vector<int64_t> offset;  // (E + 1) each expert's first row (host)
+  std::vector<int64_t> offset;  // (E + 1) each expert's first row of this rank's (host)
+  // The rows the experts compute, in segments of one local expert each (segment i is local
+  // expert i % local_experts): = offset without ep; under ep (ep * E/ep + 1) offsets over
+  // (source rank, local expert), and the rows exchanged with each peer.
+  std::vector<int64_t> segment;
+  std::vector<int64_t> rows_to, rows_from;
   // The auxiliary losses' gradient, unscaled (the backward multiplies by the step's scale).
   std::vector<float> switch_coef;  // (E) or empty
   std::vector<float> seq_coef;     // (B, E) or empty
@@ -173,8 +192,18 @@ class MoeLayer {
   const MoeDims& dims() const { return d_; }
 
  private:
-  const float* Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w,
-                       const float* x, int64_t rows) const;
+  void Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w, const float* x,
+               float* y) const;
+  // Under ep: the counts exchange and the segments, rows_to and rows_from it gives.
+  void PlanExchange(MoeSaved& s) const;
+  // x (the gathered rows, fp32) through the experts into y's working copy (fp32, returned
+  // committed to s.y's storage by the caller): locally, or dispatched and returned under ep.
+  void RunExperts(StepContext& step, MoeSaved& s, const MoeWeights& w, const float* x,
+                  float* y) const;
+  // The experts' backward from d_y (this rank's rows) into d_x (this rank's rows).
+  void ExpertsBackward(StepContext& step, const MoeSaved& s, const Tensor& act_out,
+                       const MoeWeights& w, const MoeGrads& g, const float* d_y,
+                       float* d_x) const;
   void Shared(StepContext& step, const float* h, float* out, const MoeSaved& s,
               const MoeWeights& w) const;
   // act_out = act(fc_out) for n rows of the given width, committed to act_out's storage.

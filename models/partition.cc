@@ -77,6 +77,19 @@ ShardedTensor SliceOf(const ParamDecl& decl, int t, int r, int64_t vocab_size,
   return ShardedTensor::Whole(decl.name, g);
 }
 
+// Expert-parallel rank r's experts of the stacked (E, ...) tensor `decl`: rows [r*E/ep,
+// (r+1)*E/ep) of its expert axis, held whole by every tp rank (tp rank 0's is the main copy).
+ShardedTensor ExpertSlice(const ParamDecl& decl, int ep, int r, int tp_rank) {
+  const Shape& g = decl.shape;
+  const int64_t per_rank = g[0] / ep;
+  Shape local = g;
+  local[0] = per_rank;
+  ShardedTensor t = ShardedTensor::Split(decl.name, g, g, 0, ShardGroup::kEp, r * per_rank,
+                                         per_rank, local);
+  t.replica.tp = tp_rank;
+  return t;
+}
+
 }  // namespace
 
 Status ValidateTensorParallel(const ModelConfig& config, int tp) {
@@ -193,11 +206,18 @@ Result<std::vector<PipelineChunk>> PipelineChunks(int64_t num_layers, int pp, in
 }
 
 Result<ModelPartition> ModelPartition::Create(const ModelConfig& config, int tp_size,
-                                              int tp_rank, std::vector<PipelineChunk> chunks) {
+                                              int tp_rank, std::vector<PipelineChunk> chunks,
+                                              int ep_size, int ep_rank) {
   RETURN_IF_ERROR(ValidateTensorParallel(config, tp_size));
   if (tp_rank < 0 || tp_rank >= tp_size) {
     return InvalidArgument("tensor-parallel rank " + std::to_string(tp_rank) +
                            " is outside [0, " + std::to_string(tp_size) + ")");
+  }
+  if (ep_size < 1 || ep_rank < 0 || ep_rank >= ep_size ||
+      (ep_size > 1 && (!config.moe.enabled() || config.moe.num_experts % ep_size != 0))) {
+    return InvalidArgument("expert-parallel rank " + std::to_string(ep_rank) + " of ep=" +
+                           std::to_string(ep_size) + ": ep must divide model.moe.num_experts=" +
+                           std::to_string(config.moe.num_experts));
   }
   const int64_t L = config.num_layers;
   if (chunks.empty()) chunks.push_back({0, L, true, true});
@@ -212,6 +232,8 @@ Result<ModelPartition> ModelPartition::Create(const ModelConfig& config, int tp_
   m.config_ = config;
   m.tp_size_ = tp_size;
   m.tp_rank_ = tp_rank;
+  m.ep_size_ = ep_size;
+  m.ep_rank_ = ep_rank;
   m.vocab_per_rank_ = VocabPerRank(config, tp_size);
   m.chunks_ = chunks;
   m.bounds_.assign(1, 0);
@@ -255,6 +277,7 @@ void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
     p.local.unit = unit_base + cu;
     p.global_index = static_cast<int>(i);
     p.tensor = SliceOf(decls[i], tp_size_, tp_rank_, config_.vocab_size, vocab_per_rank_);
+    if (decls[i].expert && ep_size_ > 1) p.tensor = ExpertSlice(decls[i], ep_size_, ep_rank_, tp_rank_);
     // The last pipeline stage's copy of the tied embedding unit is a pp replica.
     if (decls[i].unit == 0 && !ch.first) p.tensor.replica.pp = 1;
     TESSERA_CHECK_MSG(p.tensor.Validate().ok(), "%s", p.tensor.Validate().ToString().c_str());

@@ -38,7 +38,9 @@
 // meaning: unit 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head], L + 2 + m the m-th
 // MoE block's routed experts; local unit bounds are those of the local flat buffer.
 // Routed experts (ParamDecl::expert) are whole on every tp rank, like the router and shared
-// experts of an MoE block.
+// experts of an MoE block. Expert parallelism (parallel.ep) splits them along the expert axis:
+// ep rank r holds experts [r*E/ep, (r+1)*E/ep) of every MoE block, stored (E/ep, ...), a
+// ShardGroup::kEp slice; everything else is the same on every ep rank.
 // Pure functions of (config, tp size, tp rank, chunks); thread-safe values.
 #pragma once
 
@@ -126,12 +128,16 @@ class ModelPartition {
  public:
   // ValidateTensorParallel, then the local layout of rank `tp_rank` of `tp_size` holding
   // `chunks` (in order; each a non-empty valid layer range). Default: the whole model.
+  // `ep_size` / `ep_rank`: the expert-parallel split (ep_size must divide the experts).
   static Result<ModelPartition> Create(const ModelConfig& config, int tp_size, int tp_rank,
-                                       std::vector<PipelineChunk> chunks = {});
+                                       std::vector<PipelineChunk> chunks = {}, int ep_size = 1,
+                                       int ep_rank = 0);
 
   const ModelConfig& config() const { return config_; }  // the global model
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
+  int ep_size() const { return ep_size_; }
+  int ep_rank() const { return ep_rank_; }
   // Every local parameter, in local flat order (the global order, local shapes).
   const std::vector<TpParam>& params() const { return params_; }
   // Local unit bounds over all chunks (for one whole-model chunk: num_layers + 3 values, as
@@ -169,6 +175,7 @@ class ModelPartition {
   void AddChunk(int c, const std::vector<ParamDecl>& decls);  // Create's step per chunk
   ModelConfig config_;
   int tp_size_ = 1, tp_rank_ = 0;
+  int ep_size_ = 1, ep_rank_ = 0;
   int64_t vocab_per_rank_ = 0;
   std::vector<TpParam> params_;
   std::vector<int64_t> bounds_;

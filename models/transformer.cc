@@ -48,20 +48,22 @@ std::string Num(int64_t v) { return std::to_string(v); }
 // measuring pass will ask for: parameters and gradients (unless a store holds them), activations
 // kept under the `none` policy (about 16 floats per token per C plus the MLP width and
 // attention probabilities), and the logits scratch.
-Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_params) {
+Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_params, int ep) {
   const double C = c.hidden_size, L = c.num_layers, V = c.vocab_size, F = c.ffn_size();
   const double NH = c.num_heads, HS = C / NH, NKV = c.kv_heads(), tokens = double(B) * T;
   const double per_layer = C * (NH + 2 * NKV) * HS + NH * HS * C + 3 * C * F + 4 * C;
   double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
   double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;
   if (c.moe.enabled()) {
-    // Each MoE block on top: its router, shared and E routed experts (3 matrices each), and
-    // the worst-case routed rows (every token's k assignments: inputs, pre-activation,
-    // activation, outputs) with the router's logits and scores.
+    // Each MoE block on top: its router, shared and its E / ep routed experts (3 matrices
+    // each), and the worst-case routed rows (every token's k assignments: outputs; the
+    // experts' inputs, pre-activation and activation, under ep every rank's tokens choosing
+    // this rank's experts) with the router's logits and scores.
     const double M = c.num_moe_layers(), E = c.moe.num_experts, Fe = c.expert_ffn();
-    const double S = c.moe.shared_experts * Fe, k = c.moe.top_k;
-    params += M * (E * C + 3 * S * C + E * 3 * Fe * C);
-    acts += M * tokens * (k * (2 * C + 3 * Fe) + 2 * E + 3 * S);
+    const double S = c.moe.shared_experts * Fe, k = c.moe.top_k, El = E / ep;
+    const double expert_rows = ep > 1 ? ep * tokens * std::min(k, El) : tokens * k;
+    params += M * (E * C + 3 * S * C + El * 3 * Fe * C);
+    acts += M * (tokens * (k * C + 2 * E + 3 * S) + expert_rows * (C + 3 * Fe));
   }
   const double bytes = 4.0 * ((owns_params ? 2 * params : 0.0) + acts) + 4.0 * kLogitsScratchFloats;
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
@@ -107,6 +109,18 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
   } else if (options.chunk != 0) {
     return bad("chunk " + std::to_string(options.chunk) + " without a partition");
   }
+  const int ep_size = options.ep != nullptr ? options.ep->size() : 1;
+  const int ep_rank = options.ep != nullptr ? options.ep->rank() : 0;
+  if (ep_size > 1 && (!c.moe.enabled() || c.moe.num_experts % ep_size != 0)) {
+    return bad("expert parallelism over " + std::to_string(ep_size) + " ranks needs experts "
+               "(model.moe) in a number ep divides, got " + std::to_string(c.moe.num_experts));
+  }
+  if (options.partition != nullptr &&
+      (options.partition->ep_size() != ep_size || options.partition->ep_rank() != ep_rank)) {
+    return bad("the partition is for ep rank " + std::to_string(options.partition->ep_rank()) +
+               " of " + std::to_string(options.partition->ep_size()) + ", the ep group says " +
+               std::to_string(ep_rank) + " of " + std::to_string(ep_size));
+  }
   if (options.tp != nullptr && options.tp->size() > 1) {
     const int tp = options.tp->size();
     RETURN_IF_ERROR(ValidateTensorParallel(c, tp));
@@ -122,14 +136,15 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
                              " ranks");
     }
   }
-  return CheckFitsInMemory(c, B, T, options.store == nullptr);
+  return CheckFitsInMemory(c, B, T, options.store == nullptr, ep_size);
 }
 
 // The block's dimensions on this rank: under tp its share of the heads and MLP width.
 // Validate() has checked the split.
-ModelPartition MakePartition(const ModelConfig& config, Communicator* tp) {
-  auto p = tp != nullptr ? ModelPartition::Create(config, tp->size(), tp->rank())
-                         : ModelPartition::Create(config, 1, 0);
+ModelPartition MakePartition(const ModelConfig& config, Communicator* tp, Communicator* ep) {
+  auto p = ModelPartition::Create(config, tp != nullptr ? tp->size() : 1,
+                                  tp != nullptr ? tp->rank() : 0, {},
+                                  ep != nullptr ? ep->size() : 1, ep != nullptr ? ep->rank() : 0);
   TESSERA_CHECK_MSG(p.ok(), "%s", p.status().ToString().c_str());
   return std::move(*p);
 }
@@ -155,11 +170,12 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
 
 // The dims of an MoE block: the dense block's, with the mixture of experts in place of the MLP.
 BlockDims MakeMoeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
-                      TensorParallel* tp) {
+                      TensorParallel* tp, ExpertParallel* ep) {
   BlockDims d = MakeDims(c, B, T, act_dtype, tp);
   if (!c.moe.enabled()) return d;
   d.has_moe = true;
   d.moe = MoeDims::Of(c, B, T, act_dtype);
+  d.moe.ep = ep;
   return d;
 }
 
@@ -167,7 +183,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
                                  MemoryTracker* tracker, const ModelOptions& options)
     : config_(config),
       own_partition_(options.partition == nullptr
-                         ? std::optional<ModelPartition>(MakePartition(config, options.tp))
+                         ? std::optional<ModelPartition>(MakePartition(config, options.tp, options.ep))
                          : std::nullopt),
       partition_(options.partition != nullptr ? options.partition : &*own_partition_),
       chunk_index_(options.chunk),
@@ -175,6 +191,9 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
       n_blocks_(chunk_.layer_end - chunk_.layer_begin),
       tp_(options.tp != nullptr && options.tp->size() > 1
               ? std::make_unique<TensorParallel>(options.tp, options.sequence_parallel)
+              : nullptr),
+      ep_(options.ep != nullptr && options.ep->size() > 1
+              ? std::make_unique<ExpertParallel>(options.ep)
               : nullptr),
       own_backend_(options.backend == nullptr ? std::make_unique<CpuBackend>() : nullptr),
       backend_(options.backend != nullptr ? options.backend : own_backend_.get()),
@@ -184,7 +203,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
       tracker_(tracker),
       act_dtype_(options.activation_dtype),
       block_(MakeDims(config, B, T, options.activation_dtype, tp_.get())),
-      moe_block_(MakeMoeDims(config, B, T, options.activation_dtype, tp_.get())),
+      moe_block_(MakeMoeDims(config, B, T, options.activation_dtype, tp_.get(), ep_.get())),
       param_arena_(Arena::Measuring(MemoryKind::kParameters)),
       grad_arena_(Arena::Measuring(MemoryKind::kGradients)),
       ws_(Arena::Measuring(MemoryKind::kWorkspace)),
@@ -382,6 +401,7 @@ void TransformerImpl::MeasureArenas() {
   ParamStore* store = std::exchange(store_, &no_store);
   pass_backend_ = &measuring;
   if (tp_) tp_->set_measuring(true);
+  if (ep_) ep_->set_measuring(true);
   size_t act_bytes = 0, ws_bytes = 0;
   auto measured = [&] {
     act_bytes = std::max(act_bytes, ctx_[0].act.peak());
@@ -400,6 +420,7 @@ void TransformerImpl::MeasureArenas() {
   BackwardStage(0, nullptr, nullptr, 1.0f);
   measured();
   if (tp_) tp_->set_measuring(false);
+  if (ep_) ep_->set_measuring(false);
   pass_backend_ = backend_;
   store_ = store;
   for (Context& c : ctx_) {

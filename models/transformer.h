@@ -52,6 +52,11 @@ struct ModelOptions {
   // LM head + cross-entropy that never gathers the logits (tensor_parallel.h has the
   // communication regions). Must outlive the model; every tp rank drives its model in step.
   Communicator* tp = nullptr;
+  // Expert parallelism: this rank's ep group (null or size 1: none). Its MoE blocks then hold
+  // only their E/ep routed experts (the partition's, which must be for this ep rank) and send
+  // their token rows to the experts' ranks and back (expert_parallel.h); every ep rank drives
+  // its model in step. Must outlive the model.
+  Communicator* ep = nullptr;
   // parallel.sequence_parallel: with tp >= 2 the residual stream, norms and biases run on
   // B*T/tp rows per rank (B*T must divide by tp); ignored without tp.
   bool sequence_parallel = false;

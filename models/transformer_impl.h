@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/block.h"
+#include "models/expert_parallel.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
 #include "models/transformer.h"
@@ -93,7 +94,10 @@ class TransformerImpl final : public Transformer {
   int64_t num_params() const override { return bounds_.back(); }
   DType activation_dtype() const override { return act_dtype_; }
   const ModelPartition& partition() const override { return *partition_; }
-  Status comm_status() const override { return tp_ ? tp_->status() : Status::Ok(); }
+  Status comm_status() const override {
+    if (tp_ && !tp_->status().ok()) return tp_->status();
+    return ep_ ? ep_->status() : Status::Ok();
+  }
   std::span<MoeLayerState> moe_layers() override { return moe_states_; }
   std::vector<int64_t> moe_layer_ids() const override;
   void RecordRouting(bool on) override { record_routing_ = on; }
@@ -173,6 +177,7 @@ class TransformerImpl final : public Transformer {
   int64_t n_blocks_;    // blocks of this chunk
   int unit_base_ = 0;   // the chunk's first unit in a caller's store
   std::unique_ptr<TensorParallel> tp_;  // tp >= 2 only
+  std::unique_ptr<ExpertParallel> ep_;  // ep >= 2 only
   // The backend of real steps (ModelOptions::backend, or own_backend_), and the one the
   // current pass runs on: backend_, or a MeasuringBackend during MeasureArenas.
   std::unique_ptr<Backend> own_backend_;

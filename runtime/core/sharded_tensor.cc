@@ -10,6 +10,7 @@ const char* ShardGroupName(ShardGroup g) {
     case ShardGroup::kTp: return "tp";
     case ShardGroup::kPp: return "pp";
     case ShardGroup::kDp: return "dp";
+    case ShardGroup::kEp: return "ep";
   }
   return "?";
 }

@@ -37,8 +37,9 @@
 namespace tessera {
 
 // The parallel group a tensor is split over (or replicated across).
-enum class ShardGroup : uint8_t { kNone, kTp, kPp, kDp };
-const char* ShardGroupName(ShardGroup g);  // "none" "tp" "pp" "dp"
+// kEp: routed experts split along their expert axis over the expert-parallel ranks.
+enum class ShardGroup : uint8_t { kNone, kTp, kPp, kDp, kEp };
+const char* ShardGroupName(ShardGroup g);  // "none" "tp" "pp" "dp" "ep"
 
 // Which copy of a slice a rank holds, per group; 0 everywhere is the main replica.
 struct ReplicaId {

@@ -17,6 +17,10 @@ int DpRankOf(const ParallelConfig& p, int rank) {
   return (rank / (std::max(1, p.tp) * std::max(1, p.ep))) % std::max(1, p.dp);
 }
 
+int EpRankOf(const ParallelConfig& p, int rank) {
+  return (rank / std::max(1, p.tp)) % std::max(1, p.ep);
+}
+
 std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamWConfig& o) {
   std::vector<ParamRange> ranges;
   for (const TpParam& p : partition.params()) {
@@ -70,7 +74,7 @@ Result<ModelPartition> RankPartition(const Config& config, int rank) {
                                   PipelineStageOf(p, rank), std::max(1, p.virtual_stages),
                                   p.pipeline_split, p.account_for_embedding_and_head));
   return ModelPartition::Create(config.model, std::max(1, p.tp), TpRankOf(p, rank),
-                                std::move(chunks));
+                                std::move(chunks), std::max(1, p.ep), EpRankOf(p, rank));
 }
 
 }  // namespace tessera

@@ -20,6 +20,7 @@ namespace tessera {
 int TpRankOf(const ParallelConfig& p, int rank);
 int PipelineStageOf(const ParallelConfig& p, int rank);
 int DpRankOf(const ParallelConfig& p, int rank);
+int EpRankOf(const ParallelConfig& p, int rank);
 
 // The optimizer's view of a partition's local parameters: flat ranges (local offsets) with
 // the weight-decay decision of each parameter's kind (optimizer.decay_norms / decay_biases /
@@ -35,7 +36,7 @@ std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base);
 void FillFromGlobal(const ModelPartition& partition, const float* global, int64_t b, int64_t e,
                     float* out);
 
-// The partition of world rank `rank`: tp share, and chunks per parallel.pp, virtual_stages and
+// The partition of world rank `rank`: tp share, its experts (ep), and chunks per parallel.pp, virtual_stages and
 // pipeline_split. Errors are the config's (a layout the config check would refuse).
 Result<ModelPartition> RankPartition(const Config& config, int rank);
 
