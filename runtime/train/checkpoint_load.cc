@@ -75,7 +75,7 @@ std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& 
 }
 
 Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Candidates& c,
-                                                                       ParamShards& shards) {
+                                                                       ParamState& shards) {
   std::vector<std::string> passed_over;  // "step N: why", for the final error
   int damaged = 0;
   for (size_t k = 0; k < c.steps.size(); ++k) {
@@ -145,7 +145,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
       (damaged > 0 && c.set_aside ? "; the damaged ones were moved aside as step_<N>.corrupt" : ""));
 }
 
-Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards,
+Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamState& shards,
                                                              const CandidateCheck& check) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(root_, fs_));
   const std::vector<std::string> unusable = UnusableDirs(steps);
@@ -165,7 +165,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamShards& shards
                           shards);
 }
 
-Status Checkpointer::InitFrom(const std::string& path, ParamShards& shards, bool with_optimizer,
+Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,
                               const CandidateCheck& check) {
   ASSIGN_OR_RETURN(const FileKind manifest, fs_.Kind(ManifestPath(path)));
   if (manifest != FileKind::kMissing) {
@@ -206,7 +206,7 @@ Status Checkpointer::InitFrom(const std::string& path, ParamShards& shards, bool
 }
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
-                          ParamShards& shards, bool with_optimizer) {
+                          ParamState& shards, bool with_optimizer) {
   ASSIGN_OR_RETURN(ModelPartition whole, ModelPartition::Create(model, 1, 0));
   return LoadCheckpointInto(reader, whole, shards, with_optimizer);
 }
@@ -259,7 +259,7 @@ class LocalRangeReader {
       : reader_(reader), partition_(partition) {}
 
   // A ParamShards fill for kind k.
-  ParamShards::Fill Fill(int k) {
+  ParamState::Fill Fill(int k) {
     return [this, k](int64_t b, int64_t e, float* out) { Read(k, b, e, out); };
   }
   const Status& status() const { return first_; }
@@ -319,7 +319,7 @@ class LocalRangeReader {
 }  // namespace
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamShards& shards, bool with_optimizer) {
+                          ParamState& shards, bool with_optimizer) {
   RETURN_IF_ERROR(CheckTensorsMatch(reader, DeclareParameters(partition.config()), with_optimizer));
   LocalRangeReader read(reader, partition);
   shards.Load(read.Fill(0));

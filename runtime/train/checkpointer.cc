@@ -164,7 +164,7 @@ void Checkpointer::RecordAttempt(int64_t step, CheckpointStatus status, const st
 
 // Save, in four steps: wait for (or skip) the save in flight, let rank 0 prepare the staging
 // directory, plan what this rank saves, then start the copy and the write in the background.
-Status Checkpointer::Save(int64_t step, ParamShards& shards, const JsonValue& state,
+Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& state,
                           const JsonValue& layout) {
   if (pending_) {
     if (config_.checkpoint.on_busy == CheckpointOnBusy::kSkip) {
@@ -228,7 +228,7 @@ Result<bool> Checkpointer::PrepareSave(int64_t step) {
 // 0's copy of a tensor every tp rank holds whole, not the last pipeline stage's copy of tied
 // embeddings) and the dp ranks' spans are disjoint, so the ranks' shares cover every tensor
 // exactly once.
-size_t Checkpointer::PlanSegments(ParamShards& shards, Pending& p) const {
+size_t Checkpointer::PlanSegments(ParamState& shards, Pending& p) const {
   size_t off = 0;
   for (const auto& span : shards.SaveSpans()) {
     partition_->ForEachGlobalPiece(

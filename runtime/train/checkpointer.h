@@ -68,7 +68,8 @@
 #include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
 #include "runtime/train/config.h"
-#include "runtime/train/param_shards.h"
+#include "runtime/core/memory.h"
+#include "runtime/train/param_state.h"
 
 namespace tessera {
 
@@ -122,7 +123,7 @@ class Checkpointer {
 
   // Starts the save of the state after `step` steps (see the file comment). `state` is the
   // trainer's JSON object; `layout` describes dp/zero/precision.
-  Status Save(int64_t step, ParamShards& shards, const JsonValue& state, const JsonValue& layout);
+  Status Save(int64_t step, ParamState& shards, const JsonValue& state, const JsonValue& layout);
   // Blocks until the save in flight has copied the state it saves (call before anything
   // changes parameters, master weights or moments: the optimizer step). Counted as stall.
   void WaitForStateCopy();
@@ -133,12 +134,12 @@ class Checkpointer {
   // Resume (resume: auto): loads the newest usable committed checkpoint under checkpoint.dir
   // into `shards` (parameters and optimizer), falling back past damaged and unfit ones (file
   // comment). nullopt when the root holds no committed checkpoint. Collective.
-  Result<std::optional<LoadedCheckpoint>> Resume(ParamShards& shards, const CandidateCheck& check = {});
+  Result<std::optional<LoadedCheckpoint>> Resume(ParamState& shards, const CandidateCheck& check = {});
   // init_from = a checkpoint: its weights (and, with_optimizer, its AdamW moments and step).
   // A step_<N> directory: that one (damaged: kCorruptCheckpoint). A root: its newest usable
   // committed checkpoint, falling back past damaged ones (reported, left in place).
   // Collective.
-  Status InitFrom(const std::string& path, ParamShards& shards, bool with_optimizer,
+  Status InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,
                   const CandidateCheck& check);
 
   const CheckpointStats& stats() const { return stats_; }
@@ -149,7 +150,7 @@ class Checkpointer {
                MemoryTracker* tracker);
   // Save's steps (the .cc says what each does).
   Result<bool> PrepareSave(int64_t step);
-  size_t PlanSegments(ParamShards& shards, Pending& p) const;
+  size_t PlanSegments(ParamState& shards, Pending& p) const;
   void StartCopyAndWrite(Pending& p, size_t staging_bytes);
   Status Complete();  // all writers done: gather records, commit on rank 0, account
   // Complete's steps.
@@ -169,7 +170,7 @@ class Checkpointer {
     CandidateCheck check;
     std::string purpose;         // "resume" | "init_from": the event kind and the log word
   };
-  Result<std::optional<LoadedCheckpoint>> LoadNewestUsable(const Candidates& c, ParamShards& shards);
+  Result<std::optional<LoadedCheckpoint>> LoadNewestUsable(const Candidates& c, ParamState& shards);
   void Event(const std::string& kind, const std::string& message);
   // Rank 0: the catalog record of a save attempt (writing / failed), unless the step's earlier
   // committed directory is still there (see the .cc).
@@ -199,12 +200,12 @@ class Checkpointer {
 // into `shards`, checking that every parameter of `model` is there with the same shape (a
 // clear error naming the tensor and both shapes otherwise). Every byte read is verified.
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
-                          ParamShards& shards, bool with_optimizer);
+                          ParamState& shards, bool with_optimizer);
 // The same for a tensor-parallel rank: `shards` holds the local layout of `partition`; each
 // local element is read from the global element it maps to (models/partition.h), so a
 // checkpoint saved under any (dp, tp, ZeRO) layout loads under any other.
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamShards& shards, bool with_optimizer);
+                          ParamState& shards, bool with_optimizer);
 
 // The checkpoint directory `path` names: a step_<N> directory holding manifest.json, or a root
 // (its newest committed checkpoint). kNotFound if neither.

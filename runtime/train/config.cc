@@ -300,14 +300,18 @@ Status CheckModelAndData(const YamlContext& ctx, const Config& c) {
 }
 
 Status CheckParallel(const YamlContext& ctx, const Config& c) {
-  // Expert parallelism is not built yet: refused here, before any rank does work, rather than
-  // silently trained as something else.
   const ParallelConfig& par = c.parallel;
-  if (par.ep > 1) {
-    return ctx.CrossFieldError({"parallel.ep"}, "ep=" + N(par.ep) +
-                                                    ": expert parallelism is not supported yet "
-                                                    "(only 1: every rank holds all experts; "
-                                                    "data, tensor and pipeline parallelism are)");
+  if (par.ep > 1 && !c.model.moe.enabled()) {
+    return ctx.CrossFieldError({"parallel.ep", "model.moe.num_experts"},
+                               "ep=" + N(par.ep) + " splits experts, but the model has none "
+                               "(set model.moe.num_experts, or parallel.ep: 1)");
+  }
+  if (par.ep > 1 && c.model.moe.num_experts % par.ep != 0) {
+    return ctx.CrossFieldError({"parallel.ep", "model.moe.num_experts"},
+                               "ep=" + N(par.ep) + " does not divide num_experts=" +
+                                   N(c.model.moe.num_experts) + " (every expert-parallel rank "
+                                   "holds the same number of experts; use an ep that divides " +
+                                   N(c.model.moe.num_experts) + ")");
   }
   if (par.sequence_parallel && par.tp > 1 && c.model.moe.enabled()) {
     return ctx.CrossFieldError({"parallel.sequence_parallel", "model.moe.num_experts"},
@@ -352,7 +356,7 @@ Status CheckParallel(const YamlContext& ctx, const Config& c) {
               " ranks, which does not divide them (change train.seq_len or micro_batch_size)");
     }
   }
-  if (par.zero == 3 && par.dp < 2) {
+  if (par.zero == 3 && par.dp * par.ep < 2) {  // ep ranks are data ranks of the dense state
     return ctx.CrossFieldError({"parallel.zero", "parallel.dp"},
                                "zero=3 partitions the parameters across the data-parallel ranks, "
                                "but dp=1: with one rank there is nothing to partition (use zero "

@@ -96,7 +96,7 @@ struct ParallelConfig {
                  //   the kv heads and the MLP width
   int pp = 1;    // parallel.pp: pipeline stages (layers split across ranks, micro-batches
                  //   pipelined; the embedding on the first stage, the LM head on the last), >= 1
-  int ep = 1;    // parallel.ep: expert-parallel ranks; only 1 is supported yet
+  int ep = 1;    // parallel.ep: expert-parallel ranks (routed experts split E/ep per rank)
   int zero = 0;  // parallel.zero: ZeRO stage over the dp ranks, 0..3 (optimizer/shard_layout.h):
                  //   0 = replicated optimizer, gradients all-reduced in buckets during backward;
                  //   1 = AdamW moments (and master weights) partitioned across dp, 1/dp each,

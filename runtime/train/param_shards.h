@@ -50,6 +50,7 @@
 
 #include "comm/communicator.h"
 #include "models/param_store.h"
+#include "runtime/train/param_state.h"
 #include "optimizer/shard_layout.h"
 #include "optimizer/zero.h"
 #include "runtime/core/memory.h"
@@ -78,7 +79,7 @@ struct ParamShardsOptions {
   Backend* backend = nullptr;
 };
 
-class ParamShards final : public ParamStore {
+class ParamShards final : public ParamState {
  public:
   // `bounds`: the model's unit bounds (UnitBounds); `ranges`: its flat decay ranges; `dp`: the
   // data-parallel group or null for one process. Reserves every buffer (see the file comment).
@@ -91,65 +92,59 @@ class ParamShards final : public ParamStore {
 
   // Sets every parameter (and master weight) from fill(begin, end, out), which must write the
   // fp32 values of flat elements [begin, end) to out. Called with sub-ranges only.
-  using Fill = std::function<void(int64_t begin, int64_t end, float* out)>;
-  void Load(const Fill& fill);
+  void Load(const Fill& fill) override;
 
   // Training step protocol: BeginStep(); for each micro-batch k: BeginMicroBatch(k), the
   // model's ForwardBackward, check status(); then FinishGradients(), GradSumOfSquares(),
   // ScaleGradients() as needed, Step(lr, grad_scale).
-  void BeginStep();
-  void BeginMicroBatch(int64_t micro);
+  void BeginStep() override;
+  void BeginMicroBatch(int64_t micro) override;
   // Waits for every gradient reduction of the step. Afterwards this rank holds the reduced
   // (summed over ranks and micro-batches) gradients of its pieces.
-  Status FinishGradients();
+  Status FinishGradients() override;
   // The global sum of squares of the reduced gradient (ShardLayout's segmented definition:
   // the same bits whatever dp and stage). Collective for zero 2/3.
-  Result<double> GradSumOfSquares();
+  Result<double> GradSumOfSquares() override;
   // The sum of squares of the reduced gradient over the dp group, leaving out the flat
   // ranges `exclude` (sorted, disjoint; a tensor-parallel rank's copies of replicated
   // parameters, which tp rank 0 counts). Per-element double accumulation in flat order, then
   // the dp ranks' sums in rank order (a collective for zero 2/3): deterministic, the same on
   // every dp rank, but not the segmented bits of GradSumOfSquares.
-  Result<double> GradSumOfSquaresExcluding(const std::vector<std::pair<int64_t, int64_t>>& exclude);
+  Result<double> GradSumOfSquaresExcluding(
+      const std::vector<std::pair<int64_t, int64_t>>& exclude) override;
   // This rank's reduced gradients of unit u after FinishGradients: the whole unit (zero 0/1)
   // or its piece (zero 2/3: piece_real elements), for in-place fix-ups such as the tied
   // embedding sum across pipeline stages.
-  std::span<float> ReducedGrads(int unit);
+  std::span<float> ReducedGrads(int unit) override;
   // Multiplies this rank's reduced gradients by `factor` (loss-scale removal, clipping).
-  void ScaleGradients(float factor);
+  void ScaleGradients(float factor) override;
   // AdamW over this rank's pieces, the rounding of master weights into low-precision
   // parameters and (zero 1/2) the all-gather of every unit's updated pieces. grad_scale: the
   // clipping coefficient folded into AdamW's read of the gradients (the bits of
   // ScaleGradients(grad_scale) then Step(lr), one pass fewer; the gradients are not written).
-  Status Step(float lr, float grad_scale = 1.0f);
+  Status Step(float lr, float grad_scale = 1.0f) override;
   // The full fp32 (master) weights, gathered unit by unit; every rank must call it, only
   // `root` gets the n values (the others get an empty vector).
-  Result<std::vector<float>> GatherFull(int root);
+  Result<std::vector<float>> GatherFull(int root) override;
 
   // ---- checkpoints (runtime/train/checkpointer.h) ----
   // This rank's share of the saved state: flat ranges with the fp32 values of the
   // parameters (master weights under mixed precision) and of both AdamW moments. The shares of
   // all ranks cover [0, num_params) exactly once: the rank's pieces of a dp-rank layout, also
   // when the state is replicated (ZeRO 0: every rank writes 1/dp of it).
-  struct SaveSpan {
-    int64_t begin = 0, end = 0;  // flat elements
-    const float* values = nullptr;
-    const float* exp_avg = nullptr;
-    const float* exp_avg_sq = nullptr;
-  };
-  std::vector<SaveSpan> SaveSpans() const;
+  std::vector<SaveSpan> SaveSpans() const override;
   // Sets this rank's AdamW moments from fill_m / fill_v (flat ranges, as Load) and the AdamW
   // step counter; the parameters come from Load.
-  void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step);
-  int64_t adamw_step() const { return optimizer_->adamw().step(); }
+  void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) override;
+  int64_t adamw_step() const override { return optimizer_->adamw().step(); }
 
   // The first communication failure seen inside the model's step, else OK.
-  const Status& status() const { return status_; }
+  const Status& status() const override { return status_; }
   const ShardedAdamW& optimizer() const { return *optimizer_; }
   const ShardLayout& layout() const { return layout_; }
   int zero() const { return zero_; }
   // "zero 3: 4 units/rank ..., reduce fp32, params bf16" for the startup banner.
-  std::string Describe() const;
+  std::string Describe() const override;
 
   // ParamStore (models/param_store.h).
   const float* Acquire(int unit) override;

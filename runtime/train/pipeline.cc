@@ -35,7 +35,7 @@ std::vector<int> PipelineContextsPerChunk(const PipelineOptions& o) {
 }
 
 PipelineRunner::PipelineRunner(const PipelineOptions& options, std::vector<Transformer*> chunks,
-                               ParamShards* shards)
+                               ParamState* shards)
     : options_(options), chunks_(std::move(chunks)), shards_(shards) {}
 
 PipelineRunner::~PipelineRunner() { (void)DrainSends(); }
@@ -43,7 +43,7 @@ PipelineRunner::~PipelineRunner() { (void)DrainSends(); }
 Result<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(const PipelineOptions& options,
                                                                Communicator* pp,
                                                                std::vector<Transformer*> chunks,
-                                                               ParamShards* shards,
+                                                               ParamState* shards,
                                                                std::function<void()> before_micro_batch) {
   RETURN_IF_ERROR(CheckPipelineSchedule(options.schedule, options.pp, options.micro_batches,
                                         options.virtual_stages));

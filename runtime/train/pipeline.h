@@ -32,7 +32,7 @@
 #include "comm/communicator.h"
 #include "models/transformer.h"
 #include "runtime/core/status.h"
-#include "runtime/train/param_shards.h"
+#include "runtime/train/param_state.h"
 #include "runtime/train/pipeline_schedule.h"
 
 namespace tessera {
@@ -73,7 +73,7 @@ class PipelineRunner {
   static Result<std::unique_ptr<PipelineRunner>> Create(const PipelineOptions& options,
                                                         Communicator* pp,
                                                         std::vector<Transformer*> chunks,
-                                                        ParamShards* shards,
+                                                        ParamState* shards,
                                                         std::function<void()> before_micro_batch = {});
   ~PipelineRunner();
 
@@ -97,7 +97,7 @@ class PipelineRunner {
 
  private:
   PipelineRunner(const PipelineOptions& options, std::vector<Transformer*> chunks,
-                 ParamShards* shards);
+                 ParamState* shards);
   // Peers and channels of chunk c's virtual stage.
   bool first_vs(int c) const { return c == 0 && options_.stage == 0; }
   bool last_vs(int c) const {
@@ -122,7 +122,7 @@ class PipelineRunner {
 
   PipelineOptions options_;
   std::vector<Transformer*> chunks_;
-  ParamShards* shards_;
+  ParamState* shards_;
   Communicator* pp_ = nullptr;
   std::vector<std::unique_ptr<Communicator>> forward_, backward_;  // per chunk
   std::unique_ptr<Communicator> embedding_;  // tied: first <-> last stage

@@ -23,6 +23,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
+#include "runtime/train/expert_split_state.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
 
@@ -139,6 +140,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
     t->dp_size_ = t->dp_->size();
   }
   if (world != nullptr && world->tp() != nullptr && world->tp()->size() > 1) t->tp_ = world->tp();
+  if (world != nullptr && world->ep() != nullptr && world->ep()->size() > 1) {
+    t->ep_ = world->ep();
+    if (world->expert_dp()->size() > 1) t->expert_dp_ = world->expert_dp();
+  }
   if (world != nullptr && world->pp() != nullptr && world->pp()->size() > 1) t->pp_ = world->pp();
   if (world != nullptr && world->world() != nullptr && world->world()->size() > 1) {
     t->all_ = world->world();
@@ -232,8 +237,15 @@ Status Trainer::SetUpParameters() {
     o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
   }
   o.expert_units = partition_->expert_units();
-  ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
-                                                DecayRanges(*partition_, c.optimizer), dp_, &memory_));
+  if (ep_ == nullptr) {
+    ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
+                                                  DecayRanges(*partition_, c.optimizer), dp_,
+                                                  &memory_));
+  } else {  // the experts' state over their own data-parallel group (expert_split_state.h)
+    ASSIGN_OR_RETURN(shards_, ExpertSplitState::Create(o, c.optimizer, partition_->unit_bounds(),
+                                                       DecayRanges(*partition_, c.optimizer),
+                                                       dp_, expert_dp_, ep_, &memory_));
+  }
   ModelOptions mo;
   mo.store = shards_.get();
   if (link_ != nullptr) {
@@ -243,6 +255,7 @@ Status Trainer::SetUpParameters() {
   mo.activation_dtype = o.param_dtype;
   mo.backend = backend_.get();
   mo.tp = tp_;
+  mo.ep = ep_;
   mo.sequence_parallel = c.parallel.sequence_parallel;
   mo.partition = &*partition_;
   RETURN_IF_ERROR(BuildModels(mo));
@@ -499,7 +512,7 @@ void Trainer::Guard(StepResult& r) {
 // rank 0) and the tp ranks' sums are added in rank order: every rank gets the same norm.
 Result<Trainer::ClippedNorm> Trainer::ClipGradients() {
   double sum_sq = 0;
-  if (tp_ == nullptr && pp_ == nullptr) {
+  if (tp_ == nullptr && pp_ == nullptr && ep_ == nullptr) {
     ASSIGN_OR_RETURN(sum_sq, shards_->GradSumOfSquares());
   } else {
     ASSIGN_OR_RETURN(const double mine,

@@ -164,6 +164,7 @@ class Trainer {
   Result<RunProgress> BeginRun(FILE* out);
   void PrintBanner(int64_t tokens_per_step, FILE* out) const;
   void PrintTensorParallelBanner(FILE* out) const;
+  std::string DataRanks() const;
   void PrintPipelineBanner(FILE* out) const;
   Result<StepResult> TrainStep(float lr);
   Result<ForwardBackwardResult> ForwardBackward(float grad_scale);
@@ -219,7 +220,7 @@ class Trainer {
   // where bf16 GEMMs run on oneDNN), and its banner line. Before the models: they point to it.
   std::unique_ptr<Backend> backend_;
   std::string compute_;
-  std::unique_ptr<ParamShards> shards_;  // before model_: the model points into it
+  std::unique_ptr<ParamState> shards_;  // before model_: the model points into it
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)
   std::unique_ptr<Transformer> model_;  // the whole model (pp = 1)
@@ -244,6 +245,10 @@ class Trainer {
   // Data parallelism. dp_ == nullptr: one rank (no communication at all).
   Communicator* dp_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
+  // Expert parallelism (ep >= 2): the ep group and the expert-data-parallel group (null when
+  // it has one rank).
+  Communicator* ep_ = nullptr;
+  Communicator* expert_dp_ = nullptr;
   std::string threads_;  // the banner's pool size and why: "1 per rank (2 cores / 2 ranks on this host)"
   // Tensor parallelism: the tp group (null: tp = 1) and this rank's share of the model.
   Communicator* tp_ = nullptr;

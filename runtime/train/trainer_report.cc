@@ -82,6 +82,13 @@ Result<Trainer::RunProgress> Trainer::BeginRun(FILE* out) {
   return run;
 }
 
+// The ranks that read their own micro-batches: "dp 2", or under expert parallelism "dp 1 x
+// ep 2" (ep ranks are data ranks of the dense model).
+std::string Trainer::DataRanks() const {
+  if (ep_ == nullptr) return "dp " + std::to_string(dp_size_);
+  return "dp " + std::to_string(dp_size_ / ep_->size()) + " x ep " + std::to_string(ep_->size());
+}
+
 // The model, data, parallel layout, precision and step shape, one line each.
 void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
   const TrainConfig& tc = config_.train;
@@ -92,8 +99,18 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
   std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
   if (dp_size_ > 1 || config_.parallel.zero > 0 || config_.precision != Precision::kFp32 ||
       config_.optimizer.offload != OptimizerOffload::kNone) {
-    std::fprintf(out, "tessera: data parallel: dp=%d, %s, optimizer offload %s\n", dp_size_,
-                 shards_->Describe().c_str(), OptimizerOffloadName(config_.optimizer.offload));
+    std::fprintf(out, "tessera: data parallel: %s, %s, optimizer offload %s\n",
+                 DataRanks().c_str(), shards_->Describe().c_str(),
+                 OptimizerOffloadName(config_.optimizer.offload));
+  }
+  if (ep_ != nullptr) {
+    const int64_t E = config_.model.moe.num_experts, El = E / ep_->size();
+    const int64_t first = El * partition_->ep_rank();
+    std::fprintf(out,
+                 "tessera: expert parallel: ep=%d, %lld of %lld experts per MoE block on each "
+                 "rank (rank 0: %lld-%lld), token rows dispatched and returned by all-to-all\n",
+                 ep_->size(), static_cast<long long>(El), static_cast<long long>(E),
+                 static_cast<long long>(first), static_cast<long long>(first + El - 1));
   }
   std::fprintf(out, "tessera: compute: %s\n", compute_.c_str());
   if (tp_ != nullptr) PrintTensorParallelBanner(out);
@@ -104,10 +121,10 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
   }
   std::fprintf(out,
                "tessera: %lld steps x %lld tokens (micro-batch %lld x seq %lld x accum %lld x "
-               "dp %d), threads %s, %s %.1f GFLOP/s (MFU denominator)\n",
+               "%s), threads %s, %s %.1f GFLOP/s (MFU denominator)\n",
                static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
                static_cast<long long>(tc.micro_batch_size), static_cast<long long>(tc.seq_len),
-               static_cast<long long>(tc.grad_accum_steps), dp_size_, threads_.c_str(),
+               static_cast<long long>(tc.grad_accum_steps), DataRanks().c_str(), threads_.c_str(),
                tc.peak_gflops > 0 ? "train.peak_gflops"
                : bf16_gemms()     ? "bf16 GEMM peak"
                                   : "sgemm peak",

@@ -122,13 +122,16 @@ JsonValue Trainer::LayoutJson() const {
 }
 
 // The global fp32 (master) weights on world rank 0 (empty elsewhere): each dp group gathers
-// its local pieces on its dp rank 0; those ranks (one per tp rank and pipeline stage) send
+// its local pieces on its dp rank 0; those ranks (one per tp rank, ep rank and stage) send
 // their local buffers to rank 0, which places every element where that rank's partition says
 // (rank_layout.h). Copies (replicated tensors, the tied embedding copy) land on the same
 // global elements with the same bits.
 Result<std::vector<float>> Trainer::GatherGlobalWeights() {
   ASSIGN_OR_RETURN(std::vector<float> local, shards_->GatherFull(/*root=*/0));
-  if ((tp_ == nullptr && pp_ == nullptr) || dp_rank_ != 0) return local;
+  if ((tp_ == nullptr && pp_ == nullptr && ep_ == nullptr) ||
+      DpRankOf(config_.parallel, world_rank_) != 0) {
+    return local;
+  }
   // In pieces: one MPI message holds at most INT_MAX elements.
   constexpr int64_t kPiece = int64_t{1} << 28;
   if (!is_root()) {

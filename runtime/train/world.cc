@@ -62,6 +62,12 @@ Communicator* World::dense_dp() const {
   return groups_ ? &groups_->Get(MeshGroup::kDpEp) : nullptr;
 }
 
+Communicator* World::ep() const { return groups_ ? &groups_->Get(MeshGroup::kEp) : nullptr; }
+
+Communicator* World::expert_dp() const {
+  return groups_ ? &groups_->Get(MeshGroup::kDp) : nullptr;
+}
+
 Communicator* World::tp() const { return groups_ ? &groups_->Get(MeshGroup::kTp) : nullptr; }
 
 Communicator* World::pp() const { return groups_ ? &groups_->Get(MeshGroup::kPp) : nullptr; }

@@ -40,6 +40,11 @@ class World {
   // The group that reduces dense gradients and partitions ZeRO state (dp x ep; = dp for
   // ep = 1); null in a single-process job.
   Communicator* dense_dp() const;
+  // Expert parallelism (parallel.ep): this rank's ep group (the ranks holding the other
+  // experts of its dp index, tp rank and stage) and its expert-data-parallel group (the dp
+  // ranks holding the same experts); null in a single-process job.
+  Communicator* ep() const;
+  Communicator* expert_dp() const;
   // This rank's tensor-parallel group (consecutive world ranks, comm/device_mesh.h); null in a
   // single-process job. Size 1 when parallel.tp is 1.
   Communicator* tp() const;

@@ -68,7 +68,8 @@ TEST(MoeConfigErrors, NameTheNumbersAndTheFix) {
       {"model.moe.groups=3", "model.moe.groups: groups=3 must divide num_experts=4"},
       {"model.moe.capacity_factor=0", "capacity_factor: must be > 0, got 0 (a factor > 0, e.g. 1.25, or dropless"},
       {"model.moe.num_experts=1", "model.moe.num_experts: must be 0 (a dense model) or >= 2, got 1"},
-      {"parallel.ep=2", "parallel.ep: ep=2: expert parallelism is not supported yet"},
+      {"parallel.ep=3", "parallel.ep: ep=3 does not divide num_experts=4 (every expert-parallel "
+                        "rank holds the same number of experts; use an ep that divides 4)"},
   };
   for (const Case& c : cases) {
     auto r = Tessera("train " + cfg + " --set " + c.set + " --set train.steps=1");

@@ -2,7 +2,7 @@
 read the final weights, and compare two runs' weights (bit for bit or within a tolerance).
 Comparisons append a description to `failures` instead of stopping, so a script reports
 every mismatch of a run before it fails."""
-import json, os, struct, subprocess, sys, time
+import json, os, shutil, struct, subprocess, sys, time
 from array import array
 
 
@@ -12,6 +12,10 @@ class Runner:
     def __init__(self, argv, common):
         self.tessera, self.mpiexec, self.config, self.work = argv[1:5]
         self.mpiflags = argv[5:]
+        # Every run of a script starts from an empty work directory: checkpoints a previous
+        # run left there would be resumed (or refused) instead of trained afresh.
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work, exist_ok=True)
         # The MFU denominator is given rather than measured: the sgemm measurement costs ~0.7 s
         # per run on rank 0 (more with every core shared), and no check here reads MFU.
         self.common = ["train.peak_gflops=100"] + common

@@ -739,9 +739,9 @@ TEST(ConfigParallel, PipelineLayoutsAreChecked) {
             std::string::npos);
 }
 
-TEST(ConfigParallel, UnimplementedAxesAndStagesAreNamedErrors) {
+TEST(ConfigParallel, ExpertParallelismWithoutExpertsIsANamedError) {
   EXPECT_STARTS_WITH(ErrorAt("train: {}\n", {"parallel.ep=2"}),
-                     "--set parallel.ep=2: parallel.ep: ep=2: expert parallelism is not supported yet");
+                     "--set parallel.ep=2: parallel.ep: ep=2 splits experts, but the model has none");
   EXPECT_EQ(LoadOk("parallel:\n  dp: 4\n  zero: 3\n").parallel.zero, 3);
 }
 

@@ -1,0 +1,208 @@
+// runtime/train/expert_split_state.cc — dense and expert parameter state over their own
+// groups (expert_split_state.h).
+#include "runtime/train/expert_split_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/check.h"
+#include "runtime/train/grad_sync.h"
+
+namespace tessera {
+
+Result<std::unique_ptr<ExpertSplitState>> ExpertSplitState::Create(
+    const ParamShardsOptions& options, const AdamWConfig& adamw, std::vector<int64_t> bounds,
+    const std::vector<ParamRange>& ranges, Communicator* dense_dp, Communicator* expert_dp,
+    Communicator* ep, MemoryTracker* tracker) {
+  TESSERA_CHECK(ep != nullptr && ep->size() >= 2 && bounds.size() >= 2);
+  std::unique_ptr<ExpertSplitState> s(new ExpertSplitState());
+  const int U = static_cast<int>(bounds.size()) - 1;
+  s->model_bounds_ = std::move(bounds);
+  s->is_expert_.assign(static_cast<size_t>(U), false);
+  for (int u : options.expert_units) s->is_expert_[static_cast<size_t>(u)] = true;
+  s->expert_dp_ = expert_dp;
+  s->ep_ = ep;
+  // Each part's bounds: its own units at their sizes, the other kind's empty.
+  for (Part* part : {&s->dense_, &s->experts_}) {
+    const bool experts = part == &s->experts_;
+    part->bounds.assign(1, 0);
+    for (int u = 0; u < U; ++u) {
+      const bool mine = s->is_expert_[static_cast<size_t>(u)] == experts;
+      const int64_t n = mine ? s->model_bounds_[u + 1] - s->model_bounds_[u] : 0;
+      part->bounds.push_back(part->bounds.back() + n);
+    }
+  }
+  // Every decay range is one parameter, inside one unit.
+  std::vector<ParamRange> dense_ranges, expert_ranges;
+  for (const ParamRange& r : ranges) {
+    const int u = static_cast<int>(std::upper_bound(s->model_bounds_.begin(), s->model_bounds_.end(),
+                                                    r.offset) - s->model_bounds_.begin()) - 1;
+    const bool experts = s->is_expert_[static_cast<size_t>(u)];
+    const Part& part = experts ? s->experts_ : s->dense_;
+    ParamRange p = r;
+    p.offset = part.bounds[u] + (r.offset - s->model_bounds_[u]);
+    (experts ? expert_ranges : dense_ranges).push_back(std::move(p));
+  }
+  ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(options, adamw, s->dense_.bounds,
+                                                          dense_ranges, dense_dp, tracker));
+  ASSIGN_OR_RETURN(s->experts_.shards, ParamShards::Create(options, adamw, s->experts_.bounds,
+                                                            expert_ranges, expert_dp, tracker));
+  return s;
+}
+
+template <typename Fn>
+void ExpertSplitState::ForEachRun(const Part& part, int64_t b, int64_t e, Fn fn) const {
+  const int U = static_cast<int>(part.bounds.size()) - 1;
+  int u = static_cast<int>(std::upper_bound(part.bounds.begin(), part.bounds.end(), b) -
+                           part.bounds.begin()) - 1;
+  for (; u < U && b < e; ++u) {
+    const int64_t end = std::min(e, part.bounds[u + 1]);
+    if (end <= b) continue;  // an empty unit
+    fn(model_bounds_[u] + (b - part.bounds[u]), end - b, b);
+    b = end;
+  }
+}
+
+ParamState::Fill ExpertSplitState::ToModel(const Part& part, const Fill& fill) const {
+  return [this, &part, fill](int64_t b, int64_t e, float* out) {
+    ForEachRun(part, b, e, [&](int64_t model, int64_t n, int64_t at) {
+      fill(model, model + n, out + (at - b));
+    });
+  };
+}
+
+std::vector<std::pair<int64_t, int64_t>> ExpertSplitState::ToPart(
+    const Part& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int U = static_cast<int>(part.bounds.size()) - 1;
+  for (const auto& [first, last] : ranges) {
+    for (int u = 0; u < U; ++u) {
+      if (part.bounds[u + 1] == part.bounds[u]) continue;  // not this part's unit
+      const int64_t b = std::max(first, model_bounds_[u]), e = std::min(last, model_bounds_[u + 1]);
+      if (b >= e) continue;
+      const int64_t at = part.bounds[u] + (b - model_bounds_[u]);
+      if (!out.empty() && out.back().second == at) {
+        out.back().second = at + (e - b);
+      } else {
+        out.emplace_back(at, at + (e - b));
+      }
+    }
+  }
+  return out;
+}
+
+Status ExpertSplitState::Fail(const Status& s) {
+  if (status_.ok()) {
+    status_ = s;
+    ep_->Abort(s);
+  }
+  return s;
+}
+
+const Status& ExpertSplitState::status() const {
+  if (!dense_.shards->status().ok()) return dense_.shards->status();
+  if (!experts_.shards->status().ok()) return experts_.shards->status();
+  return status_;
+}
+
+void ExpertSplitState::Load(const Fill& fill) {
+  dense_.shards->Load(ToModel(dense_, fill));
+  experts_.shards->Load(ToModel(experts_, fill));
+}
+
+void ExpertSplitState::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
+  for (Part* part : {&dense_, &experts_}) {
+    part->shards->LoadMoments(ToModel(*part, fill_m), ToModel(*part, fill_v), adamw_step);
+  }
+}
+
+void ExpertSplitState::BeginStep() {
+  dense_.shards->BeginStep();
+  experts_.shards->BeginStep();
+}
+
+void ExpertSplitState::BeginMicroBatch(int64_t micro) {
+  dense_.shards->BeginMicroBatch(micro);
+  experts_.shards->BeginMicroBatch(micro);
+}
+
+Status ExpertSplitState::FinishGradients() {
+  const Status dense = dense_.shards->FinishGradients();
+  const Status experts = experts_.shards->FinishGradients();
+  return !dense.ok() ? dense : experts;
+}
+
+Result<double> ExpertSplitState::GradSumOfSquares() { return GradSumOfSquaresExcluding({}); }
+
+Result<double> ExpertSplitState::GradSumOfSquaresExcluding(
+    const std::vector<std::pair<int64_t, int64_t>>& exclude) {
+  ASSIGN_OR_RETURN(const double dense,
+                   dense_.shards->GradSumOfSquaresExcluding(ToPart(dense_, exclude)));
+  ASSIGN_OR_RETURN(const double mine,
+                   experts_.shards->GradSumOfSquaresExcluding(ToPart(experts_, exclude)));
+  auto all = AllGatherDoubles(ep_, {mine});
+  if (!all.ok()) return Fail(all.status());
+  double experts = 0.0;
+  for (double v : *all) experts += v;  // ep rank order: the same sum on every rank
+  return dense + experts;
+}
+
+std::span<float> ExpertSplitState::ReducedGrads(int unit) {
+  return Owner(unit).shards->ReducedGrads(unit);
+}
+
+void ExpertSplitState::ScaleGradients(float factor) {
+  dense_.shards->ScaleGradients(factor);
+  experts_.shards->ScaleGradients(factor);
+}
+
+Status ExpertSplitState::Step(float lr, float grad_scale) {
+  RETURN_IF_ERROR(dense_.shards->Step(lr, grad_scale));
+  return experts_.shards->Step(lr, grad_scale);
+}
+
+Result<std::vector<float>> ExpertSplitState::GatherFull(int root) {
+  TESSERA_CHECK(root == 0);
+  ASSIGN_OR_RETURN(std::vector<float> dense, dense_.shards->GatherFull(root));
+  ASSIGN_OR_RETURN(std::vector<float> experts, experts_.shards->GatherFull(root));
+  if (expert_dp_ != nullptr && expert_dp_->rank() != root) return std::vector<float>();
+  // The dense values reached (dp 0, ep 0) only: it broadcasts them over its ep group, in
+  // pieces (one MPI message holds at most INT_MAX elements).
+  constexpr int64_t kPiece = int64_t{1} << 28;
+  const int64_t n_dense = dense_.bounds.back();
+  dense.resize(static_cast<size_t>(n_dense));
+  for (int64_t at = 0; at < n_dense; at += kPiece) {
+    Tensor t(dense.data() + at, DType::kF32, {std::min(kPiece, n_dense - at)});
+    if (Status st = ep_->Broadcast(t, 0)->Wait(); !st.ok()) return Fail(st);
+  }
+  std::vector<float> full(static_cast<size_t>(model_bounds_.back()));
+  for (const Part* part : {&dense_, &experts_}) {
+    const std::vector<float>& values = part == &dense_ ? dense : experts;
+    ForEachRun(*part, 0, part->bounds.back(), [&](int64_t model, int64_t n, int64_t at) {
+      std::memcpy(full.data() + model, values.data() + at, static_cast<size_t>(n) * sizeof(float));
+    });
+  }
+  return full;
+}
+
+std::vector<ParamState::SaveSpan> ExpertSplitState::SaveSpans() const {
+  std::vector<SaveSpan> spans;
+  for (const Part* part : {&dense_, &experts_}) {
+    for (const SaveSpan& s : part->shards->SaveSpans()) {
+      ForEachRun(*part, s.begin, s.end, [&](int64_t model, int64_t n, int64_t at) {
+        const int64_t skip = at - s.begin;
+        spans.push_back({model, model + n, s.values + skip, s.exp_avg + skip, s.exp_avg_sq + skip});
+      });
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const SaveSpan& a, const SaveSpan& b) { return a.begin < b.begin; });
+  return spans;
+}
+
+std::string ExpertSplitState::Describe() const {
+  return "dense: " + dense_.shards->Describe() + "; experts (ep=" + std::to_string(ep_->size()) +
+         "): " + experts_.shards->Describe();
+}
+
+}  // namespace tessera
