@@ -89,5 +89,21 @@ TEST(MoeBench, RunsAndRefusesBadFlags) {
   EXPECT_NE(bad.output.find("--top-k 9 exceeds --experts 4"), std::string::npos) << bad.output;
 }
 
+TEST(MoeBench, UnderMpirunRunsExpertParallelWithTheAllToAllBesideRawMpi) {
+  CommandResult r = RunCommand(Repo("tools/dev/mpirun.sh") + " -np 2 " + std::string(TESSERA_BINARY) +
+                               " bench moe --tokens 64 --hidden 32 --expert-ffn 32 --experts 4 "
+                               "--steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ep=2 (2 experts per rank), 1 thread per rank"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dispatch and return all-to-alls"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of raw MPI_Alltoallv's bus bandwidth"), std::string::npos) << r.output;
+  CommandResult bad = RunCommand(Repo("tools/dev/mpirun.sh") + " -np 3 " + std::string(TESSERA_BINARY) +
+                                 " bench moe --experts 4 --steps 1");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--experts 4 do not divide among 3 ranks"), std::string::npos)
+      << bad.output;
+}
+
 }  // namespace
 }  // namespace tessera::testing
