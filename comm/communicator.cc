@@ -38,6 +38,14 @@ std::chrono::milliseconds CommOptions::timeout() const {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(timeout_s * 1000.0)));
 }
 
+void WaitKeepingFirstFailure(std::unique_ptr<Work> work, Communicator& comm, Status& first) {
+  Status s = work->Wait();
+  if (!s.ok() && first.ok()) {
+    first = s;
+    comm.Abort(s);
+  }
+}
+
 // ---- OpState ----
 
 OpState::OpState(std::string group, int rank, int size, CommOp op, uint64_t seq,

@@ -218,4 +218,10 @@ class Communicator {
   std::vector<std::weak_ptr<OpState>> pending_;
 };
 
+// Waits for `work` (bounded by the group's timeout). The first failure a caller sees is kept
+// in `first` and aborts `comm`, so later ops of the group fail at once instead of timing out
+// again; later failures leave `first` as it is. For callers that keep going after a failure
+// and report it at a checkpoint of their own (the model's tensor / expert parallel regions).
+void WaitKeepingFirstFailure(std::unique_ptr<Work> work, Communicator& comm, Status& first);
+
 }  // namespace tessera

@@ -1,6 +1,9 @@
 // models/expert_parallel.cc — the ep token exchange (expert_parallel.h).
 #include "models/expert_parallel.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "runtime/core/check.h"
 
 namespace tessera {
@@ -11,11 +14,7 @@ ExpertParallel::ExpertParallel(Communicator* comm)
 }
 
 void ExpertParallel::Run(std::unique_ptr<Work> work) {
-  Status s = work->Wait();
-  if (!s.ok() && status_.ok()) {
-    status_ = s;
-    comm_->Abort(s);  // later ops of the group fail at once instead of timing out again
-  }
+  WaitKeepingFirstFailure(std::move(work), *comm_, status_);
 }
 
 void ExpertParallel::ExchangeCounts(const int32_t* send, int32_t* recv, int64_t n) {

@@ -16,11 +16,7 @@ TensorParallel::TensorParallel(Communicator* comm, bool sequence_parallel)
 }
 
 void TensorParallel::Run(std::unique_ptr<Work> work) {
-  Status s = work->Wait();
-  if (!s.ok() && status_.ok()) {
-    status_ = s;
-    comm_->Abort(s);  // later ops of the group fail at once instead of timing out again
-  }
+  WaitKeepingFirstFailure(std::move(work), *comm_, status_);
 }
 
 const float* TensorParallel::EnterForward(const float* x_local, float* full_buf, int64_t N,

@@ -43,11 +43,7 @@ def run(name, np, sets):
     return runner.run(name, np, sets)[0]
 
 
-def routing(out):
-    """Per step: the counts of every MoE block, and the bias range."""
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    return [[(l["layer"], l["counts"], l["bias_min"], l["bias_max"]) for l in r["moe"]] for r in rows]
+routing = tr.moe_routing
 
 
 def same(ref, out, what):

@@ -41,6 +41,13 @@ class Runner:
         return out, p.stdout
 
 
+def moe_routing(out):
+    """Per step of OUT/metrics.jsonl: every MoE block's (layer, counts, bias min, bias max)."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [[(l["layer"], l["counts"], l["bias_min"], l["bias_max"]) for l in r["moe"]] for r in rows]
+
+
 def weights(out):
     """The fp32 tensors of OUT/model.safetensors by name."""
     with open(os.path.join(out, "model.safetensors"), "rb") as f:
