@@ -53,7 +53,11 @@ int MoeDims::ep_size() const { return ep != nullptr ? ep->size() : 1; }
 
 int64_t MoeDims::max_expert_rows() const {
   if (ep == nullptr) return max_rows();
-  return ep_size() * R() * std::min(k(), local_experts());
+  // Every rank's tokens choosing min(k, E/ep) of this rank's experts; with a capacity, no
+  // source sends an expert more than its capacity.
+  const int64_t rows = ep_size() * R() * std::min(k(), local_experts());
+  const int64_t cap = capacity();
+  return cap < 0 ? rows : std::min(rows, ep_size() * local_experts() * cap);
 }
 
 void MoeLayerState::ResetStats() {

@@ -76,7 +76,7 @@ struct MoeDims {
   int ep_size() const;
   int64_t local_experts() const { return E() / ep_size(); }  // experts this rank holds
   // The most rows this rank's experts can get: max_rows(), or under ep every rank's tokens
-  // choosing min(k, local experts) of them.
+  // choosing min(k, local experts) of them (at most each source's capacity per expert).
   int64_t max_expert_rows() const;
   // Per-expert capacity of one call, ceil(R * k / E * capacity_factor), or -1 for dropless.
   int64_t capacity() const;

@@ -61,7 +61,10 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_p
     // this rank's experts) with the router's logits and scores.
     const double M = c.num_moe_layers(), E = c.moe.num_experts, Fe = c.expert_ffn();
     const double S = c.moe.shared_experts * Fe, k = c.moe.top_k, El = E / ep;
-    const double expert_rows = ep > 1 ? ep * tokens * std::min(k, El) : tokens * k;
+    double expert_rows = ep > 1 ? ep * tokens * std::min(k, El) : tokens * k;
+    if (c.moe.capacity_factor > 0) {  // no source sends an expert more than its capacity
+      expert_rows = std::min(expert_rows, ep * El * std::ceil(tokens * k / E * c.moe.capacity_factor));
+    }
     params += M * (E * C + 3 * S * C + El * 3 * Fe * C);
     acts += M * (tokens * (k * C + 2 * E + 3 * S) + expert_rows * (C + 3 * Fe));
   }

@@ -136,15 +136,16 @@ Result<double> ExpertSplitState::GradSumOfSquares() { return GradSumOfSquaresExc
 
 Result<double> ExpertSplitState::GradSumOfSquaresExcluding(
     const std::vector<std::pair<int64_t, int64_t>>& exclude) {
-  ASSIGN_OR_RETURN(const double dense,
-                   dense_.shards->GradSumOfSquaresExcluding(ToPart(dense_, exclude)));
-  ASSIGN_OR_RETURN(const double mine,
-                   experts_.shards->GradSumOfSquaresExcluding(ToPart(experts_, exclude)));
-  auto all = AllGatherDoubles(ep_, {mine});
+  // A part's failure aborts the ep group too, so ep peers waiting below fail at once.
+  auto dense = dense_.shards->GradSumOfSquaresExcluding(ToPart(dense_, exclude));
+  if (!dense.ok()) return Fail(dense.status());
+  auto mine = experts_.shards->GradSumOfSquaresExcluding(ToPart(experts_, exclude));
+  if (!mine.ok()) return Fail(mine.status());
+  auto all = AllGatherDoubles(ep_, {*mine});
   if (!all.ok()) return Fail(all.status());
   double experts = 0.0;
   for (double v : *all) experts += v;  // ep rank order: the same sum on every rank
-  return dense + experts;
+  return *dense + experts;
 }
 
 std::span<float> ExpertSplitState::ReducedGrads(int unit) {
@@ -163,8 +164,11 @@ Status ExpertSplitState::Step(float lr, float grad_scale) {
 
 Result<std::vector<float>> ExpertSplitState::GatherFull(int root) {
   TESSERA_CHECK(root == 0);
-  ASSIGN_OR_RETURN(std::vector<float> dense, dense_.shards->GatherFull(root));
-  ASSIGN_OR_RETURN(std::vector<float> experts, experts_.shards->GatherFull(root));
+  auto dense_or = dense_.shards->GatherFull(root);
+  if (!dense_or.ok()) return Fail(dense_or.status());
+  auto experts_or = experts_.shards->GatherFull(root);
+  if (!experts_or.ok()) return Fail(experts_or.status());
+  std::vector<float> dense = std::move(*dense_or), experts = std::move(*experts_or);
   if (expert_dp_ != nullptr && expert_dp_->rank() != root) return std::vector<float>();
   // The dense values reached (dp 0, ep 0) only: it broadcasts them over its ep group, in
   // pieces (one MPI message holds at most INT_MAX elements).

@@ -28,6 +28,7 @@ std::string MemoryJson(const Config& c, const std::vector<double>& all, int rank
   w.Key("dp").Int(c.parallel.dp);
   w.Key("tp").Int(c.parallel.tp);
   w.Key("pp").Int(c.parallel.pp);
+  w.Key("ep").Int(c.parallel.ep);
   w.Key("sequence_parallel").Bool(c.parallel.sequence_parallel);
   w.Key("zero").Int(c.parallel.zero);
   w.Key("precision").String(PrecisionName(c.precision));
