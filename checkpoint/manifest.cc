@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 #include "runtime/core/check.h"
 
 namespace tessera {

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 
 namespace tessera {
 namespace {

@@ -23,6 +23,15 @@ target_link_libraries(tessera_dnnl INTERFACE ${TESSERA_DNNL_LIB} OpenMP::OpenMP_
 target_include_directories(tessera_dnnl SYSTEM INTERFACE ${TESSERA_DNNL_INCLUDE})
 message(STATUS "oneDNN: ${TESSERA_DNNL_LIB}")
 
+# liburing (Debian liburing-dev), used only inside optimizer/offload_file.cc: the disk tier of
+# optimizer state (optimizer.offload: nvme) streams its chunks through an io_uring.
+find_path(TESSERA_URING_INCLUDE NAMES liburing.h REQUIRED)
+find_library(TESSERA_URING_LIB NAMES uring REQUIRED)
+add_library(tessera_uring INTERFACE)
+target_link_libraries(tessera_uring INTERFACE ${TESSERA_URING_LIB})
+target_include_directories(tessera_uring SYSTEM INTERFACE ${TESSERA_URING_INCLUDE})
+message(STATUS "liburing: ${TESSERA_URING_LIB}")
+
 find_package(yaml-cpp REQUIRED)
 
 # MPI (comm/: the host backend and the NCCL bootstrap). Skip Open MPI's deprecated C++ bindings:

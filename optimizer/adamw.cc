@@ -79,11 +79,12 @@ size_t AdamW::StateBytes(int64_t num_params) {
 }
 
 AdamW::AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRange> ranges,
-             MemoryTracker* tracker)
+             MemoryTracker* tracker, bool own_moments)
     : config_(config),
       num_params_(num_params),
       ranges_(std::move(ranges)),
-      arena_(MemoryKind::kOptimizerState, StateBytes(num_params), tracker) {
+      arena_(own_moments ? Arena(MemoryKind::kOptimizerState, StateBytes(num_params), tracker)
+                         : Arena::Measuring(MemoryKind::kOptimizerState)) {
   Status valid = ValidateParamRanges(ranges_, num_params_);
   TESSERA_CHECK_MSG(valid.ok(), "AdamW: %s", valid.message().c_str());
   std::sort(ranges_.begin(), ranges_.end(),
@@ -91,6 +92,7 @@ AdamW::AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRan
   for (const ParamRange& r : ranges_) {
     if (r.decay && r.size > 0) decay_spans_.push_back({r.offset, r.offset + r.size});
   }
+  if (!own_moments) return;
   exp_avg_ = arena_.Allocate(DType::kF32, {num_params_});
   exp_avg_sq_ = arena_.Allocate(DType::kF32, {num_params_});
 }
@@ -112,6 +114,13 @@ void AdamW::StepRange(float* params, const float* grads, int64_t begin, int64_t 
 
 void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
                       int64_t t, float grad_scale) {
+  TESSERA_CHECK_MSG(exp_avg_.data() != nullptr, "AdamW::StepSlice: built without moments");
+  StepSliceWith(params, grads, exp_avg_.f32() + begin, exp_avg_sq_.f32() + begin, begin, end, lr,
+                t, grad_scale);
+}
+
+void AdamW::StepSliceWith(float* params, const float* grads, float* m, float* v, int64_t begin,
+                          int64_t end, float lr, int64_t t, float grad_scale) {
   TESSERA_CHECK(0 <= begin && begin <= end && end <= num_params_);
   TESSERA_CHECK_MSG(t >= 1, "AdamW step t=%lld: t is 1-based", static_cast<long long>(t));
   const double lr_d = lr;
@@ -127,8 +136,6 @@ void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t 
       config_.eps,
   };
   const float decay = static_cast<float>(1.0 - lr_d * config_.weight_decay);
-  float* m = exp_avg_.f32();
-  float* v = exp_avg_sq_.f32();
   const std::vector<Span>& spans = decay_spans_;
   const int64_t num_chunks = (end - begin + kChunk - 1) / kChunk;
   // Multiplying by exactly 1 would not change a bit; skipping it keeps the unclipped loop as is.
@@ -138,14 +145,16 @@ void AdamW::StepSlice(float* params, const float* grads, int64_t begin, int64_t 
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t chunk_begin = begin + c * kChunk;
     const int64_t chunk_end = std::min(end, chunk_begin + kChunk);
-    // b, e are AdamW coordinates; params/grads start at `begin`.
+    // b, e are AdamW coordinates; params/grads/m/v start at `begin`.
     auto run = [&](int64_t b, int64_t e, float f) {
       if (e <= b) return;
       if (scaled) {
-        UpdateSpan<true>(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f,
+        UpdateSpan<true>(params + (b - begin), grads + (b - begin), m + (b - begin),
+                         v + (b - begin), e - b, f,
                          grad_scale, k);
       } else {
-        UpdateSpan<false>(params + (b - begin), grads + (b - begin), m + b, v + b, e - b, f,
+        UpdateSpan<false>(params + (b - begin), grads + (b - begin), m + (b - begin),
+                          v + (b - begin), e - b, f,
                           grad_scale, k);
       }
     };

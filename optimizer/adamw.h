@@ -50,10 +50,12 @@ class AdamW {
   static constexpr int64_t kChunk = int64_t{1} << 14;
 
   // Reserves the moments (zeroed) in an arena accounted to `tracker` (may be null) as
-  // kOptimizerState. `ranges` must pass ValidateParamRanges (CHECK: a bad list is a trainer
-  // bug). The step counter starts at 0: no step taken yet.
+  // kOptimizerState; without own_moments none (the caller keeps them elsewhere, e.g. on disk,
+  // and steps through StepSliceWith; exp_avg() and exp_avg_sq() are then empty). `ranges` must
+  // pass ValidateParamRanges (CHECK: a bad list is a trainer bug). The step counter starts at
+  // 0: no step taken yet.
   AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRange> ranges,
-        MemoryTracker* tracker);
+        MemoryTracker* tracker, bool own_moments = true);
   AdamW(AdamW&&) noexcept = default;
   AdamW& operator=(AdamW&&) noexcept = default;
 
@@ -81,6 +83,10 @@ class AdamW {
   // StepRange(p, g, b, e, lr, t) == StepSlice(p + b, g + b, b, e, lr, t), bit for bit.
   void StepSlice(float* params, const float* grads, int64_t begin, int64_t end, float lr,
                  int64_t t, float grad_scale = 1.0f);
+  // StepSlice with the moments of elements [begin, end) at m and v (m[0], v[0] are element
+  // `begin`) instead of this AdamW's own: the step of state streamed from disk in chunks.
+  void StepSliceWith(float* params, const float* grads, float* m, float* v, int64_t begin,
+                     int64_t end, float lr, int64_t t, float grad_scale = 1.0f);
 
   // Steps taken so far (the t of the last step; 0 before the first). A checkpoint saves it
   // beside the moments and restores it with set_step.

@@ -13,7 +13,12 @@ const char* LrDecayName(LrDecay d) {
 }
 
 const char* OptimizerOffloadName(OptimizerOffload o) {
-  return o == OptimizerOffload::kCpu ? "cpu" : "none";
+  switch (o) {
+    case OptimizerOffload::kNone: return "none";
+    case OptimizerOffload::kCpu: return "cpu";
+    case OptimizerOffload::kNvme: return "nvme";
+  }
+  return "?";
 }
 
 }  // namespace tessera

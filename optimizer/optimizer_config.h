@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tessera {
 
@@ -12,7 +13,10 @@ namespace tessera {
 //         that would overlap with device work once a GPU backend exists. On a CPU-only build
 //         there is no device to offload from: the state is in host memory either way and the
 //         results are bit-identical to kNone.
-enum class OptimizerOffload { kNone, kCpu };
+//  kNvme  on local disk: the rank's moments (and fp32 master weights) in a file under
+//         optimizer.offload_dir, streamed through a pool of optimizer.offload_buffer_mb
+//         (optimizer/offload_file.h); same bits as kNone.
+enum class OptimizerOffload { kNone, kCpu, kNvme };
 
 struct AdamWConfig {
   float lr = 1e-3f;            // optimizer.lr: peak learning rate, > 0
@@ -24,7 +28,13 @@ struct AdamWConfig {
   bool decay_biases = false;   // optimizer.decay_biases: apply weight decay to biases
   bool decay_embeddings = false;  // optimizer.decay_embeddings: ... to embedding tables
   float grad_clip = 1.0f;      // optimizer.grad_clip: max global L2 grad norm; 0 = off
-  OptimizerOffload offload = OptimizerOffload::kNone;  // optimizer.offload: none | cpu
+  OptimizerOffload offload = OptimizerOffload::kNone;  // optimizer.offload: none | cpu | nvme
+  std::string offload_dir;     // optimizer.offload_dir: nvme only, required there: an existing,
+                               //   writable local directory outside checkpoint.dir; each rank
+                               //   writes its own file(s) in it
+  int64_t offload_buffer_mb = 64;  // optimizer.offload_buffer_mb: nvme: the buffer pool per
+                                   //   rank and state part (MiB), [1, 65536]; the resident
+                                   //   optimizer memory
 };
 
 enum class LrDecay { kCosine, kLinear, kConstant };
@@ -38,6 +48,6 @@ struct LrScheduleConfig {
 };
 
 const char* LrDecayName(LrDecay d);
-const char* OptimizerOffloadName(OptimizerOffload o);  // "none" | "cpu"
+const char* OptimizerOffloadName(OptimizerOffload o);  // "none" | "cpu" | "nvme"
 
 }  // namespace tessera

@@ -103,31 +103,34 @@ Result<ChaosHook> ParseHook(const JsonValue& v, const std::string& path, const s
   h.id = id->as_string();
   const JsonValue* kind = v.Find("kind");
   if (kind == nullptr) return PlanError(path, at + ".kind", "missing");
-  if (kind->is_string() && kind->as_string() == "kill_in_checkpoint") {
-    h.kind = ChaosHookKind::kKillInCheckpoint;
-  } else if (kind->is_string() && kind->as_string() == "io_error") {
-    h.kind = ChaosHookKind::kIoError;
-  } else {
+  bool known = false;
+  for (ChaosHookKind k : {ChaosHookKind::kKillInCheckpoint, ChaosHookKind::kIoError,
+                          ChaosHookKind::kKillInOffload, ChaosHookKind::kOffloadIoError}) {
+    if (kind->is_string() && kind->as_string() == ChaosHookKindName(k)) h.kind = k, known = true;
+  }
+  if (!known) {
     return PlanError(path, at + ".kind",
-                     std::string("expected \"kill_in_checkpoint\" or \"io_error\", got ") +
+                     std::string("expected \"kill_in_checkpoint\", \"io_error\", \"kill_in_offload\" "
+                                 "or \"offload_io_error\", got ") +
                          (kind->is_string() ? "\"" + kind->as_string() + "\"" : TypeName(*kind)));
   }
+  const bool io = h.kind == ChaosHookKind::kIoError || h.kind == ChaosHookKind::kOffloadIoError;
   const JsonValue* rank = v.Find("rank");
   if (rank == nullptr) return PlanError(path, at + ".rank", "missing");
-  const int64_t min_rank = h.kind == ChaosHookKind::kIoError ? -1 : 0;
+  const int64_t min_rank = io ? -1 : 0;
   if (!rank->is_integer() || rank->as_int() < min_rank || rank->as_int() > kMaxRank) {
     return PlanError(path, at + ".rank",
                      std::string("expected an integer in ") + std::to_string(min_rank) + ".." +
                          std::to_string(kMaxRank) +
-                         (min_rank == 0 ? " (-1, every rank, is for io_error only)" : " (-1 = every rank)"));
+                         (min_rank == 0 ? " (-1, every rank, is for the io_error kinds only)" : " (-1 = every rank)"));
   }
   h.rank = static_cast<int>(rank->as_int());
   const JsonValue* err = v.Find("errno");
-  if (h.kind == ChaosHookKind::kKillInCheckpoint) {
-    if (err != nullptr) return PlanError(path, at + ".errno", "only io_error takes an errno");
+  if (!io) {
+    if (err != nullptr) return PlanError(path, at + ".errno", "only the io_error kinds take an errno");
     return h;
   }
-  if (err == nullptr) return PlanError(path, at + ".errno", "missing (io_error needs ENOSPC or EIO)");
+  if (err == nullptr) return PlanError(path, at + ".errno", "missing (" + std::string(ChaosHookKindName(h.kind)) + " needs ENOSPC or EIO)");
   if (err->is_string()) {
     for (const ErrnoName& e : kErrnos) {
       if (err->as_string() == e.name) h.error_number = e.value;
@@ -144,7 +147,13 @@ Result<ChaosHook> ParseHook(const JsonValue& v, const std::string& path, const s
 }  // namespace
 
 const char* ChaosHookKindName(ChaosHookKind kind) {
-  return kind == ChaosHookKind::kKillInCheckpoint ? "kill_in_checkpoint" : "io_error";
+  switch (kind) {
+    case ChaosHookKind::kKillInCheckpoint: return "kill_in_checkpoint";
+    case ChaosHookKind::kIoError: return "io_error";
+    case ChaosHookKind::kKillInOffload: return "kill_in_offload";
+    case ChaosHookKind::kOffloadIoError: return "offload_io_error";
+  }
+  return "?";
 }
 
 Result<ChaosPlan> ParseChaosPlan(const std::string& text, const std::string& path) {
@@ -189,21 +198,25 @@ ChaosFileSystem::ChaosFileSystem(ChaosPlan plan, int rank, FileSystem& base)
     : plan_(std::move(plan)), rank_(rank), base_(base), my_shard_(ShardFileName(rank)) {
   for (const ChaosHook& h : plan_.hooks) {
     if (h.rank != -1 && h.rank != rank_) continue;
-    (h.kind == ChaosHookKind::kIoError ? io_hooks_ : kill_hooks_).push_back(&h);
+    if (h.kind == ChaosHookKind::kIoError) io_hooks_.push_back(&h);
+    if (h.kind == ChaosHookKind::kKillInCheckpoint) kill_hooks_.push_back(&h);
   }
   io_reported_ = std::make_unique<std::atomic<bool>[]>(io_hooks_.size());
   for (size_t i = 0; i < io_hooks_.size(); ++i) io_reported_[i].store(false);
 }
 
-bool ChaosFileSystem::Armed(const ChaosHook& hook) const {
+namespace {
+
+bool HookArmed(const ChaosPlan& plan, const ChaosHook& hook) {
   struct stat st;
-  return ::stat((plan_.dir + "/armed/" + hook.id).c_str(), &st) == 0;
+  return ::stat((plan.dir + "/armed/" + hook.id).c_str(), &st) == 0;
 }
 
-bool ChaosFileSystem::ClaimFired(const ChaosHook& hook, const std::string& what) const {
-  const std::string fired_dir = plan_.dir + "/fired";
+// Creates fired/<id> with O_EXCL: true when this call created it.
+bool ClaimHookFired(const ChaosPlan& plan, int rank, const ChaosHook& hook, const std::string& what) {
+  const std::string fired_dir = plan.dir + "/fired";
   if (::mkdir(fired_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "tessera: rank %d: chaos hook %s: cannot create %s: %s\n", rank_,
+    std::fprintf(stderr, "tessera: rank %d: chaos hook %s: cannot create %s: %s\n", rank,
                  hook.id.c_str(), fired_dir.c_str(), std::strerror(errno));
     return false;
   }
@@ -211,17 +224,57 @@ bool ChaosFileSystem::ClaimFired(const ChaosHook& hook, const std::string& what)
   const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno != EEXIST) {
-      std::fprintf(stderr, "tessera: rank %d: chaos hook %s: cannot create %s: %s\n", rank_,
+      std::fprintf(stderr, "tessera: rank %d: chaos hook %s: cannot create %s: %s\n", rank,
                    hook.id.c_str(), marker.c_str(), std::strerror(errno));
     }
     return false;
   }
   // For the runner's report: who fired, where. Best effort: the file's existence is the signal.
-  const std::string line = "rank " + std::to_string(rank_) + " pid " + std::to_string(::getpid()) +
+  const std::string line = "rank " + std::to_string(rank) + " pid " + std::to_string(::getpid()) +
                            " " + ChaosHookKindName(hook.kind) + " " + what + "\n";
   (void)WriteAll(fd, line.data(), line.size(), marker);
   ::close(fd);
   return true;
+}
+
+}  // namespace
+
+bool ChaosFileSystem::Armed(const ChaosHook& hook) const { return HookArmed(plan_, hook); }
+
+bool ChaosFileSystem::ClaimFired(const ChaosHook& hook, const std::string& what) const {
+  return ClaimHookFired(plan_, rank_, hook, what);
+}
+
+ChaosOffloadFaults::ChaosOffloadFaults(const ChaosPlan& plan, int rank) : plan_(plan), rank_(rank) {
+  for (const ChaosHook& h : plan_.hooks) {
+    const bool offload = h.kind == ChaosHookKind::kKillInOffload || h.kind == ChaosHookKind::kOffloadIoError;
+    if (offload && (h.rank == -1 || h.rank == rank_)) hooks_.push_back(&h);
+  }
+}
+
+Status ChaosOffloadFaults::Before(const char* op, const char* pass, const std::string& path,
+                                  int64_t chunk) {
+  // A write of an optimizer step past its first chunk: the step is half on disk.
+  if (hooks_.empty() || std::strcmp(op, "write") != 0 || std::strcmp(pass, "update") != 0 ||
+      chunk < 1) {
+    return Status::Ok();
+  }
+  for (const ChaosHook* h : hooks_) {
+    if (!HookArmed(plan_, *h)) continue;
+    const std::string what = "write of chunk " + std::to_string(chunk) + " of " + path;
+    if (!ClaimHookFired(plan_, rank_, *h, what)) continue;  // fired before
+    if (h->kind == ChaosHookKind::kKillInOffload) {
+      std::fprintf(stderr, "tessera: rank %d: chaos hook %s: SIGKILL in the middle of an "
+                           "offloaded optimizer step (%s)\n", rank_, h->id.c_str(), what.c_str());
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    std::fprintf(stderr, "tessera: rank %d: chaos hook %s: the offload file's %s fails with %s\n",
+                 rank_, h->id.c_str(), what.c_str(), std::strerror(h->error_number));
+    return IoError(path + ": write of chunk " + std::to_string(chunk) + " failed: " +
+                   std::strerror(h->error_number) + " (chaos hook " + h->id + ")");
+  }
+  return Status::Ok();
 }
 
 Status ChaosFileSystem::IoFault(const std::string& path, const char* op) {

@@ -15,9 +15,9 @@
 //   {"hooks": [{"id": "3", "kind": "kill_in_checkpoint", "rank": 1},
 //              {"id": "5", "kind": "io_error", "rank": -1, "errno": "ENOSPC"}]}
 //   id     required string, 1..64 of [A-Za-z0-9_.-], not "." or "..", unique: names the files
-//   kind   required: kill_in_checkpoint | io_error
-//   rank   required integer: the rank it acts on; -1 = every rank (io_error only)
-//   errno  io_error only, required there: ENOSPC | EIO
+//   kind   required: kill_in_checkpoint | io_error | kill_in_offload | offload_io_error
+//   rank   required integer: the rank it acts on; -1 = every rank (the io_error kinds only)
+//   errno  io_error and offload_io_error only, required there: ENOSPC | EIO
 // Unknown keys, wrong types and duplicate ids are errors naming the file and the field
 // ("<file>: hooks[1].errno: ..."): a rank refuses to start with a malformed plan.
 //
@@ -36,6 +36,13 @@
 //   io_error fails every matching call of a rank it targets while armed, with the errno (the
 //     Status says kIoError with strerror text, e.g. "No space left on device", and the hook
 //     id); the first failure in a process also tries to create the marker (EEXIST ignored).
+//   kill_in_offload and offload_io_error act on the optimizer's offload file
+//     (optimizer.offload: nvme; ChaosOffloadFaults, optimizer/offload_file.h), on a write of
+//     an optimizer step's pass past its first chunk (so the step is half written to disk) and
+//     fire at most ONCE across all ranks and incarnations (the marker is claimed first):
+//     kill_in_offload raises SIGKILL; offload_io_error fails that write with the errno (the
+//     rank's step ends with kIoError, a restartable exit). Never on the file's creation or a
+//     checkpoint's reads.
 // Staging directory: a path component "step_<digits>.tmp" (checkpoint/commit.h). The calls
 // that io_error fails are those that put data into one: OpenForWrite, Write, WriteAt, Sync of
 // a file below it, Rename from it or from below it (the manifest's rename and the commit's
@@ -54,19 +61,20 @@
 #include <utility>
 #include <vector>
 
+#include "optimizer/offload_file.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 
-enum class ChaosHookKind { kKillInCheckpoint, kIoError };
-const char* ChaosHookKindName(ChaosHookKind kind);  // "kill_in_checkpoint" | "io_error"
+enum class ChaosHookKind { kKillInCheckpoint, kIoError, kKillInOffload, kOffloadIoError };
+const char* ChaosHookKindName(ChaosHookKind kind);  // as written in the plan
 
 struct ChaosHook {
   std::string id;
   ChaosHookKind kind = ChaosHookKind::kIoError;
   int rank = -1;          // -1 = every rank (io_error only)
-  int error_number = 0;   // io_error: ENOSPC or EIO
+  int error_number = 0;   // io_error, offload_io_error: ENOSPC or EIO
 };
 
 struct ChaosPlan {
@@ -137,6 +145,18 @@ class ChaosFileSystem final : public FileSystem {
   std::string my_shard_;                                 // "shard_<rank>.bin"
 };
 
+// The offload file's fault hooks of `plan` that target `rank` (see the file comment).
+class ChaosOffloadFaults final : public OffloadFaults {
+ public:
+  ChaosOffloadFaults(const ChaosPlan& plan, int rank);
+  Status Before(const char* op, const char* pass, const std::string& path, int64_t chunk) override;
+
+ private:
+  const ChaosPlan& plan_;
+  const int rank_;
+  std::vector<const ChaosHook*> hooks_;
+};
+
 class ChaosHooks {
  public:
   // Null (no error) when TESSERA_CHAOS_HOOKS is unset; an error naming the variable and the
@@ -147,11 +167,14 @@ class ChaosHooks {
                                                           FileSystem& base = DefaultFileSystem());
 
   ChaosFileSystem* file_system() { return &fs_; }
+  OffloadFaults* offload_faults() { return &offload_; }
   const ChaosPlan& plan() const { return fs_.plan(); }
 
  private:
-  ChaosHooks(ChaosPlan plan, int rank, FileSystem& base) : fs_(std::move(plan), rank, base) {}
+  ChaosHooks(ChaosPlan plan, int rank, FileSystem& base)
+      : fs_(std::move(plan), rank, base), offload_(fs_.plan(), rank) {}
   ChaosFileSystem fs_;
+  ChaosOffloadFaults offload_;  // reads fs_'s plan
 };
 
 }  // namespace tessera

@@ -170,16 +170,16 @@ Result<std::unique_ptr<ParamShards>> MakeState(const Config& config, bool fill) 
   ASSIGN_OR_RETURN(auto shards, ParamShards::Create(o, config.optimizer, UnitBounds(config.model),
                                                     ranges, nullptr, nullptr));
   if (fill) {
-    shards->Load([&](int64_t b, int64_t e, float* out) {
+    RETURN_IF_ERROR(shards->Load([&](int64_t b, int64_t e, float* out) {
       InitParameterRange(config.model, config.train.seed, b, e, out);
-    });
+    }));
     auto moment = [](uint64_t salt, float scale, float shift) {
       return [=](int64_t b, int64_t e, float* out) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = b; i < e; ++i) out[i - b] = scale * (Hashed(i, salt) + shift);
       };
     };
-    shards->LoadMoments(moment(1, 1e-6f, 0.0f), moment(2, 5e-10f, 1001.0f), kAdamWStep);
+    RETURN_IF_ERROR(shards->LoadMoments(moment(1, 1e-6f, 0.0f), moment(2, 5e-10f, 1001.0f), kAdamWStep));
   }
   return shards;
 }

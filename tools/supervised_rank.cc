@@ -294,6 +294,10 @@ FileSystem* SupervisedRank::checkpoint_file_system() {
   return chaos_hooks_ != nullptr ? chaos_hooks_->file_system() : nullptr;
 }
 
+OffloadFaults* SupervisedRank::offload_faults() {
+  return chaos_hooks_ != nullptr ? chaos_hooks_->offload_faults() : nullptr;
+}
+
 Status SupervisedRank::Shutdown(int exit_code) {
   return client_->Shutdown(exit_code < 0 ? 0 : exit_code > 255 ? 255 : exit_code);
 }

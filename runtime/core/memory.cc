@@ -18,6 +18,7 @@ const char* MemoryKindName(MemoryKind k) {
     case MemoryKind::kWorkspace: return "workspace";
     case MemoryKind::kUnitBuffers: return "unit buffers";
     case MemoryKind::kCheckpointStaging: return "ckpt staging";
+    case MemoryKind::kOffloaded: return "offloaded";
     case MemoryKind::kCount: break;
   }
   return "?";

@@ -34,6 +34,9 @@ enum class MemoryKind : int {
   kUnitBuffers,
   // The host copy of this rank's state an asynchronous checkpoint writes from (reused).
   kCheckpointStaging,
+  // Not memory: bytes of this rank's state kept on local disk (optimizer.offload: nvme), beside
+  // the resident kinds so every report shows where the state went.
+  kOffloaded,
   kCount,
 };
 const char* MemoryKindName(MemoryKind k);

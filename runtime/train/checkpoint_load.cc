@@ -322,15 +322,17 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
                           ParamState& shards, bool with_optimizer) {
   RETURN_IF_ERROR(CheckTensorsMatch(reader, DeclareParameters(partition.config()), with_optimizer));
   LocalRangeReader read(reader, partition);
-  shards.Load(read.Fill(0));
+  Status loaded = shards.Load(read.Fill(0));
   RETURN_IF_ERROR(read.status());
+  RETURN_IF_ERROR(loaded);
   if (with_optimizer) {
     const JsonValue* t = reader.manifest().state.Find("adamw_step");
     if (t == nullptr || !t->is_integer() || t->as_int() < 0) {
       return DataLoss(ManifestPath(reader.dir()) + ": state.adamw_step missing or not a count");
     }
-    shards.LoadMoments(read.Fill(1), read.Fill(2), t->as_int());
+    Status moments = shards.LoadMoments(read.Fill(1), read.Fill(2), t->as_int());
     RETURN_IF_ERROR(read.status());
+    RETURN_IF_ERROR(moments);
   }
   return Status::Ok();
 }

@@ -49,16 +49,25 @@ struct Checkpointer::Pending {
     int tensor = 0;          // canonical tensor index
     int64_t begin = 0, end = 0;
     size_t offset = 0;       // in staging_
-    const float* source = nullptr;  // the live state it is copied from
+    const float* source = nullptr;  // the live state it is copied from; null: streamed
+    // Streamed (state on disk, optimizer.offload: nvme): read(kind, read_offset + i, ...)
+    // gives element begin + i; the writer reads and appends it through the stream buffer.
+    ParamState::SpanRead read;
+    int kind = 0;
+    int64_t read_offset = 0;
   };
   std::vector<Segment> segments;
+  size_t stream_offset = 0;   // in staging_: the stream buffer (stream_elems floats)
+  int64_t stream_elems = 0;
+  size_t last_streamed = 0;   // index + 1 of the last streamed segment (0: none)
   JsonValue state, layout;
   double stall_seconds = 0;
   Clock::time_point write_start;
   std::thread thread;
   std::mutex mu;
   std::condition_variable copied_cv;
-  bool copied = false;  // the staging copy is complete (guarded by mu)
+  bool copied = false;  // the staging copy and the streamed reads are complete (guarded by mu)
+  bool memory_copied = false, streamed_read = false;  // its two halves (guarded by mu)
   size_t copied_segments = 0;  // segments[0, copied_segments) are in staging_ (guarded by mu)
   std::thread copier;          // joined by `thread` before it reports done
   std::atomic<bool> done{false};
@@ -228,7 +237,10 @@ Result<bool> Checkpointer::PrepareSave(int64_t step) {
 // 0's copy of a tensor every tp rank holds whole, not the last pipeline stage's copy of tied
 // embeddings) and the dp ranks' spans are disjoint, so the ranks' shares cover every tensor
 // exactly once.
+// State on disk is not staged: the writer streams it through one buffer of at most
+// kStreamElems floats at the end of the staging buffer.
 size_t Checkpointer::PlanSegments(ParamState& shards, Pending& p) const {
+  constexpr int64_t kStreamElems = int64_t{1} << 20;  // 4 MiB
   size_t off = 0;
   for (const auto& span : shards.SaveSpans()) {
     partition_->ForEachGlobalPiece(
@@ -237,13 +249,27 @@ size_t Checkpointer::PlanSegments(ParamState& shards, Pending& p) const {
           if (!param.tensor.IsMainReplica()) return;
           const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
           for (int k = 0; k < 3; ++k) {
-            p.segments.push_back({3 * param.global_index + k, global_begin,
-                                  global_begin + length, off, src[k] + (local - span.begin)});
-            off += static_cast<size_t>(length) * sizeof(float);
+            Pending::Segment s;
+            s.tensor = 3 * param.global_index + k;
+            s.begin = global_begin;
+            s.end = global_begin + length;
+            s.offset = off;
+            if (src[k] != nullptr) {
+              s.source = src[k] + (local - span.begin);
+              off += static_cast<size_t>(length) * sizeof(float);
+            } else {
+              s.read = span.read;
+              s.kind = k;
+              s.read_offset = local - span.begin;
+              p.stream_elems = std::max(p.stream_elems, std::min(length, kStreamElems));
+            }
+            p.segments.push_back(std::move(s));
+            if (src[k] == nullptr) p.last_streamed = p.segments.size();
           }
         });
   }
-  return off;
+  p.stream_offset = off;
+  return off + static_cast<size_t>(p.stream_elems) * sizeof(float);
 }
 
 // The copy runs on its own thread, overlapping the next step's forward and backward; the next
@@ -253,28 +279,36 @@ size_t Checkpointer::PlanSegments(ParamState& shards, Pending& p) const {
 // then go on), the writer checksums and writes each segment as soon as it is copied.
 void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
   Pending* raw = &pending;
-  raw->copier = std::thread([this, raw, staging_bytes] {
+  // The state copy is complete once the copier is done and the writer has read the last
+  // streamed segment (the next optimizer step may then change both).
+  auto finish_half = [raw](bool Pending::*half) {
+    {
+      std::lock_guard<std::mutex> lock(raw->mu);
+      raw->*half = true;
+      raw->copied = raw->memory_copied && raw->streamed_read;
+    }
+    raw->copied_cv.notify_all();
+  };
+  raw->copier = std::thread([this, raw, staging_bytes, finish_half] {
     // Grown only when the state grows (zero-filled: the page faults are paid here, on this
     // thread, once), then reused across saves.
     if (staging_.size() < staging_bytes) staging_.resize(staging_bytes);
     for (size_t k = 0; k < raw->segments.size(); ++k) {
       const Pending::Segment& s = raw->segments[k];
-      std::memcpy(staging_.data() + s.offset, s.source,
-                  static_cast<size_t>(s.end - s.begin) * sizeof(float));
+      if (s.source != nullptr) {
+        std::memcpy(staging_.data() + s.offset, s.source,
+                    static_cast<size_t>(s.end - s.begin) * sizeof(float));
+      }
       {
         std::lock_guard<std::mutex> lock(raw->mu);
         raw->copied_segments = k + 1;
-        raw->copied = k + 1 == raw->segments.size();
       }
       raw->copied_cv.notify_all();
     }
-    if (raw->segments.empty()) {
-      std::lock_guard<std::mutex> lock(raw->mu);
-      raw->copied = true;
-    }
-    raw->copied_cv.notify_all();
+    finish_half(&Pending::memory_copied);
   });
-  raw->thread = std::thread([this, raw] {
+  raw->thread = std::thread([this, raw, finish_half] {
+    if (raw->last_streamed == 0) finish_half(&Pending::streamed_read);
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
       for (size_t k = 0; k < raw->segments.size(); ++k) {
@@ -283,14 +317,25 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
           raw->copied_cv.wait(lock, [&] { return raw->copied_segments > k; });
         }
         const Pending::Segment& s = raw->segments[k];
-        const ParamDecl& d = decls_[s.tensor / 3];
-        RETURN_IF_ERROR(writer->Append(kSavedTensorKinds[s.tensor % 3] + d.name, s.begin, s.end,
-                                       DType::kF32, staging_.data() + s.offset));
+        const std::string name = kSavedTensorKinds[s.tensor % 3] + decls_[s.tensor / 3].name;
+        if (s.source != nullptr) {
+          RETURN_IF_ERROR(writer->Append(name, s.begin, s.end, DType::kF32, staging_.data() + s.offset));
+        } else {
+          // On disk: through the stream buffer, read (verified), then appended.
+          float* buf = reinterpret_cast<float*>(staging_.data() + raw->stream_offset);
+          for (int64_t at = s.begin; at < s.end; at += raw->stream_elems) {
+            const int64_t n = std::min(raw->stream_elems, s.end - at);
+            RETURN_IF_ERROR(s.read(s.kind, s.read_offset + (at - s.begin), n, buf));
+            RETURN_IF_ERROR(writer->Append(name, at, at + n, DType::kF32, buf));
+          }
+          if (k + 1 == raw->last_streamed) finish_half(&Pending::streamed_read);
+        }
       }
       ASSIGN_OR_RETURN(raw->record, writer->Finish());
       return Status::Ok();
     };
     raw->status = run();
+    finish_half(&Pending::streamed_read);  // also after a failure: nobody waits forever
     // Whatever happened, the copy finishes (the training thread may be waiting for it).
     raw->copier.join();
     raw->write_seconds = Since(raw->write_start);

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -113,8 +114,12 @@ Status ReadOptimizer(YamlMap& s, AdamWConfig* o) {
   RETURN_IF_ERROR(s.Bool("decay_embeddings", &o->decay_embeddings));
   RETURN_IF_ERROR(s.Float("grad_clip", kNonNegative, &o->grad_clip));
   RETURN_IF_ERROR(s.Enum<OptimizerOffload>(
-      "offload", {{"none", OptimizerOffload::kNone}, {"cpu", OptimizerOffload::kCpu}},
+      "offload",
+      {{"none", OptimizerOffload::kNone}, {"cpu", OptimizerOffload::kCpu},
+       {"nvme", OptimizerOffload::kNvme}},
       &o->offload));
+  RETURN_IF_ERROR(s.String("offload_dir", &o->offload_dir));
+  RETURN_IF_ERROR(s.Int("offload_buffer_mb", 1, 65536, &o->offload_buffer_mb));
   return s.Finish();
 }
 
@@ -391,11 +396,46 @@ Status CheckMixedPrecision(const YamlContext& ctx, const Config& c) {
   return Status::Ok();
 }
 
+// optimizer.offload: nvme needs a directory, and not one inside the checkpoint root (scratch
+// files beside committed state; retention and the sweep of half-written saves own that tree).
+// Whether it exists, is writable and has room is checked when the files are created.
+Status CheckOffload(const YamlContext& ctx, const Config& c) {
+  const AdamWConfig& o = c.optimizer;
+  if (o.offload != OptimizerOffload::kNvme) {
+    if (o.offload_dir.empty()) return Status::Ok();
+    return ctx.CrossFieldError({"optimizer.offload_dir", "optimizer.offload"},
+                               "offload_dir is set but offload=" +
+                                   std::string(OptimizerOffloadName(o.offload)) +
+                                   " keeps the optimizer state in memory (use offload: nvme)");
+  }
+  if (o.offload_dir.empty()) {
+    return ctx.CrossFieldError({"optimizer.offload", "optimizer.offload_dir"},
+                               "offload=nvme needs offload_dir (a local directory for each "
+                               "rank's optimizer state file)");
+  }
+  if (!c.checkpoint.dir.empty()) {
+    std::error_code ec;
+    const auto dir = std::filesystem::weakly_canonical(o.offload_dir, ec);
+    const auto root = std::filesystem::weakly_canonical(c.checkpoint.dir, ec);
+    auto d = dir.begin();
+    auto r = root.begin();
+    for (; r != root.end() && d != dir.end() && *r == *d; ++r, ++d) {}
+    if (!ec && r == root.end()) {
+      return ctx.CrossFieldError({"optimizer.offload_dir", "checkpoint.dir"},
+                                 "offload_dir=" + o.offload_dir + " is inside checkpoint.dir=" +
+                                     c.checkpoint.dir + ": the offload files are scratch, "
+                                     "keep them out of the checkpoint tree");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckRun(const YamlContext& ctx, const Config& c) {
   if (c.resume == ResumeMode::kAuto && c.checkpoint.dir.empty()) {
     return ctx.CrossFieldError({"resume", "checkpoint.dir"},
                                "resume=auto needs checkpoint.dir (where to look for checkpoints)");
   }
+  RETURN_IF_ERROR(CheckOffload(ctx, c));
   if (c.init_optimizer && c.init_from.empty()) {
     return ctx.CrossFieldError({"init_optimizer", "init_from"},
                                "init_optimizer=true needs init_from (a checkpoint to take the "

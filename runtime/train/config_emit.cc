@@ -96,6 +96,8 @@ void EmitOptimizer(YAML::Emitter& out, const AdamWConfig& o, const LrScheduleCon
   Put(out, "decay_embeddings", o.decay_embeddings);
   Put(out, "grad_clip", o.grad_clip);
   PutName(out, "offload", OptimizerOffloadName(o.offload));
+  PutPath(out, "offload_dir", o.offload_dir);
+  Put(out, "offload_buffer_mb", o.offload_buffer_mb);
   out << YAML::EndMap;
 
   out << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;

@@ -43,9 +43,15 @@ Result<std::unique_ptr<ExpertSplitState>> ExpertSplitState::Create(
     p.offset = part.bounds[u] + (r.offset - s->model_bounds_[u]);
     (experts ? expert_ranges : dense_ranges).push_back(std::move(p));
   }
-  ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(options, adamw, s->dense_.bounds,
+  // On disk, each part has its own file.
+  ParamShardsOptions dense_options = options, expert_options = options;
+  if (options.disk) {
+    dense_options.disk->path += "-dense";
+    expert_options.disk->path += "-experts";
+  }
+  ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(dense_options, adamw, s->dense_.bounds,
                                                           dense_ranges, dense_dp, tracker));
-  ASSIGN_OR_RETURN(s->experts_.shards, ParamShards::Create(options, adamw, s->experts_.bounds,
+  ASSIGN_OR_RETURN(s->experts_.shards, ParamShards::Create(expert_options, adamw, s->experts_.bounds,
                                                             expert_ranges, expert_dp, tracker));
   return s;
 }
@@ -105,15 +111,22 @@ const Status& ExpertSplitState::status() const {
   return status_;
 }
 
-void ExpertSplitState::Load(const Fill& fill) {
-  dense_.shards->Load(ToModel(dense_, fill));
-  experts_.shards->Load(ToModel(experts_, fill));
+Status ExpertSplitState::Load(const Fill& fill) {
+  RETURN_IF_ERROR(dense_.shards->Load(ToModel(dense_, fill)));
+  return experts_.shards->Load(ToModel(experts_, fill));
 }
 
-void ExpertSplitState::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
+Status ExpertSplitState::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
   for (Part* part : {&dense_, &experts_}) {
-    part->shards->LoadMoments(ToModel(*part, fill_m), ToModel(*part, fill_v), adamw_step);
+    RETURN_IF_ERROR(part->shards->LoadMoments(ToModel(*part, fill_m), ToModel(*part, fill_v), adamw_step));
   }
+  return Status::Ok();
+}
+
+std::vector<const OffloadFile*> ExpertSplitState::OffloadFiles() const {
+  std::vector<const OffloadFile*> files = dense_.shards->OffloadFiles();
+  for (const OffloadFile* f : experts_.shards->OffloadFiles()) files.push_back(f);
+  return files;
 }
 
 void ExpertSplitState::BeginStep() {
@@ -195,7 +208,15 @@ std::vector<ParamState::SaveSpan> ExpertSplitState::SaveSpans() const {
     for (const SaveSpan& s : part->shards->SaveSpans()) {
       ForEachRun(*part, s.begin, s.end, [&](int64_t model, int64_t n, int64_t at) {
         const int64_t skip = at - s.begin;
-        spans.push_back({model, model + n, s.values + skip, s.exp_avg + skip, s.exp_avg_sq + skip});
+        auto shift = [skip](const float* p) { return p != nullptr ? p + skip : nullptr; };
+        SpanRead read;
+        if (s.read) {
+          read = [read = s.read, skip](int kind, int64_t offset, int64_t len, float* out) {
+            return read(kind, skip + offset, len, out);
+          };
+        }
+        spans.push_back({model, model + n, shift(s.values), shift(s.exp_avg), shift(s.exp_avg_sq),
+                         std::move(read)});
       });
     }
   }

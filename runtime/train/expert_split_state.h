@@ -43,7 +43,7 @@ class ExpertSplitState final : public ParamState {
       const std::vector<ParamRange>& ranges, Communicator* dense_dp, Communicator* expert_dp,
       Communicator* ep, MemoryTracker* tracker);
 
-  void Load(const Fill& fill) override;
+  Status Load(const Fill& fill) override;
   void BeginStep() override;
   void BeginMicroBatch(int64_t micro) override;
   Status FinishGradients() override;
@@ -57,7 +57,8 @@ class ExpertSplitState final : public ParamState {
   // Only root 0: every rank at dp index 0 gets its n local values, the others nothing.
   Result<std::vector<float>> GatherFull(int root) override;
   std::vector<SaveSpan> SaveSpans() const override;
-  void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) override;
+  Status LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) override;
+  std::vector<const OffloadFile*> OffloadFiles() const override;
   int64_t adamw_step() const override { return dense_.shards->adamw_step(); }
   const Status& status() const override;
   std::string Describe() const override;

@@ -98,7 +98,14 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   if (U < 3) return InvalidArgument("param shards: a model has at least 3 units, got " + std::to_string(U));
   RETURN_IF_ERROR(CheckFitsInMemory());
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
-  optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
+  if (options_.disk) {
+    ShardedAdamWDisk disk = *options_.disk;
+    disk.path += ".bin";
+    ASSIGN_OR_RETURN(optimizer_, ShardedAdamW::CreateOnDisk(adamw, layout_, lrank, ranges, low_,
+                                                            tracker_, disk));
+  } else {
+    optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
+  }
   ReserveStateBuffers();
   ReserveSlots();
   grads_of_.assign(static_cast<size_t>(U), nullptr);
@@ -113,7 +120,9 @@ Status ParamShards::CheckFitsInMemory() const {
   const DType pdt = options_.param_dtype;
   const double P = static_cast<double>(zero_ == 3 ? S : n) * DTypeSize(pdt);
   const double G = zero_ <= 1 ? 4.0 * n : 4.0 * S;
-  const double O = static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
+  // On disk the optimizer's share is its buffer pool (offload_file.h), checked there.
+  const double O = options_.disk ? static_cast<double>(options_.disk->pool_bytes)
+                                 : static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (P + G + O <= ram) return Status::Ok();
   char buf[320];
@@ -235,7 +244,7 @@ std::vector<float*> ParamShards::GradPieces() {
   return g;
 }
 
-void ParamShards::Load(const Fill& fill) {
+Status ParamShards::Load(const Fill& fill) {
   for (auto& s : slots_) s->ready = false, s->unit = -1;
   const int U = layout_.num_units();
   const DType pdt = options_.param_dtype;
@@ -253,16 +262,26 @@ void ParamShards::Load(const Fill& fill) {
       backend_->ConvertFromF32(pdt, tmp.data(), Storage(b), e - b);
     }
   }
-  if (!low_ && zero_ < 3) return;
-  // The pieces: fp32 master weights (low precision) or the fp32 shard itself (zero 3).
+  if (low_) {  // the fp32 master weights (wherever the optimizer keeps them); zero 3: rounded
+    const size_t es = DTypeSize(pdt);
+    Status st = optimizer_->Load(ShardedAdamW::kMaster, [&](int u, int64_t off, int64_t n, float* out) {
+      const int64_t b = layout_.piece_begin(u, lrank) + off;
+      fill(b, b + n, out);
+      if (zero_ == 3) backend_->ConvertFromF32(pdt, out, ShardStorage(u) + off * es, n);
+    });
+    if (!st.ok()) Fail(st);
+    return st;
+  }
+  if (zero_ < 3) return Status::Ok();
+  // zero 3, fp32: the shard itself.
   for (int u = 0; u < U; ++u) {
     const int64_t P = layout_.piece_size(u), real = layout_.piece_real(u, lrank);
     const int64_t b = layout_.piece_begin(u, lrank);
-    float* dst = low_ ? optimizer_->master(u) : reinterpret_cast<float*>(ShardStorage(u));
+    float* dst = reinterpret_cast<float*>(ShardStorage(u));
     std::memset(dst, 0, static_cast<size_t>(P) * sizeof(float));
     if (real > 0) fill(b, b + real, dst);
-    if (low_ && zero_ == 3) backend_->ConvertFromF32(pdt, dst, ShardStorage(u), P);
   }
+  return Status::Ok();
 }
 
 // ---- the model's side (ParamStore) -------------------------------------------------------------
@@ -492,15 +511,21 @@ Status ParamShards::Step(float lr, float grad_scale) {
     }
   }
   const std::vector<float*> grads = GradPieces();
-  optimizer_->Step(pieces, std::vector<const float*>(grads.begin(), grads.end()), lr,
-                   grad_scale);
-  if (low_) {  // the new parameters are the master weights rounded
-    for (int u = 0; u < U; ++u) {
-      const int64_t real = layout_.piece_real(u, lrank);
-      if (real == 0) continue;
-      char* dst = zero_ == 3 ? ShardStorage(u) : Storage(layout_.piece_begin(u, lrank));
-      backend_->ConvertFromF32(pdt, optimizer_->master(u), dst, real);
-    }
+  // Low precision: the new parameters are the master weights rounded, range by range as the
+  // optimizer updates them (on disk: chunk by chunk, while they are in the pool).
+  const size_t es = DTypeSize(pdt);
+  ShardedAdamW::PieceSink round;
+  if (low_) {
+    round = [&](int u, int64_t off, int64_t n, const float* master) {
+      char* dst = zero_ == 3 ? ShardStorage(u) + off * es : Storage(layout_.piece_begin(u, lrank) + off);
+      backend_->ConvertFromF32(pdt, master, dst, n);
+    };
+  }
+  if (Status st = optimizer_->Step(pieces, std::vector<const float*>(grads.begin(), grads.end()),
+                                   lr, grad_scale, round);
+      !st.ok()) {
+    Fail(st);
+    return st;
   }
   for (auto& s : slots_) s->ready = false, s->unit = -1;
   if (zero_ == 1 || zero_ == 2) return AllGatherUnits();
@@ -551,8 +576,8 @@ Result<std::vector<float>> ParamShards::GatherFull(int root) {
       std::memcpy(full.data(), FullF32(), static_cast<size_t>(n) * sizeof(float));
     } else {
       for (int u = 0; u < layout_.num_units(); ++u) {  // one rank's layout: packed == flat
-        std::memcpy(full.data() + layout_.unit_begin(u), optimizer_->master(u),
-                    static_cast<size_t>(layout_.unit_size(u)) * sizeof(float));
+        RETURN_IF_ERROR(optimizer_->Read(ShardedAdamW::kMaster, u, 0, layout_.unit_size(u),
+                                         full.data() + layout_.unit_begin(u)));
       }
     }
     return full;
@@ -562,11 +587,17 @@ Result<std::vector<float>> ParamShards::GatherFull(int root) {
   std::vector<float> send(static_cast<size_t>(max_piece)), recv(static_cast<size_t>(ranks_ * max_piece));
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t P = layout_.piece_size(u), real = layout_.piece_real(u, rank_);
-    const float* src = low_ ? optimizer_->master(u)
-                            : zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u))
-                                         : FullF32() + layout_.piece_begin(u, rank_);
     std::fill(send.begin(), send.end(), 0.0f);
-    if (real > 0) std::memcpy(send.data(), src, static_cast<size_t>(real) * sizeof(float));
+    if (real > 0 && low_) {
+      if (Status st = optimizer_->Read(ShardedAdamW::kMaster, u, 0, real, send.data()); !st.ok()) {
+        Fail(st);
+        return st;
+      }
+    } else if (real > 0) {
+      const float* src = zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u))
+                                    : FullF32() + layout_.piece_begin(u, rank_);
+      std::memcpy(send.data(), src, static_cast<size_t>(real) * sizeof(float));
+    }
     Tensor in(send.data(), DType::kF32, {P});
     Tensor out(recv.data(), DType::kF32, {ranks_ * P});
     if (Status st = dp_->AllGather(in, out)->Wait(); !st.ok()) {
@@ -591,39 +622,57 @@ std::vector<ParamShards::SaveSpan> ParamShards::SaveSpans() const {
   for (int u = 0; u < U; ++u) bounds.push_back(layout_.unit_begin(u));
   bounds.push_back(layout_.num_params());
   const ShardLayout split = layout_.ranks() > 1 ? layout_ : ShardLayout(bounds, ranks_, 1);
-  const float* m = optimizer_->adamw().exp_avg().f32();
-  const float* v = optimizer_->adamw().exp_avg_sq().f32();
   std::vector<SaveSpan> spans;
   for (int u = 0; u < U; ++u) {
     const int64_t real = split.piece_real(u, rank_);
     if (real == 0) continue;
     const int64_t f = split.piece_begin(u, rank_);
-    // Where flat element f lives in this rank's packed state (its own layout).
-    const int64_t packed = layout_.packed_offset(u) + (f - layout_.piece_begin(u, lrank));
+    // Where flat element f lives in this rank's piece of unit u (its own layout).
+    const int64_t in_piece = f - layout_.piece_begin(u, lrank);
+    auto at = [&](ShardedAdamW::Stream s) -> const float* {
+      const float* p = optimizer_->resident(s, u);
+      return p != nullptr ? p + in_piece : nullptr;
+    };
     SaveSpan span;
     span.begin = f;
     span.end = f + real;
-    span.values = low_ ? optimizer_->master(u) + (f - layout_.piece_begin(u, lrank))
-                  : zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u)) + (f - layout_.piece_begin(u, lrank))
+    span.values = low_ ? at(ShardedAdamW::kMaster)
+                  : zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u)) + in_piece
                                : static_cast<const float*>(full_.data()) + f;
-    span.exp_avg = m + packed;
-    span.exp_avg_sq = v + packed;
-    spans.push_back(span);
+    span.exp_avg = at(ShardedAdamW::kExpAvg);
+    span.exp_avg_sq = at(ShardedAdamW::kExpAvgSq);
+    if (optimizer_->disk() != nullptr) {  // what is not resident is read from the file
+      ShardedAdamW* opt = optimizer_.get();
+      span.read = [opt, u, in_piece](int kind, int64_t offset, int64_t n, float* out) {
+        const auto s = kind == 0 ? ShardedAdamW::kMaster
+                       : kind == 1 ? ShardedAdamW::kExpAvg : ShardedAdamW::kExpAvgSq;
+        return opt->Read(s, u, in_piece + offset, n, out);
+      };
+    }
+    spans.push_back(std::move(span));
   }
   return spans;
 }
 
-void ParamShards::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
+Status ParamShards::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
-  float* m = optimizer_->adamw().exp_avg().f32();
-  float* v = optimizer_->adamw().exp_avg_sq().f32();
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const int64_t real = layout_.piece_real(u, lrank), b = layout_.piece_begin(u, lrank);
-    if (real == 0) continue;
-    fill_m(b, b + real, m + layout_.packed_offset(u));
-    fill_v(b, b + real, v + layout_.packed_offset(u));
+  for (auto [s, fill] : {std::pair{ShardedAdamW::kExpAvg, &fill_m}, std::pair{ShardedAdamW::kExpAvgSq, &fill_v}}) {
+    Status st = optimizer_->Load(s, [&](int u, int64_t off, int64_t n, float* out) {
+      const int64_t b = layout_.piece_begin(u, lrank) + off;
+      (*fill)(b, b + n, out);
+    });
+    if (!st.ok()) {
+      Fail(st);
+      return st;
+    }
   }
   optimizer_->adamw().set_step(adamw_step);
+  return Status::Ok();
+}
+
+std::vector<const OffloadFile*> ParamShards::OffloadFiles() const {
+  if (optimizer_->disk() == nullptr) return {};
+  return {optimizer_->disk()};
 }
 
 std::string ParamShards::Describe() const {
@@ -638,7 +687,15 @@ std::string ParamShards::Describe() const {
                 std::string(DTypeName(options_.param_dtype)).c_str(),
                 low_ ? " (fp32 master weights in the optimizer)" : "",
                 std::string(DTypeName(options_.reduce_dtype)).c_str());
-  return buf;
+  std::string out = buf;
+  if (const OffloadFile* f = optimizer_->disk()) {
+    std::snprintf(buf, sizeof buf, "; optimizer state on disk: %s (%s, %s, pool %s in %lld-element chunks)",
+                  f->path().c_str(), FormatBytes(f->file_bytes()).c_str(),
+                  f->direct() ? "O_DIRECT" : "buffered", FormatBytes(f->resident_bytes()).c_str(),
+                  static_cast<long long>(f->chunk_elems()));
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace tessera

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -77,6 +78,9 @@ struct ParamShardsOptions {
   // The compute backend whose device holds this state: it provides the arenas and converts
   // and adds the buffers (dtype conversions, gradient accumulation). Null: the CPU reference.
   Backend* backend = nullptr;
+  // optimizer.offload: nvme: where the optimizer's moments (and master weights) live; the file
+  // is disk->path + ".bin". Unset: in memory.
+  std::optional<ShardedAdamWDisk> disk;
 };
 
 class ParamShards final : public ParamState {
@@ -91,8 +95,9 @@ class ParamShards final : public ParamState {
   ~ParamShards() override;
 
   // Sets every parameter (and master weight) from fill(begin, end, out), which must write the
-  // fp32 values of flat elements [begin, end) to out. Called with sub-ranges only.
-  void Load(const Fill& fill) override;
+  // fp32 values of flat elements [begin, end) to out. Called with sub-ranges only. Fails only
+  // with state on disk (I/O).
+  Status Load(const Fill& fill) override;
 
   // Training step protocol: BeginStep(); for each micro-batch k: BeginMicroBatch(k), the
   // model's ForwardBackward, check status(); then FinishGradients(), GradSumOfSquares(),
@@ -135,7 +140,8 @@ class ParamShards final : public ParamState {
   std::vector<SaveSpan> SaveSpans() const override;
   // Sets this rank's AdamW moments from fill_m / fill_v (flat ranges, as Load) and the AdamW
   // step counter; the parameters come from Load.
-  void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) override;
+  Status LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) override;
+  std::vector<const OffloadFile*> OffloadFiles() const override;
   int64_t adamw_step() const override { return optimizer_->adamw().step(); }
 
   // The first communication failure seen inside the model's step, else OK.

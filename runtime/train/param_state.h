@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "models/param_store.h"
+#include "optimizer/offload_file.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -26,17 +27,23 @@ class ParamState : public ParamStore {
  public:
   // Fills out with the fp32 values of local flat elements [begin, end).
   using Fill = std::function<void(int64_t begin, int64_t end, float* out)>;
-  // One flat range of this rank's share of the saved state (param_shards.h SaveSpans).
+  // Reads n fp32 values of kind k (0 values, 1 exp_avg, 2 exp_avg_sq) starting `offset`
+  // elements into a span: state that is not resident (optimizer.offload: nvme).
+  using SpanRead = std::function<Status(int kind, int64_t offset, int64_t n, float* out)>;
+  // One flat range of this rank's share of the saved state (param_shards.h SaveSpans). A kind
+  // whose pointer is null lives on disk: `read` gives it, verified (from the checkpoint's
+  // writer thread, before the next optimizer step).
   struct SaveSpan {
     int64_t begin = 0, end = 0;  // flat elements
     const float* values = nullptr;
     const float* exp_avg = nullptr;
     const float* exp_avg_sq = nullptr;
+    SpanRead read;
   };
   ~ParamState() override = default;
 
   // The contracts are ParamShards' (param_shards.h), over the whole local layout.
-  virtual void Load(const Fill& fill) = 0;
+  virtual Status Load(const Fill& fill) = 0;
   virtual void BeginStep() = 0;
   virtual void BeginMicroBatch(int64_t micro) = 0;
   virtual Status FinishGradients() = 0;
@@ -48,7 +55,9 @@ class ParamState : public ParamStore {
   virtual Status Step(float lr, float grad_scale = 1.0f) = 0;
   virtual Result<std::vector<float>> GatherFull(int root) = 0;
   virtual std::vector<SaveSpan> SaveSpans() const = 0;
-  virtual void LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) = 0;
+  virtual Status LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) = 0;
+  // The disk tier's files (optimizer.offload: nvme), for the run's reports; empty otherwise.
+  virtual std::vector<const OffloadFile*> OffloadFiles() const { return {}; }
   virtual int64_t adamw_step() const = 0;
   virtual const Status& status() const = 0;
   virtual std::string Describe() const = 0;

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "checkpoint/catalog.h"
+#include "optimizer/offload_file.h"
 #include "runtime/core/file_util.h"
 
 namespace tessera {
@@ -46,6 +47,9 @@ class RunLink {
   // The file system checkpoint writes go through; null = the real one. `tessera chaos` hands
   // ranks one that can fail writes or kill the rank midway (tools/chaos_hooks.h).
   virtual FileSystem* checkpoint_file_system() { return nullptr; }
+  // Fault hooks at the optimizer's offload file I/O (optimizer.offload: nvme); null = none.
+  // `tessera chaos` hands ranks one that can fail reads and writes or kill the rank midway.
+  virtual OffloadFaults* offload_faults() { return nullptr; }
   // Who asked, for the run's messages: "the supervisor's request", "SIGTERM", ...
   virtual std::string RequestSource() const { return "the supervisor's request"; }
 };

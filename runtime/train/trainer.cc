@@ -237,6 +237,14 @@ Status Trainer::SetUpParameters() {
     o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
   }
   o.expert_units = partition_->expert_units();
+  if (c.optimizer.offload == OptimizerOffload::kNvme) {  // each rank's own file(s)
+    ShardedAdamWDisk disk;
+    disk.path = c.optimizer.offload_dir + "/tessera-optimizer-rank" + std::to_string(world_rank_);
+    disk.run = "the run writing " + c.train.out_dir + ", rank " + std::to_string(world_rank_);
+    disk.pool_bytes = c.optimizer.offload_buffer_mb << 20;
+    disk.faults = link_ != nullptr ? link_->offload_faults() : nullptr;
+    o.disk = disk;
+  }
   if (ep_ == nullptr) {
     ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
                                                   DecayRanges(*partition_, c.optimizer), dp_,
@@ -309,9 +317,9 @@ Status Trainer::BuildModels(ModelOptions mo) {
 Status Trainer::LoadInitialWeights() {
   const Config& c = config_;
   if (c.init_from.empty()) {
-    shards_->Load([&](int64_t b, int64_t e, float* out) {
+    RETURN_IF_ERROR(shards_->Load([&](int64_t b, int64_t e, float* out) {
       partition_->InitRange(c.train.seed, b, e, out);
-    });
+    }));
   } else if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
     // Fine-tuning / continued pretraining from a checkpoint: its weights (and with
     // init_optimizer its moments and AdamW step); step, schedule and data start fresh. Loaded
@@ -333,9 +341,9 @@ Status Trainer::LoadInitialWeights() {
       moe_bias_ = extras.moe_bias;
       for (Transformer* m : Models()) SetMoeBias(c.model, *m, moe_bias_);
     }
-    shards_->Load([&](int64_t b, int64_t e, float* out) {
+    RETURN_IF_ERROR(shards_->Load([&](int64_t b, int64_t e, float* out) {
       FillFromGlobal(*partition_, full.data(), b, e, out);
-    });
+    }));
   }
   return Status::Ok();
 }

@@ -132,6 +132,8 @@ class Trainer {
     Clock::time_point start;  // after the banner: rates and elapsed time count from here
     // The MoE blocks' counts summed over the last kMoeHistogramSteps steps, for the summary.
     std::deque<std::vector<MoeLayerReport>> moe_recent;
+    // optimizer.offload: nvme: each offload file's counters when the loop started.
+    std::vector<OffloadIoStats> offload_start;
   };
   static constexpr size_t kMoeHistogramSteps = 50;
 
@@ -141,6 +143,9 @@ class Trainer {
   std::vector<Transformer*> Models();  // the whole model, or this rank's chunks
   Status FinishMoe(StepResult& r);
   std::string MoeHistogram(const RunProgress& run) const;
+  // optimizer.offload: nvme: the summary's line (resident vs on disk, bytes per step, the
+  // share of the run spent waiting for the disk).
+  std::string OffloadSummary(const RunProgress& run) const;
   Status SetUpParameters();
   Status BuildModels(ModelOptions mo);
   Status LoadInitialWeights();

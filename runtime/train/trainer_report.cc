@@ -72,6 +72,11 @@ Result<Trainer::RunProgress> Trainer::BeginRun(FILE* out) {
   run.flops_per_token = model_ ? model_->TrainFlopsPerToken()
                                : chunks_.front()->TrainFlopsPerToken() / static_cast<double>(pp_->size());
   if (is_root()) PrintBanner(run.tokens_per_step, out);
+  for (const OffloadFile* f : shards_->OffloadFiles()) {
+    run.offload_start.push_back(f->stats());
+    if (!is_root()) continue;
+    for (const std::string& note : f->notes()) std::fprintf(out, "tessera: %s\n", note.c_str());
+  }
   run.summary.floor = train_data_->entropy_floor();
   run.summary.best_loss = INFINITY;
   run.start = Clock::now();
@@ -198,8 +203,40 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   summary.moe_histogram = MoeHistogram(run);
   std::fputs(FormatSummary(summary, report, tc.out_dir).c_str(), out);
   PrintSummaryExtras(idle, out);
+  std::fputs(OffloadSummary(run).c_str(), out);
   std::fflush(out);
   return summary;
+}
+
+// Rank 0's files: what of its optimizer state is resident (the pool) and what on disk, what a
+// step reads and writes, and how much of the run waited for the disk.
+std::string Trainer::OffloadSummary(const RunProgress& run) const {
+  const std::vector<const OffloadFile*> files = shards_->OffloadFiles();
+  if (files.empty() || run.offload_start.size() != files.size()) return "";
+  uint64_t resident = 0, on_disk = 0, read = 0, written = 0, ckpt = 0;
+  double wait = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const OffloadIoStats now = files[i]->stats(),& then = run.offload_start[i];
+    resident += files[i]->resident_bytes();
+    on_disk += files[i]->file_bytes();
+    read += now.bytes_read - then.bytes_read;
+    written += now.bytes_written - then.bytes_written;
+    ckpt += now.reader_bytes - then.reader_bytes;
+    wait += now.wait_seconds - then.wait_seconds;
+  }
+  const double steps = std::max<int64_t>(run.summary.steps, 1);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "  optimizer state  rank 0: %s resident (the buffer pool), %s on disk (%s, %s); "
+                "per step %s read and %s written; %s read for checkpoints; waited %.2f s for "
+                "the disk (%.1f%% of the run)\n",
+                FormatBytes(resident).c_str(), FormatBytes(on_disk).c_str(),
+                config_.optimizer.offload_dir.c_str(), files[0]->direct() ? "O_DIRECT" : "buffered",
+                FormatBytes(static_cast<size_t>(read / steps)).c_str(),
+                FormatBytes(static_cast<size_t>(written / steps)).c_str(),
+                FormatBytes(ckpt).c_str(), wait,
+                100.0 * wait / std::max(run.summary.wall_seconds, 1e-9));
+  return buf;
 }
 
 // The MoE blocks' counts summed over the run's last steps, as the summary's histogram.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -101,7 +102,10 @@ TEST(ChaosHooks, MalformedPlansNameFileAndField) {
       {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EPERM"}]})",
        "hooks[0].errno: expected"},
       {R"({"hooks":[{"id":"1","kind":"kill_in_checkpoint","rank":0,"errno":"EIO"}]})",
-       "hooks[0].errno: only io_error"},
+       "hooks[0].errno: only the io_error kinds"},
+      {R"({"hooks":[{"id":"1","kind":"kill_in_offload","rank":-1}]})", "hooks[0].rank:"},
+      {R"({"hooks":[{"id":"1","kind":"offload_io_error","rank":0}]})",
+       "hooks[0].errno: missing (offload_io_error needs"},
       {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EIO","when":1}]})",
        "hooks[0].when: unknown key"},
       {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EIO"},)"
@@ -113,6 +117,47 @@ TEST(ChaosHooks, MalformedPlansNameFileAndField) {
     EXPECT_NE(msg.find("/p/hooks.json: "), std::string::npos) << c.json << " -> " << msg;
     EXPECT_NE(msg.find(c.field), std::string::npos) << c.json << " -> " << msg;
   }
+}
+
+// The offload hooks act only on an optimizer step's writes past its first chunk, on the ranks
+// they target, while armed, once across processes: offload_io_error fails that write with the
+// errno; kill_in_offload SIGKILLs the (forked) rank there.
+TEST(ChaosHooks, OffloadHooksFireOnceMidStep) {
+  TempDir dir("chaos_hooks_offload");
+  const ChaosPlan plan = MustParse(
+      R"({"hooks":[{"id":"e","kind":"offload_io_error","rank":1,"errno":"ENOSPC"},)"
+      R"({"id":"k","kind":"kill_in_offload","rank":0}]})",
+      WritePlan(dir, "{}"));
+  ChaosOffloadFaults rank1(plan, 1);
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 3).ok());  // not armed
+  Arm(dir, "e");
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 0).ok());  // the first chunk
+  EXPECT_TRUE(rank1.Before("write", "write", "/x/opt.bin", 3).ok());   // a load, not a step
+  EXPECT_TRUE(rank1.Before("read", "update", "/x/opt.bin", 3).ok());
+  EXPECT_TRUE(rank1.Before("read", "checkpoint", "/x/opt.bin", 3).ok());
+  ChaosOffloadFaults rank2(plan, 2);
+  EXPECT_TRUE(rank2.Before("write", "update", "/x/opt.bin", 3).ok());  // not targeted
+  Status s = rank1.Before("write", "update", "/x/opt.bin", 3);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(fs::exists(dir / "fired/e"));
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 4).ok());  // once only
+
+  Arm(dir, "k");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ChaosOffloadFaults rank0(plan, 0);
+    (void)rank0.Before("write", "update", "/x/opt.bin", 0);
+    (void)rank0.Before("write", "update", "/x/opt.bin", 1);
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+  EXPECT_EQ(WTERMSIG(wstatus), SIGKILL);
+  ChaosOffloadFaults again(plan, 0);  // the next incarnation: fired before
+  EXPECT_TRUE(again.Before("write", "update", "/x/opt.bin", 1).ok());
 }
 
 TEST(ChaosHooks, FromEnvironment) {

@@ -76,7 +76,7 @@ inline std::unique_ptr<Replica> BuildReplica(const ModelConfig& c, int zero, DTy
   EXPECT_TRUE(shards.ok()) << shards.status().ToString();
   if (!shards.ok()) return nullptr;
   r->shards = std::move(*shards);
-  r->shards->Load([&](int64_t b, int64_t e, float* out) { InitParameterRange(c, seed, b, e, out); });
+  EXPECT_TRUE(r->shards->Load([&](int64_t b, int64_t e, float* out) { InitParameterRange(c, seed, b, e, out); }).ok());
   ModelOptions mo;
   mo.store = r->shards.get();
   mo.activation_dtype = dtype;

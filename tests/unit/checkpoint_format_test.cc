@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "runtime/core/file_util.h"

@@ -687,6 +687,26 @@ TEST(ConfigParallel, ReadsDpZeroCommAndOffload) {
   EXPECT_EQ(c.optimizer.offload, OptimizerOffload::kCpu);
 }
 
+TEST(ConfigParallel, NvmeOffloadNeedsItsDirectoryOutsideTheCheckpoints) {
+  const Config c = LoadOk("optimizer: {offload: nvme, offload_dir: /scratch/opt, offload_buffer_mb: 16}\n");
+  EXPECT_EQ(c.optimizer.offload, OptimizerOffload::kNvme);
+  EXPECT_EQ(c.optimizer.offload_dir, "/scratch/opt");
+  EXPECT_EQ(c.optimizer.offload_buffer_mb, 16);
+  EXPECT_EQ(LoadOk("train: {steps: 1}\n").optimizer.offload_buffer_mb, 64);
+  EXPECT_STARTS_WITH(ErrorAt("optimizer: {offload: nvme}\n"),
+                     "F:1:22: optimizer.offload: offload=nvme needs offload_dir");
+  EXPECT_STARTS_WITH(ErrorAt("optimizer: {offload: cpu, offload_dir: /x}\n"),
+                     "F:1:40: optimizer.offload_dir: offload_dir is set but offload=cpu");
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {dir: /ck}\noptimizer: {offload: nvme, offload_dir: /ck/opt}\n"),
+                     "F:2:41: optimizer.offload_dir: offload_dir=/ck/opt is inside checkpoint.dir=/ck");
+  EXPECT_STARTS_WITH(ErrorAt("optimizer: {offload: nvme, offload_dir: /x, offload_buffer_mb: 0}\n"),
+                     "F:1:64: optimizer.offload_buffer_mb: ");
+  // Round trip through the resolved config.
+  const Config again = LoadOk(c.resolved_yaml);
+  EXPECT_EQ(again.optimizer.offload_dir, "/scratch/opt");
+  EXPECT_EQ(again.optimizer.offload_buffer_mb, 16);
+}
+
 TEST(ConfigParallel, TensorParallelSplitsAreChecked) {
   const Config ok = LoadOk("parallel:\n  tp: 2\n  sequence_parallel: true\n");
   EXPECT_EQ(ok.parallel.tp, 2);
@@ -833,7 +853,7 @@ TEST(ConfigParallel, RangeTypoAndUnknownKeyErrors) {
   EXPECT_EQ(ErrorAt("comm: {bucket_mbs: 1}\n"),
             "F:1:8: comm.bucket_mbs: unknown key (did you mean \"bucket_mb\"?)");
   EXPECT_EQ(ErrorAt("optimizer: {offload: cpuu}\n"),
-            "F:1:22: optimizer.offload: expected one of none | cpu, got \"cpuu\" (did you mean \"cpu\"?)");
+            "F:1:22: optimizer.offload: expected one of none | cpu | nvme, got \"cpuu\" (did you mean \"cpu\"?)");
 }
 
 TEST(ConfigSuggest, EditDistanceAndThreshold) {

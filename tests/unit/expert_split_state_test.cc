@@ -85,8 +85,8 @@ void RunRank(int rank, int zero, FakeHub& dense, FakeHub& expert_dp, FakeHub& ep
   auto fill_m = [&](int64_t b, int64_t e, float* x) {
     for (int64_t i = b; i < e; ++i) x[i - b] = -ValueOf(global[static_cast<size_t>(i)]);
   };
-  s.Load(fill);
-  s.LoadMoments(fill_m, fill_m, 7);
+  EXPECT_TRUE(s.Load(fill).ok());
+  EXPECT_TRUE(s.LoadMoments(fill_m, fill_m, 7).ok());
   EXPECT_EQ(s.adamw_step(), 7);
   for (const ParamState::SaveSpan& span : s.SaveSpans()) {
     for (int64_t i = span.begin; i < span.end; ++i) {

@@ -109,7 +109,7 @@ Result<std::unique_ptr<ParamShards>> MakeShards(const ModelPartition& partition,
   AdamWConfig adamw;
   ASSIGN_OR_RETURN(auto shards, ParamShards::Create(o, adamw, partition.unit_bounds(),
                                                     DecayRanges(partition, adamw), nullptr, memory));
-  shards->Load([&](int64_t b, int64_t e, float* out) { partition.InitRange(kSeed, b, e, out); });
+  EXPECT_TRUE(shards->Load([&](int64_t b, int64_t e, float* out) { partition.InitRange(kSeed, b, e, out); }).ok());
   return shards;
 }
 

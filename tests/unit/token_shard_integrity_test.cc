@@ -14,7 +14,7 @@
 #include <functional>
 #include <numeric>
 
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 #include "runtime/train/data/byte_tokenizer.h"
 #include "runtime/train/data/data_loader.h"
 #include "runtime/train/data/token_shard.h"

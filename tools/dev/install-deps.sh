@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake git pkg-config ca-certificates
       libopenblas-openmp-dev libdnnl-dev libyaml-cpp-dev librocksdb-dev libboost-dev
-      libopenmpi-dev openmpi-bin libgtest-dev libgmock-dev python3-numpy
+      libopenmpi-dev openmpi-bin liburing-dev libgtest-dev libgmock-dev python3-numpy
       clang libclang-rt-14-dev)  # clang + its libFuzzer/sanitizer runtimes: tests/fuzz
 missing=()
 for p in "${pkgs[@]}"; do

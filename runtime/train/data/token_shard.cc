@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 #include "runtime/core/check.h"
 #include "runtime/train/data/token_shard_index.h"
 

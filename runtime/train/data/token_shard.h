@@ -108,7 +108,7 @@ Result<TokenShardInfo> ParseTokenShardHeader(std::span<const unsigned char> head
 struct TokenShardScan {
   TokenShardInfo info;
   int64_t file_bytes = 0;
-  uint32_t crc32c = 0;  // of the whole file, header included (checkpoint/crc32c.h)
+  uint32_t crc32c = 0;  // of the whole file, header included (runtime/core/crc32c.h)
 };
 
 // Reads the shard at `path` whole: validates header and size, checks every token id against the

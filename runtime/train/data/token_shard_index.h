@@ -11,7 +11,7 @@
 // name: a file in the index's own directory (no '/'), unique, the list sorted by name.
 // split: "train" | "val" | "" — from the name's prefix; informative (the config decides which
 //   files are trained on), not checked. token_bytes, vocab_size, num_tokens: the header fields.
-// bytes: the file size. crc32c: CRC-32C (checkpoint/crc32c.h) of the whole file, header
+// bytes: the file size. crc32c: CRC-32C (runtime/core/crc32c.h) of the whole file, header
 //   included, as an unsigned integer. Unknown keys are refused (a typo is not ignored).
 // The index is the completion mark: a tokenize stopped before writing it leaves a directory that
 // training refuses, and an index that exists lists complete, fsynced shards.

@@ -1,4 +1,4 @@
-// checkpoint/crc32c.cc — CRC-32C: slicing-by-8 tables, and the SSE4.2 instruction over three
+// runtime/core/crc32c.cc — CRC-32C: slicing-by-8 tables, and the SSE4.2 instruction over three
 // interleaved streams. Contract in crc32c.h.
 //
 // Why three streams: the crc32 instruction has a latency of 3 cycles but a throughput of one
@@ -9,7 +9,7 @@
 // on the raw register (before the final inversion), where Shift_L is "append L zero bytes",
 // a linear map on 32 bits evaluated with four 256-entry tables (one per byte of the register).
 // Everything little-endian (x86-64 only, like the rest of the project).
-#include "checkpoint/crc32c.h"
+#include "runtime/core/crc32c.h"
 
 #include <array>
 #include <cstring>

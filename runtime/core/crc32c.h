@@ -1,4 +1,5 @@
-// checkpoint/crc32c.h — CRC-32C (Castagnoli), the checksum of every checkpoint segment.
+// runtime/core/crc32c.h — CRC-32C (Castagnoli): the checksum of checkpoint segments, token shards and
+// offloaded optimizer chunks.
 //
 // Same polynomial and conventions as iSCSI / RocksDB / ext4 (reflected 0x82F63B78, initial and
 // final XOR 0xffffffff): Crc32c("123456789") == 0xE3069283. Uses the SSE4.2 crc32 instruction
