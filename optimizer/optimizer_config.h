@@ -32,9 +32,10 @@ struct AdamWConfig {
   std::string offload_dir;     // optimizer.offload_dir: nvme only, required there: an existing,
                                //   writable local directory outside checkpoint.dir; each rank
                                //   writes its own file(s) in it
-  int64_t offload_buffer_mb = 64;  // optimizer.offload_buffer_mb: nvme: the buffer pool per
-                                   //   rank and state part (MiB), [1, 65536]; the resident
-                                   //   optimizer memory
+  int64_t offload_buffer_mb = 64;  // optimizer.offload_buffer_mb: nvme: each rank's buffer
+                                   //   pool (MiB), [1, 65536]: its resident optimizer memory
+                                   //   (under expert parallelism halved between the dense
+                                   //   and the expert state's files)
 };
 
 enum class LrDecay { kCosine, kLinear, kConstant };

@@ -43,11 +43,13 @@ Result<std::unique_ptr<ExpertSplitState>> ExpertSplitState::Create(
     p.offset = part.bounds[u] + (r.offset - s->model_bounds_[u]);
     (experts ? expert_ranges : dense_ranges).push_back(std::move(p));
   }
-  // On disk, each part has its own file.
+  // On disk, each part has its own file and half the rank's buffer pool.
   ParamShardsOptions dense_options = options, expert_options = options;
   if (options.disk) {
     dense_options.disk->path += "-dense";
     expert_options.disk->path += "-experts";
+    dense_options.disk->pool_bytes /= 2;
+    expert_options.disk->pool_bytes /= 2;
   }
   ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(dense_options, adamw, s->dense_.bounds,
                                                           dense_ranges, dense_dp, tracker));
