@@ -68,6 +68,9 @@ struct OffloadFileOptions {
   int depth = 4;             // chunk sets in the pool, >= 3
   OffloadFaults* faults = nullptr;
   MemoryTracker* tracker = nullptr;  // pool + reader buffers: kOptimizerState; file: kOffloaded
+  // false: blocking pread/pwrite instead of io_uring — what a kernel or container without
+  // io_uring gets (said in notes()); tests run both paths.
+  bool io_uring = true;
 };
 
 struct OffloadIoStats {

@@ -228,7 +228,7 @@ std::string Trainer::OffloadSummary(const RunProgress& run) const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "  optimizer state  rank 0: %s resident (the buffer pool), %s on disk (%s, %s); "
-                "per step %s read and %s written; %s read for checkpoints; waited %.2f s for "
+                "per step %s read and %s written; %s read for checkpoints and the export; waited %.2f s for "
                 "the disk (%.1f%% of the run)\n",
                 FormatBytes(resident).c_str(), FormatBytes(on_disk).c_str(),
                 config_.optimizer.offload_dir.c_str(), files[0]->direct() ? "O_DIRECT" : "buffered",

@@ -8,9 +8,10 @@ AdamW is elementwise and the offload tier only moves its state between memory an
 every comparison here is BIT-IDENTICAL: the final model.safetensors and every shard of the final
 checkpoint (parameters or fp32 master weights, both AdamW moments) of a run with the state on
 disk equal those of the same layout with it in memory.
-  * layouts: one rank fp32 and bf16 (master weights on disk); dp = 2 under ZeRO 1, 2, 3 (fp32)
-    and ZeRO 3 bf16; tp = 2 x pp = 2 (1f1b, 4 layers) fp32 and bf16 with selective
-    recomputation. An MoE CONFIG (num_experts in its model section) runs ep = 2 under ZeRO 1
+  * layouts: one rank fp32, bf16 and fp16 (master weights on disk); dp = 2 under ZeRO 1, 2, 3
+    (fp32), ZeRO 3 bf16 and ZeRO 2 with full recomputation; tp = 2 x pp = 2 (1f1b, 4 layers)
+    fp32 and bf16 with selective recomputation; pp = 2 with gpipe and interleaved (2 virtual
+    stages). An MoE CONFIG (num_experts in its model section) runs ep = 2 under ZeRO 1
     and ZeRO 2 bf16 instead (dense and expert state in their own files).
   * memory: with a 1 MiB pool every rank's resident optimizer state (memory.json
     optimizer_state_bytes) is at most the pool, and "offloaded" holds the rest.
@@ -89,13 +90,19 @@ if moe:
 else:
     pair("one", 1, [])
     pair("one_bf16", 1, ["precision=bf16"])
+    pair("one_fp16", 1, ["precision=fp16"])
     for zero in (1, 2, 3):
         pair(f"dp2_zero{zero}", 2, ["parallel.dp=2", f"parallel.zero={zero}"])
     pair("dp2_zero3_bf16", 2, ["parallel.dp=2", "parallel.zero=3", "precision=bf16"])
+    pair("dp2_zero2_full", 2, ["parallel.dp=2", "parallel.zero=2", "model.recompute=full"])
     pp = ["parallel.tp=2", "parallel.pp=2", "model.num_layers=4", "train.grad_accum_steps=2",
           "parallel.pipeline_schedule=1f1b"]
     pair("tp2_pp2", 4, pp)
     pair("tp2_pp2_bf16", 4, pp + ["precision=bf16", "model.recompute=selective"])
+    pair("pp2_gpipe", 2, ["parallel.pp=2", "model.num_layers=4", "train.grad_accum_steps=2",
+                          "parallel.pipeline_schedule=gpipe"])
+    pair("pp2_interleaved", 2, ["parallel.pp=2", "model.num_layers=4", "train.grad_accum_steps=4",
+                                "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2"])
 
     # A checkpoint of dp = 2 ZeRO 2 on disk, resumed by one rank on disk.
     full = ["train.grad_accum_steps=2", f"train.steps={2 * STEPS}", f"schedule.decay_steps={2 * STEPS}"]

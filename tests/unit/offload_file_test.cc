@@ -54,12 +54,19 @@ float Value(int stream, int64_t i, int pass) {
 // 5.5 chunks: the last one is partial.
 constexpr int64_t kElems = 11 * kOffloadAlignElems + 123;
 
-TEST(OffloadFile, PassesAndReadsSeeWhatWasWritten) {
+class OffloadFilePaths : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(IoUringAndSynchronous, OffloadFilePaths, ::testing::Bool());
+
+TEST_P(OffloadFilePaths, PassesAndReadsSeeWhatWasWritten) {
   Dir dir;
-  auto f = OffloadFile::Create(Options(dir / "opt.bin", kElems));
+  OffloadFileOptions o = Options(dir / "opt.bin", kElems);
+  o.io_uring = GetParam();
+  auto f = OffloadFile::Create(o);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   OffloadFile& file = **f;
-  EXPECT_TRUE(file.notes().empty() || !file.direct());  // only the buffered note, if any
+  if (GetParam()) {
+    EXPECT_TRUE(file.notes().empty() || !file.direct());  // only the buffered note, if any
+  }
   EXPECT_EQ(fs::file_size(dir / "opt.bin"), file.file_bytes());
   // Fresh: zeros.
   int64_t seen = 0;
@@ -144,9 +151,10 @@ class FailNthWrite : public OffloadFaults {
   int n_;
 };
 
-TEST(OffloadFile, InjectedIoErrorEndsThePassAndTheFile) {
+TEST_P(OffloadFilePaths, InjectedIoErrorEndsThePassAndTheFile) {
   Dir dir;
   OffloadFileOptions o = Options(dir / "opt.bin", kElems, 2);
+  o.io_uring = GetParam();
   FailNthWrite faults(12 + 5);  // Create's zero fill writes 12 chunks; then the 5th write
   o.faults = &faults;
   auto f = OffloadFile::Create(o);
