@@ -87,6 +87,21 @@ TEST_F(BadInput, AbsurdSizesAreRefusedBeforeAllocating) {
   ExpectFailure(Tessera(Train("--set optimizer.eps=1e-50")), "optimizer.eps");
 }
 
+// optimizer.offload: nvme with a directory that cannot hold the state: refused before training
+// with an exit code a supervisor does not restart (4 when the directory is checked, 3 when the
+// config is), naming the directory and the problem.
+TEST_F(BadInput, OffloadDirectoryThatCannotHoldTheState) {
+  const std::string nvme = "--set optimizer.offload=nvme --set optimizer.offload_dir=";
+  auto r = Tessera(Train(nvme + (dir_ / "nope")));
+  ExpectFailure(r, "optimizer.offload_dir " + (dir_ / "nope") + ": does not exist");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  std::filesystem::create_directories(dir_ / "ck");
+  r = Tessera(Train(nvme + (dir_ / "ck/opt") + " --set checkpoint.dir=" + (dir_ / "ck")));
+  ExpectFailure(r, "is inside checkpoint.dir");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  ExpectFailure(Tessera(Train("--set optimizer.offload=nvme")), "offload=nvme needs offload_dir");
+}
+
 TEST_F(BadInput, MissingTruncatedAndForeignDataFiles) {
   const std::string shards = "--set data.source=shards --set data.train=";
   ExpectFailure(Tessera(Train(shards + (dir_ / "missing.bin"))), "missing.bin");
