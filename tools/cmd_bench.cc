@@ -3,14 +3,18 @@
 // not just read.
 // Also the helpers shared with the subcommands (cmd_bench.h) and their dispatch:
 // `tessera bench optimizer` (cmd_bench_optimizer.cc), `tessera bench comm` (cmd_bench_comm.cc),
-// `tessera bench ckpt` (cmd_bench_ckpt.cc), `tessera bench diverged` (cmd_bench_diverged.cc).
+// `tessera bench ckpt` (cmd_bench_ckpt.cc), `tessera bench diverged` (cmd_bench_diverged.cc),
+// `tessera bench offload` (cmd_bench_offload.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +61,16 @@ double MeasureUpdateBandwidth() {
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) best = std::max(best, probe.PassGbps());
   return best;
+}
+
+int64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
 }
 
 namespace {
@@ -237,6 +251,7 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "tp") return RunBenchTp(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "diverged") return RunBenchDiverged(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "moe") return RunBenchMoe(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "offload") return RunBenchOffload(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--precision fp32,bf16] [--batch 4] [--steps 3]\n"
@@ -247,7 +262,8 @@ int RunBench(const Args& args) {
         "       tessera bench pipeline [--layers 8] [--micro 8] ...   (under mpirun, P stages)\n"
         "       tessera bench tp [--config FILE]\n"
         "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n"
-        "       tessera bench moe [--tokens N] [--experts E] [--top-k K] ...\n\n"
+        "       tessera bench moe [--tokens N] [--experts E] [--top-k K] ...\n"
+        "       tessera bench offload [--dir DIR] [--params N] [--pool-mb M] [--no-train] ...\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length and precision: milliseconds per step\n"
         "split into forward, backward and clip+AdamW (min and median over the timed steps),\n"
@@ -277,7 +293,11 @@ int RunBench(const Args& args) {
         "  diverged    step time of a diverged model beside the healthy one, with subnormal\n"
         "              floats flushed (as training runs) and kept (IEEE)\n"
         "  moe         a mixture-of-experts sublayer's tokens/s with balanced and skewed routing,\n"
-        "              and its grouped expert GEMMs beside the sgemm peak\n");
+        "              and its grouped expert GEMMs beside the sgemm peak\n"
+        "  offload     AdamW parameters/s with the optimizer state on disk (optimizer.offload:\n"
+        "              nvme) beside the disk's O_DIRECT bandwidth through the same pipeline,\n"
+        "              measured in the same run, and GPT-2 training steps and peak RSS with the\n"
+        "              state on disk and in memory\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench",
@@ -287,7 +307,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged, moe; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged, moe, offload; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "tools/commands.h"
@@ -41,6 +42,10 @@ class UpdateBandwidthProbe {
 // Best GB/s of 5 passes of a fresh probe (about 0.3 s).
 double MeasureUpdateBandwidth();
 
+// MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read: what a bench may
+// allocate without pushing the machine into swap or the OOM killer.
+int64_t MemAvailableBytes();
+
 // `tessera bench optimizer ...`, `tessera bench comm ...` and `tessera bench ckpt ...`
 // (cmd_bench_ckpt.cc); args exclude the subcommand name.
 int RunBenchOptimizer(const Args& args);
@@ -53,5 +58,7 @@ int RunBenchTp(const Args& args);
 int RunBenchDiverged(const Args& args);
 // `tessera bench moe ...` (cmd_bench_moe.cc).
 int RunBenchMoe(const Args& args);
+// `tessera bench offload ...` (cmd_bench_offload.cc).
+int RunBenchOffload(const Args& args);
 
 }  // namespace tessera::cli

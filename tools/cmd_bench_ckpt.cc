@@ -59,17 +59,6 @@ constexpr int64_t kMaxStepMs = 600000;
 constexpr size_t kDiskChunkBytes = size_t{8} << 20;  // 8 MiB writes and reads
 constexpr int64_t kAdamWStep = 1000;                  // the saved optimizer step counter
 
-// MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return -1;
-}
-
 std::string Errno(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
@@ -503,7 +492,7 @@ int RunBenchCkpt(const Args& args) {
   // Source state (params, grads, 2 moments: 16 B/param) + two staging buffers (2 x 12), and
   // later the load's state (16) after the staging buffers are gone.
   const int64_t need_memory = n * 40 + (int64_t{256} << 20);
-  const int64_t available = AvailableMemoryBytes();
+  const int64_t available = MemAvailableBytes();
   if (available >= 0 && need_memory > available) {
     return Fail("needs " + FormatBytes(need_memory) + " of memory, " + FormatBytes(available) +
                 " is available", kExitUsage);

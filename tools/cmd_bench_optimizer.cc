@@ -38,18 +38,6 @@ constexpr double kAdamWBytesPerParam = 28.0;  // 4 fp32 reads + 3 fp32 writes
 constexpr double kNormBytesPerParam = 4.0;    // 1 fp32 read
 constexpr double kClipAdamWBytesPerParam = kAdamWBytesPerParam + kNormBytesPerParam;
 
-// MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return -1;
-}
-
 // Times `op` once; seconds.
 template <typename Op>
 double TimeOnce(Op op) {
@@ -117,7 +105,7 @@ int RunBenchOptimizer(const Args& args) {
   const int64_t n = *params;
   const int reps = static_cast<int>(*repeats);
   const int64_t need_bytes = n * 16;
-  const int64_t available = AvailableMemoryBytes();
+  const int64_t available = MemAvailableBytes();
   if (available >= 0 && need_bytes > available - (int64_t{256} << 20)) {
     std::fprintf(stderr, "tessera bench optimizer: --params %lld needs %s of memory, %s is available\n",
                  static_cast<long long>(n), FormatBytes(need_bytes).c_str(), FormatBytes(available).c_str());

@@ -44,13 +44,6 @@ constexpr const char* kHelp =
     "campaign). The file format is documented in runtime/chaos/scenario.h. Example:\n"
     "  tessera chaos configs/chaos/kill-rank.yaml\n";
 
-Result<std::string> SelfPath() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return IoError("chaos: cannot find the tessera binary (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 int Usage(const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
   return kExitUsage;
@@ -93,7 +86,7 @@ int RunChaos(const Args& args) {
   for (const PlannedFault& f : schedule) std::printf("  %s\n", f.ToString().c_str());
   if (p.Has("--dry-run")) return kExitOk;
 
-  auto self = SelfPath();
+  auto self = SelfPath("chaos");
   if (!self.ok()) return Usage(self.status());
   CampaignOptions o;
   o.tessera = *self;

@@ -46,13 +46,6 @@ void InstallHandlers() {
   sigaction(SIGPIPE, &sa, nullptr);  // a rank's closed socket must not end the supervisor
 }
 
-Result<std::string> SelfPath() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return IoError("launch: cannot find the tessera binary (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 int Usage(const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
   return kExitUsage;
@@ -174,7 +167,7 @@ int RunLaunch(const Args& raw) {
       return kExitBadConfig;
     }
   }
-  auto self = SelfPath();
+  auto self = SelfPath("launch");
   if (!self.ok()) return Usage(self.status());
 
   SupervisorOptions o;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/status.h"
+
 namespace tessera::cli {
 
 using Args = std::vector<std::string>;
@@ -22,5 +24,9 @@ int RunEnv(const Args& args);
 
 // True if args contain -h or --help.
 bool WantsHelp(const Args& args);
+
+// This tessera binary's path (/proc/self/exe), for commands that start more of it (launch,
+// chaos, bench offload); `command` names the caller in the error.
+Result<std::string> SelfPath(const std::string& command);
 
 }  // namespace tessera::cli

@@ -1,4 +1,7 @@
 // tools/main.cc — `tessera`: dispatches to the subcommands in tools/cmd_*.cc.
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -49,6 +52,13 @@ bool WantsHelp(const Args& args) {
     if (a == "-h" || a == "--help") return true;
   }
   return false;
+}
+
+Result<std::string> SelfPath(const std::string& command) {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return IoError(command + ": cannot find the tessera binary (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
 }
 
 }  // namespace tessera::cli
