@@ -171,10 +171,22 @@ Status OffloadFile::Open() {
     return InvalidArgument("optimizer.offload_dir " + dir + ": is not writable (" + Errno(errno) + ")");
   }
   uint64_t old_bytes = 0;
-  if (::lstat(path.c_str(), &st) == 0) {
+  const bool existed = ::lstat(path.c_str(), &st) == 0;
+  if (existed) {
     if (!S_ISREG(st.st_mode)) return InvalidArgument("offload file " + path + ": exists and is not a regular file");
     old_bytes = static_cast<uint64_t>(st.st_size);
   }
+  Status opened = OpenChecked(old_bytes);
+  // A refusal leaves no empty file behind (it did not exist before this call). Not after a
+  // failed lock: the file is another process's.
+  if (!opened.ok() && !existed && fd_ >= 0 && !lock_refused_) ::unlink(path.c_str());
+  return opened;
+}
+
+// Open's part once the path is known to be free or a regular file of old_bytes.
+Status OffloadFile::OpenChecked(uint64_t old_bytes) {
+  const std::string& path = options_.path;
+  const std::string dir = DirOf(path);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
   if (fd_ < 0 && errno == EINVAL) {
     direct_ = false;
@@ -182,6 +194,7 @@ Status OffloadFile::Open() {
   }
   if (fd_ < 0) return InvalidArgument("offload file " + path + ": cannot open: " + Errno(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    lock_refused_ = true;
     return InvalidArgument("offload file " + path + " is in use by another live process: two ranks "
                            "or jobs share optimizer.offload_dir files (give each job its own "
                            "offload_dir)");

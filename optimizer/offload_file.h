@@ -121,6 +121,7 @@ class OffloadFile {
   struct Slot;
   explicit OffloadFile(const OffloadFileOptions& options);
   Status Open();
+  Status OpenChecked(uint64_t old_bytes);  // Open's steps after the path checks
   Status Issue(Slot& slot, bool write, unsigned mask);
   Status Await(Slot& slot);  // its transfers complete; counts the wait
   Status Reap(bool block, bool* any);  // one completion (or none, not blocking)
@@ -135,6 +136,7 @@ class OffloadFile {
   size_t chunk_bytes_ = 0;
   int fd_ = -1, read_fd_ = -1;
   bool direct_ = true;
+  bool lock_refused_ = false;  // another live process holds the file
   std::unique_ptr<Ring> ring_;
   std::vector<Slot> slots_;
   std::vector<float*> reader_;        // per stream: one chunk

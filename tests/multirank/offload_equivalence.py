@@ -8,7 +8,7 @@ AdamW is elementwise and the offload tier only moves its state between memory an
 every comparison here is BIT-IDENTICAL: the final model.safetensors and every shard of the final
 checkpoint (parameters or fp32 master weights, both AdamW moments) of a run with the state on
 disk equal those of the same layout with it in memory.
-  * layouts: one rank fp32, bf16 and fp16 (master weights on disk); dp = 2 under ZeRO 1, 2, 3
+  * layouts: one rank fp32, bf16 and fp16 (master weights on disk); dp = 2 under ZeRO 0-3
     (fp32), ZeRO 3 bf16 and ZeRO 2 with full recomputation; tp = 2 x pp = 2 (1f1b, 4 layers)
     fp32 and bf16 with selective recomputation; pp = 2 with gpipe and interleaved (2 virtual
     stages). An MoE CONFIG (num_experts in its model section) runs ep = 2 under ZeRO 1
@@ -91,7 +91,7 @@ else:
     pair("one", 1, [])
     pair("one_bf16", 1, ["precision=bf16"])
     pair("one_fp16", 1, ["precision=fp16"])
-    for zero in (1, 2, 3):
+    for zero in (0, 1, 2, 3):
         pair(f"dp2_zero{zero}", 2, ["parallel.dp=2", f"parallel.zero={zero}"])
     pair("dp2_zero3_bf16", 2, ["parallel.dp=2", "parallel.zero=3", "precision=bf16"])
     pair("dp2_zero2_full", 2, ["parallel.dp=2", "parallel.zero=2", "model.recompute=full"])

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "models/param_layout.h"
@@ -60,12 +61,14 @@ struct Replica {
 
 // One rank's replica: ParamShards (AdamW lr 1e-2, buckets of 300 elements so zero 0/1 use
 // several) initialised from `seed`, and the model on top of it. Null (with a test failure) if
-// either cannot be built.
+// either cannot be built. `disk`: its optimizer state on disk (optimizer.offload: nvme).
 inline std::unique_ptr<Replica> BuildReplica(const ModelConfig& c, int zero, DType dtype,
                                              Communicator* comm, int64_t accum = 1,
-                                             uint64_t seed = kTinySeed) {
+                                             uint64_t seed = kTinySeed,
+                                             std::optional<ShardedAdamWDisk> disk = std::nullopt) {
   auto r = std::make_unique<Replica>();
   ParamShardsOptions o;
+  o.disk = std::move(disk);
   o.zero = zero;
   o.param_dtype = dtype;
   o.grad_accum_steps = accum;

@@ -221,6 +221,8 @@ TEST(OffloadFile, SharedMissingAndTooSmallAreClearErrors) {
   EXPECT_NE(huge.status().message().find("needs 52776558137344 bytes"), std::string::npos)
       << huge.status().ToString();
   EXPECT_NE(huge.status().message().find("are available there"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "huge.bin"));  // nothing left behind
+  EXPECT_TRUE(fs::exists(dir / "opt.bin"));     // the live process's file is untouched
 }
 
 // ---- ShardedAdamW on disk ------------------------------------------------------------------
