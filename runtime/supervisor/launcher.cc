@@ -112,19 +112,6 @@ Result<MpirunCommand> BuildMpirunCommand(const MpirunSpec& spec) {
   }
 
   MpirunCommand cmd;
-  cmd.argv = {spec.mpirun, "-np", std::to_string(spec.num_ranks)};
-  if (!spec.hostfile.empty()) {
-    cmd.argv.push_back("--hostfile");
-    cmd.argv.push_back(spec.hostfile);
-  }
-  for (const char* word : {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
-                           "odls_base_sigkill_timeout", "0", "--output-filename"}) {
-    cmd.argv.push_back(word);
-  }
-  cmd.argv.push_back(spec.log_dir);
-  cmd.argv.push_back(spec.program);
-  cmd.argv.insert(cmd.argv.end(), spec.program_args.begin(), spec.program_args.end());
-
   const int hardware_cores = static_cast<int>(std::thread::hardware_concurrency());
   const int cores = spec.cores > 0 ? spec.cores : std::max(1, hardware_cores);
   cmd.env = {
@@ -148,6 +135,31 @@ Result<MpirunCommand> BuildMpirunCommand(const MpirunSpec& spec) {
     }
     if (!replaced) cmd.env.emplace_back(name, value);
   }
+
+  cmd.argv = {spec.mpirun, "-np", std::to_string(spec.num_ranks)};
+  // Across hosts (a hostfile): TCP between hosts beside shared memory within one, and every
+  // variable the ranks need forwarded (-x NAME: mpirun passes its own value to remote ranks;
+  // local ranks inherit it anyway). Interfaces: Open MPI's own btl_tcp_if_include /
+  // oob_tcp_if_include (OMPI_MCA_... in the environment reach mpirun unchanged).
+  const bool hosts = !spec.hostfile.empty();
+  if (hosts) {
+    cmd.argv.push_back("--hostfile");
+    cmd.argv.push_back(spec.hostfile);
+  }
+  for (const char* word : {"--mca", "pml", "ob1", "--mca", "btl", hosts ? "self,vader,tcp" : "self,vader",
+                           "--mca", "odls_base_sigkill_timeout", "0"}) {
+    cmd.argv.push_back(word);
+  }
+  if (hosts) {
+    for (const auto& entry : cmd.env) {
+      cmd.argv.push_back("-x");
+      cmd.argv.push_back(entry.first);
+    }
+  }
+  cmd.argv.push_back("--output-filename");
+  cmd.argv.push_back(spec.log_dir);
+  cmd.argv.push_back(spec.program);
+  cmd.argv.insert(cmd.argv.end(), spec.program_args.begin(), spec.program_args.end());
   return cmd;
 }
 

@@ -7,6 +7,10 @@
 // The argv is
 //   <mpirun> -np N [--hostfile F] --mca pml ob1 --mca btl self,vader
 //            --mca odls_base_sigkill_timeout 0 --output-filename LOG_DIR <program> <args...>
+// and with a hostfile (ranks on other hosts) `--mca btl self,vader,tcp` (TCP between hosts,
+// shared memory within one) and `-x NAME` for every variable of the environment additions,
+// so remote ranks get them too (interfaces: Open MPI's btl_tcp_if_include /
+// oob_tcp_if_include, e.g. OMPI_MCA_btl_tcp_if_include=eth0 in the caller's environment),
 // and the environment additions are the ones Open MPI needs on such a machine: run as root,
 // oversubscription and yield_when_idle always; OPENBLAS_NUM_THREADS=1 when there is more than
 // one rank; OMP_NUM_THREADS=1 when ranks outnumber the cores. Then MpirunSpec::extra_env

@@ -117,6 +117,16 @@ TEST(MpirunCommandTest, OneRankKeepsThreadsAndHostfileIsPassedThrough) {
   EXPECT_EQ(cmd->argv[3], "--hostfile");
   EXPECT_EQ(cmd->argv[4], hostfile);
   EXPECT_EQ(cmd->argv.back(), "prog");
+  // Across hosts: TCP beside shared memory, and every variable of the ranks forwarded by name.
+  const std::string argv = [&] {
+    std::string all;
+    for (const std::string& a : cmd->argv) all += a + " ";
+    return all;
+  }();
+  EXPECT_NE(argv.find("--mca btl self,vader,tcp "), std::string::npos) << argv;
+  for (const auto& [name, value] : cmd->env) {
+    EXPECT_NE(argv.find("-x " + name + " "), std::string::npos) << name << " not forwarded: " << argv;
+  }
   for (const auto& [name, value] : cmd->env) {
     EXPECT_NE(name, "OPENBLAS_NUM_THREADS");
     EXPECT_NE(name, "OMP_NUM_THREADS");

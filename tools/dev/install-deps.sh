@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Tessera needs, only those that are missing.
 # Idempotent and quiet; safe to run before every build. Needs root (or sudo) on a fresh machine.
 set -euo pipefail
-pkgs=(build-essential cmake git pkg-config ca-certificates
+pkgs=(build-essential cmake git pkg-config ca-certificates iproute2
       libopenblas-openmp-dev libdnnl-dev libyaml-cpp-dev librocksdb-dev libboost-dev
       libopenmpi-dev openmpi-bin liburing-dev libgtest-dev libgmock-dev python3-numpy
       clang libclang-rt-14-dev)  # clang + its libFuzzer/sanitizer runtimes: tests/fuzz

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Training across hosts over real TCP (label multirank): two namespace hosts built by
+tools/dev/test-hosts.sh, plain `mpirun --hostfile` with Open MPI's TCP transport between
+them and shared memory inside each, against the same job on one host.
+
+usage: multihost_equivalence.py TESSERA MPIEXEC CONFIG WORKDIR HOSTS_SCRIPT [MPIRUN_FLAG...]
+
+Exits 77 (CTest: skipped, with the reason printed) where network namespaces cannot be made
+(not root, no CAP_NET_ADMIN, no iproute2). The hosts are torn down at the end, also after a
+failure. The reduction order of every collective is fixed by rank, not by transport, so:
+  * dp = 2, one rank per host: final weights BIT-IDENTICAL to dp = 2 on one host;
+  * tp = 2 x dp = 2, two ranks per host (each tp pair inside one host, dp across the link):
+    BIT-IDENTICAL to the same layout on one host;
+  * `tessera launch --hostfile` (one slot per host, the control plane bound to host 1's
+    address): the rank on host 1 registers over the supervisor's Unix socket, the rank on
+    host 2 (its own /tmp: the socket is not there) over TCP; BIT-IDENTICAL to dp = 2 on one
+    host.
+Prints each run's wall time; exits non-zero with every failure listed.
+"""
+import os, subprocess, sys, time
+
+import tessera_runs as tr
+from tessera_runs import Runner
+
+hosts_script = sys.argv[5]
+argv = sys.argv[:5] + sys.argv[6:]
+check = subprocess.run(["bash", hosts_script, "check"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+if check.returncode != 0:
+    print(f"SKIP: {check.stdout.strip()}")
+    sys.exit(77)
+
+runner = Runner(argv, ["train.steps=6", "train.micro_batch_size=2", "train.seq_len=16",
+                       "train.log_interval=6", "train.eval_interval=0", "comm.bucket_mb=0.1",
+                       "schedule.warmup_steps=2", "schedule.decay_steps=6"])
+failures = []
+state = os.path.join(runner.work, "hosts")
+os.environ["TESSERA_TEST_HOSTS"] = state
+# Open MPI reads these from the environment, in mpirun and in tessera launch's mpirun alike.
+os.environ.update({"OMPI_MCA_plm_rsh_agent": os.path.join(state, "rsh"),
+                   "OMPI_MCA_btl_tcp_if_include": "eth0", "OMPI_MCA_oob_tcp_if_include": "eth0"})
+
+
+def across_hosts(name, np, sets, map_by):
+    """`tessera train` under mpirun started inside host 1 over the hostfile of both hosts."""
+    out, cmd = runner.command(name, 1, sets)
+    mpirun = ["mpirun", "--allow-run-as-root", "-np", str(np), "--hostfile",
+              os.path.join(state, "hostfile"), "--map-by", map_by,
+              "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
+              "--mca", "odls_base_sigkill_timeout", "0",
+              "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1"]
+    t0 = time.time()
+    p = subprocess.run(["bash", hosts_script, "exec", "1"] + mpirun + cmd, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    print(f"{name}: np={np} across 2 hosts ({map_by}) {' '.join(sets)}: exit {p.returncode} "
+          f"in {time.time() - t0:.2f} s")
+    if p.returncode != 0:
+        print(p.stdout[-6000:])
+        failures.append(f"{name} exited {p.returncode}")
+    return out
+
+
+try:
+    up = subprocess.run(["bash", hosts_script, "up", "2"], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+    if up.returncode != 0:
+        sys.exit(f"FAIL: test-hosts.sh up 2: {up.stdout}")
+    dp = ["parallel.dp=2", "parallel.zero=1"]
+    ref_dp2 = runner.run("dp2_one_host", 2, dp + [f"checkpoint.dir={runner.work}/dp2_one_ckpt"])[0]
+    out = across_hosts("dp2_two_hosts", 2, dp + [f"checkpoint.dir={runner.work}/dp2_two_ckpt"], "node")
+    tr.same_bits(ref_dp2, out, "dp=2, one rank per host vs one host", failures)
+    tpdp = ["parallel.dp=2", "parallel.tp=2", "parallel.zero=1"]
+    ref = runner.run("tp2dp2_one_host", 4, tpdp + [f"checkpoint.dir={runner.work}/tpdp_one_ckpt"])[0]
+    out = across_hosts("tp2dp2_two_hosts", 4, tpdp + [f"checkpoint.dir={runner.work}/tpdp_two_ckpt"],
+                       "slot")
+    tr.same_bits(ref, out, "tp=2 x dp=2, a tp pair per host vs one host", failures)
+
+    # tessera launch across the hosts, one rank each.
+    one_slot = os.path.join(state, "hostfile_one_slot")
+    with open(os.path.join(state, "hostfile")) as f, open(one_slot, "w") as g:
+        g.write(f.read().replace("slots=2", "slots=1"))
+    out, cmd = runner.command("dp2_launch_two_hosts", 1,
+                              dp + [f"checkpoint.dir={runner.work}/dp2_launch_ckpt"])
+    launch = [runner.tessera, "launch", "-n", "2", "--hostfile", one_slot, "--bind", "10.231.0.1",
+              "--backoff", "0.2"] + cmd[2:]
+    t0 = time.time()
+    p = subprocess.run(["bash", hosts_script, "exec", "1"] + launch, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    print(f"dp2_launch_two_hosts: exit {p.returncode} in {time.time() - t0:.2f} s")
+    if p.returncode != 0:
+        print(p.stdout[-6000:])
+        failures.append(f"tessera launch across hosts exited {p.returncode}")
+    tr.check("(1 over the Unix socket, 1 over TCP)" in p.stdout,
+             "launch: host 1's rank registered over the Unix socket, host 2's over TCP", failures)
+    tr.same_bits(ref_dp2, out, "tessera launch, one rank per host vs one host", failures)
+finally:
+    subprocess.run(["bash", hosts_script, "down"])
+
+if failures:
+    print("FAILURES:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print("PASS")

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Test hosts on one machine: N "hosts" as network namespaces on a private bridge, each with its
+# own address, hostname (a UTS namespace) and local /tmp (its scratch directory, bind-mounted in
+# a mount namespace: a Unix socket or file one host leaves in /tmp is not on the others), for
+# multi-host runs without a cluster. Everything else of the file system is shared. Needs root
+# (CAP_NET_ADMIN), iproute2 and util-linux. Touches none of the machine's real interfaces: the
+# bridge has no address and nothing is routed off it.
+#
+#   tools/dev/test-hosts.sh up N        create hosts 1..N (N <= 8), replacing any earlier set
+#   tools/dev/test-hosts.sh down        remove them and their state (idempotent; also after a
+#                                       failed test)
+#   tools/dev/test-hosts.sh exec I CMD  run CMD (joined and run by sh, as ssh does) inside host I
+#   tools/dev/test-hosts.sh check       exit 0 if hosts can be created here, else say why
+#
+# State: $TESSERA_TEST_HOSTS (default /var/tmp/tessera-test-hosts; not under /tmp, which each
+# host replaces) holds `hostfile` (one line per host: "10.231.0.I slots=2"), `rsh` (the agent for
+# mpirun, --mca plm_rsh_agent STATE/rsh: it runs Open MPI's daemon inside the target host, so
+# nothing but the agent is special) and host<I>/ (that host's /tmp). Names: namespaces tsh<I>,
+# bridge tshbr, veths tshv<I>. Inside each host the interface is eth0: give mpirun
+# --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0.
+# Link faults: `exec I tc qdisc add dev eth0 root netem delay 50ms loss 1%`, or from outside
+# `ip -n tsh<I> link set eth0 down`.
+set -euo pipefail
+prefix=tsh
+subnet=10.231.0
+bridge=${prefix}br
+state=${TESSERA_TEST_HOSTS:-/var/tmp/tessera-test-hosts}
+self=$(readlink -f "$0")
+
+die() { echo "test-hosts: $*" >&2; exit 1; }
+
+check() {
+  [[ $(id -u) == 0 ]] || { echo "test-hosts: needs root (network namespaces)"; return 1; }
+  command -v ip >/dev/null || { echo "test-hosts: needs iproute2 (the ip command)"; return 1; }
+  command -v unshare >/dev/null || { echo "test-hosts: needs util-linux (unshare)"; return 1; }
+  local probe=${prefix}probe$$
+  if ! ip netns add "$probe" 2>/dev/null; then
+    echo "test-hosts: cannot create a network namespace here (no CAP_NET_ADMIN?)"
+    return 1
+  fi
+  ip netns del "$probe"
+}
+
+down() {
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0-9]+$" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$state"
+}
+
+up() {
+  local n=${1:-}
+  [[ $n =~ ^[1-8]$ ]] || die "up: N must be 1..8, got '$n'"
+  check >&2 || exit 1
+  down
+  mkdir -p "$state"
+  ip link add "$bridge" type bridge
+  ip link set "$bridge" up
+  : > "$state/hostfile"
+  for i in $(seq 1 "$n"); do
+    ip netns add "${prefix}$i"
+    ip link add "${prefix}v$i" type veth peer name eth0 netns "${prefix}$i"
+    ip link set "${prefix}v$i" master "$bridge" up
+    ip -n "${prefix}$i" addr add "$subnet.$i/24" dev eth0
+    ip -n "${prefix}$i" link set eth0 up
+    ip -n "${prefix}$i" link set lo up
+    mkdir -p "$state/host$i"
+    chmod 1777 "$state/host$i"
+    echo "$subnet.$i slots=2" >> "$state/hostfile"
+  done
+  # Open MPI calls the agent as: rsh HOST ORTED-COMMAND...; HOST is the hostfile's address.
+  cat > "$state/rsh" <<EOF
+#!/bin/sh
+host=\$1; shift
+TESSERA_TEST_HOSTS='$state' exec "$self" exec "\${host##*.}" "\$@"
+EOF
+  chmod +x "$state/rsh"
+  echo "test-hosts: $n host(s) up, state in $state"
+}
+
+# CMD inside host I's network namespace, a UTS namespace named after it and a mount namespace
+# whose /tmp is the host's scratch directory.
+exec_in() {
+  local i=${1:-}; shift || true
+  [[ -n ${1:-} ]] || die "exec: no command"
+  ip netns list | awk '{print $1}' | grep -qx "${prefix}$i" || die "exec: no host '$i'"
+  [[ -d $state/host$i ]] || die "exec: no scratch directory $state/host$i"
+  exec ip netns exec "${prefix}$i" unshare --uts --mount --propagation private /bin/sh -c \
+    'hostname "$0"; mount --bind "$1" /tmp; shift; exec /bin/sh -c "$*"' \
+    "${prefix}$i" "$state/host$i" "$@"
+}
+
+case ${1:-} in
+  up) shift; up "$@" ;;
+  down) down ;;
+  exec) shift; exec_in "$@" ;;
+  check) check ;;
+  *) sed -n '2,24p' "$self" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
