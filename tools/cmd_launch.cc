@@ -60,7 +60,11 @@ constexpr const char* kHelp =
     "resumes from checkpoint.dir when it holds checkpoints (resume=auto), so after a stop the\n"
     "same command continues where it left off.\n\n"
     "  -n N                    ranks (= parallel.dp x tp x pp x ep of the config)\n"
-    "  --hostfile FILE         Open MPI hostfile (\"HOST slots=K\" lines), checked before launch\n"
+    "  --hostfile FILE         Open MPI hostfile (\"HOST slots=K\" lines), checked before launch;\n"
+    "                          TCP between its hosts, every rank variable forwarded\n"
+    "  --spares K              hold the hostfile's last K hosts idle: a host whose every rank\n"
+    "                          fails together (killed, cut off) is replaced by one at the\n"
+    "                          restart, in its place (same layout: bit-identical)\n"
     "  --set key.path=value    config override, as for tessera train (repeatable)\n"
     "  --run-dir DIR           events.jsonl, report.json, per-rank logs\n"
     "                          (default: <train.out_dir>/launch)\n"
@@ -114,7 +118,7 @@ int RunLaunch(const Args& raw) {
                           {"--np", "--hostfile", "--set", "--run-dir", "--bind", "--heartbeat-timeout",
                            "--stall-timeout", "--stall-floor", "--startup-timeout", "--max-restarts",
                            "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
-                           "--preempt-timeout", "--heartbeat-ms", "--advertise"},
+                           "--preempt-timeout", "--heartbeat-ms", "--advertise", "--spares"},
                           {});
   if (!parsed.ok()) return Usage(parsed.status());
   const ParsedArgs& p = *parsed;
@@ -193,7 +197,7 @@ int RunLaunch(const Args& raw) {
     double* target;
   };
   double max_restarts = o.restart.max_restarts, crash_loop = o.restart.crash_loop_restarts;
-  double heartbeat_ms = o.heartbeat_ms;
+  double heartbeat_ms = o.heartbeat_ms, spares = 0;
   const NumberFlag numbers[] = {
       {"--heartbeat-timeout", &o.detector.heartbeat_timeout_s},
       {"--stall-timeout", &o.detector.stall_timeout_s},
@@ -206,6 +210,7 @@ int RunLaunch(const Args& raw) {
       {"--max-restarts", &max_restarts},
       {"--crash-loop", &crash_loop},
       {"--heartbeat-ms", &heartbeat_ms},
+      {"--spares", &spares},
   };
   for (const NumberFlag& n : numbers) {
     if (!p.Has(n.flag)) continue;
@@ -216,6 +221,10 @@ int RunLaunch(const Args& raw) {
   o.restart.max_restarts = static_cast<int>(max_restarts);
   o.restart.crash_loop_restarts = static_cast<int>(crash_loop);
   o.heartbeat_ms = static_cast<int>(heartbeat_ms);
+  o.spares = static_cast<int>(spares);
+  if (spares != o.spares || o.spares < 0 || (o.spares > 0 && o.hostfile.empty())) {
+    return Usage(InvalidArgument("--spares must be a whole number >= 0, with --hostfile"));
+  }
   if (o.heartbeat_ms < 10 || o.heartbeat_ms > 60000) {
     return Usage(InvalidArgument("--heartbeat-ms must be in [10, 60000]"));
   }

@@ -140,7 +140,7 @@ Status Watch::Launch() {
 
   MpirunSpec spec;
   spec.num_ranks = o_.num_ranks;
-  spec.hostfile = o_.hostfile;
+  spec.hostfile = run_.hostfile.empty() ? o_.hostfile : run_.hostfile;
   spec.log_dir = o_.run_dir + "/logs/" + log_.run_id() + "/incarnation_" + std::to_string(k_);
   spec.program = o_.program;
   spec.program_args = o_.program_args;

@@ -55,6 +55,9 @@ struct RunState {
   int stops_handled = 0;
   const std::atomic<int>* checkpoint_requests = nullptr;
   int checkpoints_handled = 0;
+  // The hostfile this incarnation is launched with: the host pool's (spares held back, lost
+  // hosts replaced: host_pool.h) or, without one, SupervisorOptions::hostfile.
+  std::string hostfile;
 };
 
 struct IncarnationEnd {

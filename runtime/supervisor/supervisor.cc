@@ -5,12 +5,14 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "checkpoint/catalog.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/file_util.h"
+#include "runtime/supervisor/host_pool.h"
 #include "runtime/core/json.h"
 #include "runtime/supervisor/incarnation.h"
 #include "runtime/supervisor/run_log.h"
@@ -41,8 +43,32 @@ std::string CheckpointWord(int64_t step) {
 
 // Records a failure and asks the policy. Returns the backoff before the next launch, or
 // nullopt when the run ends (the report says why).
+// Hosts of the failed ranks that no longer answer are lost (host_pool.h): each is replaced by a
+// spare when one is left (the same layout: the restart ends bit-identical), else the restart
+// tries the same hosts (and the restart budget decides).
+std::string RanksOnHost(const HostPool& pool, const std::string& host) {
+  std::string ranks;
+  for (int r = 0; r < pool.ranks(); ++r) {
+    if (pool.HostOfRank(r) == host) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  return ranks;
+}
+
+void ReplaceLostHosts(int64_t k, const Failure& f, HostPool& pool, RunLog& log) {
+  for (const std::string& host : pool.LostHosts(f.ranks)) {
+    const std::string ranks = RanksOnHost(pool, host);
+    const std::string spare = pool.Replace(host);
+    log.Emit(k, "host_lost",
+             spare.empty() ? StrFormat("host %s (ranks %s) does not answer: lost; no spare left, "
+                                       "the restart uses the same hosts", host.c_str(), ranks.c_str())
+                           : StrFormat("host %s (ranks %s) does not answer: lost; replaced by "
+                                       "spare %s (%d spare(s) left)", host.c_str(), ranks.c_str(),
+                                       spare.c_str(), pool.spares_left()));
+  }
+}
+
 std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, RestartPolicy& policy,
-                                SupervisorOutcome& outcome) {
+                                SupervisorOutcome& outcome, HostPool* pool) {
   RunLog& log = *run.log;
   RunReport& report = *run.report;
   FailureRecord fr;
@@ -58,6 +84,7 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
            StrFormat("%s (%s) at step %lld: %s; detected after %.3f s", fr.kind.c_str(),
                      RankWord(f.ranks).c_str(), static_cast<long long>(f.step), f.detail.c_str(),
                      fr.detected_s - fr.failed_s));
+  if (pool != nullptr) ReplaceLostHosts(k, f, *pool, log);
   const RestartDecision d = policy.OnFailure(Clock::now(), run.newest_committed);
   // Where the next incarnation resumes (corrected if it has to fall back past a damaged one).
   fr.resume_step = d.restart ? std::max<int64_t>(run.newest_committed, 0) : -1;
@@ -198,6 +225,14 @@ Result<SupervisorOutcome> Supervisor::Run() {
   run.stop_requests = &stop_requests_;
   run.checkpoint_requests = &checkpoint_requests_;
   RestartPolicy policy(o.restart, run.newest_committed);
+  std::optional<HostPool> pool;
+  if (!o.hostfile.empty()) {
+    ASSIGN_OR_RETURN(std::vector<HostfileEntry> hosts, ParseHostfile(o.hostfile));
+    ASSIGN_OR_RETURN(HostPool p, HostPool::Create(std::move(hosts), o.spares, o.num_ranks, o.hostfile));
+    pool.emplace(std::move(p));
+  } else if (o.spares > 0) {
+    return InvalidArgument("launch: --spares needs --hostfile (the spares are its last hosts)");
+  }
 
   log.Emit(0, "start",
            StrFormat("run %s: %d ranks, %s, logs in %s/logs/%s", log.run_id().c_str(), o.num_ranks,
@@ -206,11 +241,15 @@ Result<SupervisorOutcome> Supervisor::Run() {
                      o.run_dir.c_str(), log.run_id().c_str()));
 
   for (int64_t k = 0;; ++k) {
+    if (pool) {
+      ASSIGN_OR_RETURN(run.hostfile, pool->WriteHostfile(o.run_dir, k));
+    }
     ASSIGN_OR_RETURN(IncarnationEnd end, RunIncarnation(k, run));
     end.record.outcome = IncarnationOutcomeName(end.kind);
     report.incarnations.push_back(end.record);
     if (EndsRun(end, run, outcome)) break;
-    const std::optional<double> backoff_s = OnFailure(k, *end.failure, run, policy, outcome);
+    const std::optional<double> backoff_s =
+        OnFailure(k, *end.failure, run, policy, outcome, pool ? &*pool : nullptr);
     if (!backoff_s || StoppedDuringBackoff(k, *backoff_s, stop_requests_, run, outcome)) break;
   }
   RETURN_IF_ERROR(FinishReport(run, log, o, report));

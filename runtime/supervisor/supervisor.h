@@ -40,6 +40,8 @@ namespace tessera {
 struct SupervisorOptions {
   int num_ranks = 1;            // mpirun -np
   std::string hostfile;         // optional Open MPI hostfile, validated before launch
+  int spares = 0;               // the hostfile's last `spares` hosts held idle; a lost host is
+                                //   replaced by one at the next restart (host_pool.h)
   std::string program;          // the rank program (the tessera binary)
   std::vector<std::string> program_args;  // e.g. {"train", CONFIG, "--set", "resume=auto"}
   std::string run_dir;          // required: events, report, logs

@@ -14,7 +14,10 @@ failure. The reduction order of every collective is fixed by rank, not by transp
   * `tessera launch --hostfile` (one slot per host, the control plane bound to host 1's
     address): the rank on host 1 registers over the supervisor's Unix socket, the rank on
     host 2 (its own /tmp: the socket is not there) over TCP; BIT-IDENTICAL to dp = 2 on one
-    host.
+    host;
+  * losing a host with a spare (`--spares 1`, three hosts): after step 10 every process of host
+    2 is killed and its link cut; the supervisor finds host 2 does not answer, restarts from the
+    last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch.
 Prints each run's wall time; exits non-zero with every failure listed.
 """
 import os, subprocess, sys, time
@@ -61,7 +64,7 @@ def across_hosts(name, np, sets, map_by):
 
 
 try:
-    up = subprocess.run(["bash", hosts_script, "up", "2"], stdout=subprocess.PIPE,
+    up = subprocess.run(["bash", hosts_script, "up", "3"], stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True)
     if up.returncode != 0:
         sys.exit(f"FAIL: test-hosts.sh up 2: {up.stdout}")
@@ -76,23 +79,57 @@ try:
     tr.same_bits(ref, out, "tp=2 x dp=2, a tp pair per host vs one host", failures)
 
     # tessera launch across the hosts, one rank each.
-    one_slot = os.path.join(state, "hostfile_one_slot")
-    with open(os.path.join(state, "hostfile")) as f, open(one_slot, "w") as g:
-        g.write(f.read().replace("slots=2", "slots=1"))
-    out, cmd = runner.command("dp2_launch_two_hosts", 1,
-                              dp + [f"checkpoint.dir={runner.work}/dp2_launch_ckpt"])
-    launch = [runner.tessera, "launch", "-n", "2", "--hostfile", one_slot, "--bind", "10.231.0.1",
-              "--backoff", "0.2"] + cmd[2:]
-    t0 = time.time()
-    p = subprocess.run(["bash", hosts_script, "exec", "1"] + launch, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=600)
-    print(f"dp2_launch_two_hosts: exit {p.returncode} in {time.time() - t0:.2f} s")
-    if p.returncode != 0:
-        print(p.stdout[-6000:])
-        failures.append(f"tessera launch across hosts exited {p.returncode}")
-    tr.check("(1 over the Unix socket, 1 over TCP)" in p.stdout,
+    lines = open(os.path.join(state, "hostfile")).read().replace("slots=2", "slots=1").splitlines()
+    two_hosts, three_hosts = os.path.join(state, "hosts12"), os.path.join(state, "hosts123")
+    open(two_hosts, "w").write("\n".join(lines[:2]) + "\n")
+    open(three_hosts, "w").write("\n".join(lines[:3]) + "\n")
+
+    def launch(name, hostfile, sets, extra=(), lose_host_after=None):
+        out, cmd = runner.command(name, 1, sets + [f"checkpoint.dir={runner.work}/{name}_ckpt"])
+        argv = [runner.tessera, "launch", "-n", "2", "--hostfile", hostfile, "--bind",
+                "10.231.0.1", "--backoff", "0.2"] + list(extra) + cmd[2:]
+        t0 = time.time()
+        log = os.path.join(runner.work, name + ".log")
+        p = subprocess.Popen(["bash", hosts_script, "exec", "1"] + argv, stdout=open(log, "w"),
+                             stderr=subprocess.STDOUT)
+        while lose_host_after is not None and p.poll() is None and time.time() - t0 < 300:
+            try:
+                done = sum(1 for _ in open(os.path.join(out, "metrics.jsonl")))
+            except OSError:
+                done = 0
+            if done >= lose_host_after:  # every process of host 2 killed, its link cut
+                pids = subprocess.run(["ip", "netns", "pids", "tsh2"], stdout=subprocess.PIPE,
+                                      text=True).stdout.split()
+                subprocess.run(["kill", "-9"] + pids)
+                subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "down"])
+                break
+            time.sleep(0.05)
+        try:
+            rc = p.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        text = open(log).read()
+        print(f"{name}: exit {rc} in {time.time() - t0:.2f} s")
+        if rc != 0:
+            print(text[-6000:])
+            failures.append(f"{name} exited {rc}")
+        return out, text
+
+    out, text = launch("dp2_launch_two_hosts", two_hosts, dp)
+    tr.check("(1 over the Unix socket, 1 over TCP)" in text,
              "launch: host 1's rank registered over the Unix socket, host 2's over TCP", failures)
     tr.same_bits(ref_dp2, out, "tessera launch, one rank per host vs one host", failures)
+
+    # Losing host 2 with host 3 held as a spare.
+    longer = dp + ["train.steps=24", "schedule.decay_steps=24", "checkpoint.interval_steps=4"]
+    ref_long, _ = launch("launch_ref_24", two_hosts, longer)
+    out, text = launch("launch_lose_host", three_hosts, longer, ["--spares", "1"],
+                       lose_host_after=10)
+    tr.check("host 10.231.0.2 (ranks 1) does not answer: lost; replaced by spare 10.231.0.3" in text,
+             "lost host: detected by name and replaced by the spare", failures)
+    tr.check("1 failure" in text, "lost host: one failure, one restart", failures)
+    tr.same_bits(ref_long, out, "lost host replaced by a spare vs the fault-free launch", failures)
 finally:
     subprocess.run(["bash", hosts_script, "down"])
 

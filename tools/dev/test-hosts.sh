@@ -46,6 +46,12 @@ down() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
+  # A namespace outlives its name while a socket of it lingers (a connection whose peer's link
+  # was cut retransmits its FIN for minutes): take our side of every veth away, which removes
+  # the pair, so a new set never collides with an old one.
+  for link in $(ip -o link show 2>/dev/null | grep -oE "^[0-9]+: ${prefix}v[0-9]+" | awk '{print $2}' || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
   ip link del "$bridge" 2>/dev/null || true
   rm -rf "$state"
 }

@@ -1,0 +1,62 @@
+// runtime/supervisor/host_pool.h — the hosts of a run across machines: those in use and the
+// spares held idle (`tessera launch --hostfile F --spares K`), and which host a rank runs on.
+//
+// Owns: the hostfile's entries split into active hosts (the first ones, enough slots for the
+// ranks) and spares (the last K), and the hostfile each incarnation is launched with
+// (<run_dir>/hostfile.<k>: the active hosts in order). Rank placement is Open MPI's default
+// by-slot mapping — rank r goes to the first active host whose cumulative slots exceed r —
+// so HostOfRank is exact for the hostfile it wrote.
+// Losing a host: after a failure, each host that ran one of the failed ranks is probed (a TCP
+// connect to a closed port: a refusal or a connection means the host answers; no answer within
+// the probe's timeout, or unreachable, means it is gone: every process killed and its link
+// cut). Which rank's connection closed first says little — mpirun takes the survivors down
+// within a millisecond — so the probe decides. Replace puts the first unused spare in a lost
+// host's place, at the same position, so every rank keeps its place in the layout and the
+// restart ends bit-identical. A lost host is never used again in this run. A host behind a
+// firewall that drops (not refuses) the probe looks lost: then a spare is used needlessly,
+// never a lost host kept.
+// Thread-safety: the supervisor's thread only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/supervisor/launcher.h"
+
+namespace tessera {
+
+class HostPool {
+ public:
+  // `hosts` from ParseHostfile; the last `spares` are held back. kInvalidArgument when fewer
+  // than spares + 1 hosts are listed or the active hosts have fewer slots than `ranks`.
+  using Probe = std::function<bool(const std::string& host)>;  // true: the host answers
+  static Result<HostPool> Create(std::vector<HostfileEntry> hosts, int spares, int ranks,
+                                 const std::string& path, Probe probe = {});
+
+  // Writes <dir>/hostfile.<k> with the active hosts; returns its path.
+  Result<std::string> WriteHostfile(const std::string& dir, int64_t k) const;
+  // The active host rank `rank` runs on ("" when past every slot).
+  std::string HostOfRank(int rank) const;
+  // The active hosts that ran one of `ranks` and do not answer the probe (in host order).
+  std::vector<std::string> LostHosts(const std::vector<int>& ranks) const;
+  // Puts the next spare in `host`'s place; returns the spare's name, or "" when none is left.
+  std::string Replace(const std::string& host);
+
+  const std::vector<HostfileEntry>& active() const { return active_; }
+  int spares_left() const { return static_cast<int>(spares_.size()); }
+  int ranks() const { return ranks_; }
+
+ private:
+  HostPool() = default;
+  std::vector<HostfileEntry> active_, spares_;
+  int ranks_ = 0;
+  Probe probe_;
+};
+
+// The default probe: a TCP connect to port 1 of `host` (a name or an address) within
+// timeout_s; true when the host refuses or accepts it.
+bool HostAnswers(const std::string& host, double timeout_s = 2.0);
+
+}  // namespace tessera
