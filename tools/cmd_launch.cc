@@ -8,7 +8,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "runtime/core/exit_codes.h"
@@ -46,6 +48,33 @@ void InstallHandlers() {
   sigaction(SIGPIPE, &sa, nullptr);  // a rank's closed socket must not end the supervisor
 }
 
+// The layouts an elastic restart may shrink to: the largest data-parallel size the surviving
+// slots hold (tp x pp x ep ranks per replica) that divides the micro-batches of a step, with
+// more accumulation so the global batch stays the same. ZeRO 3 needs two data ranks: below
+// that, ZeRO 2 (the same bits).
+std::function<Result<ElasticLayout>(int)> ElasticLayouts(const ParallelConfig& par, int64_t accum) {
+  return [par, accum](int slots) -> Result<ElasticLayout> {
+    const int unit = par.tp * par.pp * par.ep;
+    const int64_t micro = static_cast<int64_t>(par.dp) * accum;  // per step, over dp
+    for (int dp = std::min(par.dp, slots / unit); dp >= 1; --dp) {
+      if (micro % dp != 0) continue;
+      ElasticLayout l;
+      l.ranks = dp * unit;
+      l.args = {"--set", "parallel.dp=" + std::to_string(dp), "--set",
+                "train.grad_accum_steps=" + std::to_string(micro / dp)};
+      if (par.zero == 3 && dp * par.ep < 2) l.args.insert(l.args.end(), {"--set", "parallel.zero=2"});
+      l.description = "dp " + std::to_string(par.dp) + " -> " + std::to_string(dp) +
+                      ", grad_accum_steps " + std::to_string(accum) + " -> " +
+                      std::to_string(micro / dp) + " (the global batch kept: " +
+                      std::to_string(micro) + " micro-batches a step); the checkpoint is "
+                      "resharded on load";
+      return l;
+    }
+    return FailedPrecondition(std::to_string(slots) + " slots hold no data-parallel replica of " +
+                              std::to_string(unit) + " ranks (tp x pp x ep)");
+  };
+}
+
 int Usage(const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
   return kExitUsage;
@@ -62,9 +91,12 @@ constexpr const char* kHelp =
     "  -n N                    ranks (= parallel.dp x tp x pp x ep of the config)\n"
     "  --hostfile FILE         Open MPI hostfile (\"HOST slots=K\" lines), checked before launch;\n"
     "                          TCP between its hosts, every rank variable forwarded\n"
-    "  --spares K              hold the hostfile's last K hosts idle: a host whose every rank\n"
-    "                          fails together (killed, cut off) is replaced by one at the\n"
+    "  --spares K              hold the hostfile's last K hosts idle: a failed rank's host that\n"
+    "                          no longer answers (killed, cut off) is replaced by one at the\n"
     "                          restart, in its place (same layout: bit-identical)\n"
+    "  --elastic MIN           with no spare left, restart on the surviving hosts (at least MIN)\n"
+    "                          with a smaller dp and more accumulation: the same global batch,\n"
+    "                          the checkpoint resharded on load\n"
     "  --set key.path=value    config override, as for tessera train (repeatable)\n"
     "  --run-dir DIR           events.jsonl, report.json, per-rank logs\n"
     "                          (default: <train.out_dir>/launch)\n"
@@ -118,7 +150,8 @@ int RunLaunch(const Args& raw) {
                           {"--np", "--hostfile", "--set", "--run-dir", "--bind", "--heartbeat-timeout",
                            "--stall-timeout", "--stall-floor", "--startup-timeout", "--max-restarts",
                            "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
-                           "--preempt-timeout", "--heartbeat-ms", "--advertise", "--spares"},
+                           "--preempt-timeout", "--heartbeat-ms", "--advertise", "--spares",
+                           "--elastic"},
                           {});
   if (!parsed.ok()) return Usage(parsed.status());
   const ParsedArgs& p = *parsed;
@@ -197,7 +230,7 @@ int RunLaunch(const Args& raw) {
     double* target;
   };
   double max_restarts = o.restart.max_restarts, crash_loop = o.restart.crash_loop_restarts;
-  double heartbeat_ms = o.heartbeat_ms, spares = 0;
+  double heartbeat_ms = o.heartbeat_ms, spares = 0, elastic = 0;
   const NumberFlag numbers[] = {
       {"--heartbeat-timeout", &o.detector.heartbeat_timeout_s},
       {"--stall-timeout", &o.detector.stall_timeout_s},
@@ -211,6 +244,7 @@ int RunLaunch(const Args& raw) {
       {"--crash-loop", &crash_loop},
       {"--heartbeat-ms", &heartbeat_ms},
       {"--spares", &spares},
+      {"--elastic", &elastic},
   };
   for (const NumberFlag& n : numbers) {
     if (!p.Has(n.flag)) continue;
@@ -225,6 +259,11 @@ int RunLaunch(const Args& raw) {
   if (spares != o.spares || o.spares < 0 || (o.spares > 0 && o.hostfile.empty())) {
     return Usage(InvalidArgument("--spares must be a whole number >= 0, with --hostfile"));
   }
+  o.elastic_min_hosts = static_cast<int>(elastic);
+  if (elastic != o.elastic_min_hosts || elastic < 0 || (elastic > 0 && o.hostfile.empty())) {
+    return Usage(InvalidArgument("--elastic must be a whole number of hosts >= 0, with --hostfile"));
+  }
+  if (o.elastic_min_hosts > 0) o.elastic = ElasticLayouts(config->parallel, config->train.grad_accum_steps);
   if (o.heartbeat_ms < 10 || o.heartbeat_ms > 60000) {
     return Usage(InvalidArgument("--heartbeat-ms must be in [10, 60000]"));
   }

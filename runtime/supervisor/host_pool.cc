@@ -93,6 +93,18 @@ bool HostAnswers(const std::string& host, double timeout_s) {
   return answers;
 }
 
+void HostPool::Remove(const std::string& host) {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [&](const HostfileEntry& h) { return h.host == host; }),
+                active_.end());
+}
+
+int HostPool::slots() const {
+  int n = 0;
+  for (const HostfileEntry& h : active_) n += h.slots;
+  return n;
+}
+
 std::string HostPool::Replace(const std::string& host) {
   if (spares_.empty()) return "";
   for (HostfileEntry& h : active_) {

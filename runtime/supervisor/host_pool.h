@@ -43,6 +43,10 @@ class HostPool {
   std::vector<std::string> LostHosts(const std::vector<int>& ranks) const;
   // Puts the next spare in `host`'s place; returns the spare's name, or "" when none is left.
   std::string Replace(const std::string& host);
+  // Drops `host` (an elastic restart goes on without it).
+  void Remove(const std::string& host);
+  void set_ranks(int ranks) { ranks_ = ranks; }  // the layout placed on the active hosts
+  int slots() const;  // of the active hosts
 
   const std::vector<HostfileEntry>& active() const { return active_; }
   int spares_left() const { return static_cast<int>(spares_.size()); }

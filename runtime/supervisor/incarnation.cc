@@ -127,7 +127,7 @@ Status Watch::Launch() {
   so.bind_address = o_.bind_address;
   so.run_id = log_.run_id();
   so.incarnation = k_;
-  so.world_size = o_.num_ranks;
+  so.world_size = run_.num_ranks;
   so.secret = secret;
   so.unix_socket_parent = o_.control_socket_parent;
   ASSIGN_OR_RETURN(server_, ControlServer::Start(so, [this](const ControlEvent& e) {
@@ -139,11 +139,12 @@ Status Watch::Launch() {
                    }));
 
   MpirunSpec spec;
-  spec.num_ranks = o_.num_ranks;
+  spec.num_ranks = run_.num_ranks;
   spec.hostfile = run_.hostfile.empty() ? o_.hostfile : run_.hostfile;
   spec.log_dir = o_.run_dir + "/logs/" + log_.run_id() + "/incarnation_" + std::to_string(k_);
   spec.program = o_.program;
   spec.program_args = o_.program_args;
+  spec.program_args.insert(spec.program_args.end(), run_.extra_args.begin(), run_.extra_args.end());
   spec.mpirun = o_.mpirun;
   spec.extra_env = {
       {kEnvControlAddress, o_.advertise_address.empty() ? o_.bind_address : o_.advertise_address},
@@ -170,11 +171,11 @@ Status Watch::Launch() {
   }
   log_.Emit(k_, "launch",
             StrFormat("incarnation %lld: mpirun -np %d (pid %d), ", static_cast<long long>(k_),
-                      o_.num_ranks, static_cast<int>(session_.pid())) +
+                      run_.num_ranks, static_cast<int>(session_.pid())) +
                 (run_.newest_committed >= 0 ? "resuming from checkpoint step " + std::to_string(resume_step_)
                                             : std::string("from step 0")));
   echo_ = std::make_unique<LogEcho>(end_.job_log, o_.echo_job_output ? o_.out : nullptr);
-  detector_.emplace(o_.detector, o_.num_ranks, launched_at_);
+  detector_.emplace(o_.detector, run_.num_ranks, launched_at_);
   detector_->SetStartStep(resume_step_);
   detector_->SetTargetStep(o_.target_steps);
   return Status::Ok();
@@ -246,11 +247,11 @@ bool Watch::Drain() {
         if (stop_sent_) server_->Broadcast(SupervisorCommand::kStop);
         ++(e.transport == ControlTransport::kUnix ? end_.record.ranks_over_unix_socket
                                                   : end_.record.ranks_over_tcp);
-        if (++registered_ == o_.num_ranks) {
+        if (++registered_ == run_.num_ranks) {
           log_.Emit(k_, "registered",
                     StrFormat("all %d ranks connected in %.2f s (%d over the Unix socket, %d "
                               "over TCP)",
-                              o_.num_ranks,
+                              run_.num_ranks,
                               std::chrono::duration<double>(e.time - launched_at_).count(),
                               end_.record.ranks_over_unix_socket, end_.record.ranks_over_tcp));
         }
@@ -299,7 +300,7 @@ void Watch::ForwardRequests(Clock::time_point now) {
     log_.Emit(k_, "preempt",
               StrFormat("stop requested: asked %d of %d ranks to checkpoint and exit (the others "
                         "when they connect); up to %.0f s",
-                        n, o_.num_ranks, o_.preempt_timeout_s));
+                        n, run_.num_ranks, o_.preempt_timeout_s));
   }
   const int checkpoints = run_.checkpoint_requests->load(std::memory_order_relaxed);
   if (checkpoints > run_.checkpoints_handled) {
@@ -307,7 +308,7 @@ void Watch::ForwardRequests(Clock::time_point now) {
     checkpoint_pending_ = true;
   }
   // Every rank must get it: they agree on the step, so one missing rank would never agree.
-  if (checkpoint_pending_ && registered_ == o_.num_ranks && !stop_sent_) {
+  if (checkpoint_pending_ && registered_ == run_.num_ranks && !stop_sent_) {
     checkpoint_pending_ = false;
     const int n = server_->Broadcast(SupervisorCommand::kCheckpointNow);
     log_.Emit(k_, "checkpoint", StrFormat("checkpoint requested from %d ranks", n));

@@ -58,6 +58,10 @@ struct RunState {
   // The hostfile this incarnation is launched with: the host pool's (spares held back, lost
   // hosts replaced: host_pool.h) or, without one, SupervisorOptions::hostfile.
   std::string hostfile;
+  // The ranks it launches and the arguments added after SupervisorOptions::program_args:
+  // the options' own, until an elastic restart shrinks the layout to the surviving hosts.
+  int num_ranks = 0;
+  std::vector<std::string> extra_args;
 };
 
 struct IncarnationEnd {

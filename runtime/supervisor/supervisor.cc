@@ -54,17 +54,42 @@ std::string RanksOnHost(const HostPool& pool, const std::string& host) {
   return ranks;
 }
 
-void ReplaceLostHosts(int64_t k, const Failure& f, HostPool& pool, RunLog& log) {
+// Returns an error when an elastic restart cannot go on (too few hosts, no layout fits).
+Status ReplaceLostHosts(int64_t k, const Failure& f, HostPool& pool, RunState& run) {
+  const SupervisorOptions& o = *run.options;
+  RunLog& log = *run.log;
+  bool shrink = false;
   for (const std::string& host : pool.LostHosts(f.ranks)) {
     const std::string ranks = RanksOnHost(pool, host);
     const std::string spare = pool.Replace(host);
-    log.Emit(k, "host_lost",
-             spare.empty() ? StrFormat("host %s (ranks %s) does not answer: lost; no spare left, "
-                                       "the restart uses the same hosts", host.c_str(), ranks.c_str())
-                           : StrFormat("host %s (ranks %s) does not answer: lost; replaced by "
-                                       "spare %s (%d spare(s) left)", host.c_str(), ranks.c_str(),
-                                       spare.c_str(), pool.spares_left()));
+    if (!spare.empty()) {
+      log.Emit(k, "host_lost",
+               StrFormat("host %s (ranks %s) does not answer: lost; replaced by spare %s (%d "
+                         "spare(s) left)", host.c_str(), ranks.c_str(), spare.c_str(), pool.spares_left()));
+    } else if (o.elastic_min_hosts > 0) {
+      pool.Remove(host);
+      shrink = true;
+      log.Emit(k, "host_lost",
+               StrFormat("host %s (ranks %s) does not answer: lost; no spare left, going on "
+                         "with the %zu host(s) left", host.c_str(), ranks.c_str(), pool.active().size()));
+    } else {
+      log.Emit(k, "host_lost",
+               StrFormat("host %s (ranks %s) does not answer: lost; no spare left, the restart "
+                         "uses the same hosts", host.c_str(), ranks.c_str()));
+    }
   }
+  if (!shrink) return Status::Ok();
+  if (static_cast<int>(pool.active().size()) < o.elastic_min_hosts) {
+    return FailedPrecondition(StrFormat("%zu host(s) left, fewer than --elastic %d",
+                                        pool.active().size(), o.elastic_min_hosts));
+  }
+  ASSIGN_OR_RETURN(ElasticLayout layout, o.elastic(pool.slots()));
+  pool.set_ranks(layout.ranks);
+  run.num_ranks = layout.ranks;
+  run.extra_args = layout.args;
+  log.Emit(k, "elastic", StrFormat("restarting on %zu host(s) with %d ranks: %s",
+                                   pool.active().size(), layout.ranks, layout.description.c_str()));
+  return Status::Ok();
 }
 
 std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, RestartPolicy& policy,
@@ -84,8 +109,9 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
            StrFormat("%s (%s) at step %lld: %s; detected after %.3f s", fr.kind.c_str(),
                      RankWord(f.ranks).c_str(), static_cast<long long>(f.step), f.detail.c_str(),
                      fr.detected_s - fr.failed_s));
-  if (pool != nullptr) ReplaceLostHosts(k, f, *pool, log);
-  const RestartDecision d = policy.OnFailure(Clock::now(), run.newest_committed);
+  Status placed = pool != nullptr ? ReplaceLostHosts(k, f, *pool, run) : Status::Ok();
+  const RestartDecision d = placed.ok() ? policy.OnFailure(Clock::now(), run.newest_committed)
+                                        : RestartDecision{false, 0.0, "elastic restart: " + placed.message()};
   // Where the next incarnation resumes (corrected if it has to fall back past a damaged one).
   fr.resume_step = d.restart ? std::max<int64_t>(run.newest_committed, 0) : -1;
   report.failures.push_back(fr);
@@ -224,6 +250,7 @@ Result<SupervisorOutcome> Supervisor::Run() {
   run.newest_committed = NewestCommittedStep(o.checkpoint_root);
   run.stop_requests = &stop_requests_;
   run.checkpoint_requests = &checkpoint_requests_;
+  run.num_ranks = o.num_ranks;
   RestartPolicy policy(o.restart, run.newest_committed);
   std::optional<HostPool> pool;
   if (!o.hostfile.empty()) {

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,25 @@
 
 namespace tessera {
 
+// A smaller layout for an elastic restart: how many ranks, the arguments appended to the rank
+// program's (`--set parallel.dp=1 --set train.grad_accum_steps=4`), and what changed, in words.
+struct ElasticLayout {
+  int ranks = 0;
+  std::vector<std::string> args;
+  std::string description;
+};
+
 struct SupervisorOptions {
   int num_ranks = 1;            // mpirun -np
   std::string hostfile;         // optional Open MPI hostfile, validated before launch
   int spares = 0;               // the hostfile's last `spares` hosts held idle; a lost host is
                                 //   replaced by one at the next restart (host_pool.h)
+  // Elastic restart (`--elastic MIN_HOSTS`, 0 = off): a lost host with no spare left is dropped
+  // and the job restarts on the survivors, as long as at least elastic_min_hosts remain, with
+  // the layout `elastic(slots)` gives for their slots (fewer ranks, more accumulation: the
+  // global batch kept; the checkpoint is resharded on load). Its error ends the run.
+  int elastic_min_hosts = 0;
+  std::function<Result<ElasticLayout>(int slots)> elastic;
   std::string program;          // the rank program (the tessera binary)
   std::vector<std::string> program_args;  // e.g. {"train", CONFIG, "--set", "resume=auto"}
   std::string run_dir;          // required: events, report, logs

@@ -17,7 +17,11 @@ failure. The reduction order of every collective is fixed by rank, not by transp
     host;
   * losing a host with a spare (`--spares 1`, three hosts): after step 10 every process of host
     2 is killed and its link cut; the supervisor finds host 2 does not answer, restarts from the
-    last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch.
+    last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch;
+  * elastic (`--elastic 1`, two hosts, no spare): the same loss; the job restarts on host 1
+    alone with dp 2 -> 1 and grad_accum_steps 1 -> 2 (the global batch kept, the checkpoint
+    resharded on load) and ends BIT-IDENTICAL to the fault-free two-host launch (one rank
+    accumulating two micro-batches adds in the order two ranks reduce).
 Prints each run's wall time; exits non-zero with every failure listed.
 """
 import os, subprocess, sys, time
@@ -130,6 +134,15 @@ try:
              "lost host: detected by name and replaced by the spare", failures)
     tr.check("1 failure" in text, "lost host: one failure, one restart", failures)
     tr.same_bits(ref_long, out, "lost host replaced by a spare vs the fault-free launch", failures)
+
+    # Losing host 2 with no spare: elastic restart on host 1 alone.
+    subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
+    out, text = launch("launch_elastic", two_hosts, longer, ["--elastic", "1"], lose_host_after=10)
+    tr.check("host 10.231.0.2 (ranks 1) does not answer: lost; no spare left, going on with the "
+             "1 host(s) left" in text, "elastic: the lost host named", failures)
+    tr.check("restarting on 1 host(s) with 1 ranks: dp 2 -> 1, grad_accum_steps 1 -> 2" in text,
+             "elastic: the new layout said", failures)
+    tr.same_bits(ref_long, out, "elastic restart on the survivor vs the fault-free launch", failures)
 finally:
     subprocess.run(["bash", hosts_script, "down"])
 
