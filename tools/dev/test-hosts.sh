@@ -38,7 +38,18 @@ check() {
     echo "test-hosts: cannot create a network namespace here (no CAP_NET_ADMIN?)"
     return 1
   fi
-  ip netns del "$probe"
+  # Entering one (ip -n, ip netns exec) and giving a host its own /tmp need a mount namespace
+  # whose / is a mount point: not so in a chroot.
+  local ok=1
+  ip -n "$probe" link set lo up 2>/dev/null || ok=0
+  if [[ $ok == 1 ]]; then
+    ip netns exec "$probe" unshare --uts --mount --propagation private /bin/true 2>/dev/null || ok=0
+  fi
+  ip netns del "$probe" 2>/dev/null || true
+  if [[ $ok == 0 ]]; then
+    echo "test-hosts: cannot enter a network and mount namespace here (a chroot, whose / is not a mount point?)"
+    return 1
+  fi
 }
 
 down() {
