@@ -1,8 +1,8 @@
 // optimizer/zero.h and optimizer/offload.h: ShardedAdamW stepping every rank's pieces (master
 // weights, in place in a flat buffer, in place in separate buffers; offload none and cpu) ==
 // one AdamW over the whole flat buffer, bit for bit, for 1..4 ranks; padding is never touched;
-// the packed state is accounted as kOptimizerState; and the chunked host ("offload") step ==
-// AdamW::Step / StepSlice for chunk sizes that do and do not divide the buffer.
+// the packed state is accounted as kOptimizerState. (offload cpu steps in kOffloadChunk pieces;
+// the state on disk is tested in offload_file_test.cc.)
 // links: tessera_optimizer
 #include <gtest/gtest.h>
 
@@ -238,42 +238,6 @@ TEST(ShardedAdamW, LoadMasterCopiesPiecesAndZeroesPadding) {
         ASSERT_EQ(s.master(u)[i], want) << "rank " << r << " unit " << u << " elem " << i;
       }
     }
-  }
-}
-
-TEST(Offload, ChunkedHostStepEqualsStep) {
-  const int64_t n = 5000;
-  const std::vector<ParamRange> ranges = {
-      {0, n / 3, false, "a"}, {n / 3, n / 3, true, "b"}, {2 * (n / 3), n - 2 * (n / 3) - 1, false, "c"}};
-  for (int64_t chunk : {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1} << 22}) {
-    std::vector<float> p_ref = Ramp(n, 1.0f, 0.0f), p = p_ref;
-    AdamW a(Cfg(), n, ranges, nullptr), b(Cfg(), n, ranges, nullptr);
-    for (int step = 0; step < 3; ++step) {
-      const std::vector<float> g = Ramp(n, 0.3f, 0.02f * step);
-      a.Step(p_ref.data(), g.data(), 3e-3f);
-      StepOffloaded(b, p.data(), g.data(), 3e-3f, chunk);
-    }
-    EXPECT_EQ(b.step(), 3);
-    EXPECT_EQ(std::memcmp(p.data(), p_ref.data(), n * sizeof(float)), 0) << "chunk " << chunk;
-  }
-}
-
-TEST(Offload, ChunkedSliceEqualsStepSlice) {
-  const int64_t n = 3000, begin = 1234, end = 2900;
-  const std::vector<ParamRange> ranges = {{100, 1500, true, "a"}, {1600, 1000, false, "b"},
-                                          {2600, 400, true, "c"}};
-  for (int64_t chunk : {int64_t{7}, int64_t{500}, int64_t{4096}}) {
-    AdamW a(Cfg(), n, ranges, nullptr), b(Cfg(), n, ranges, nullptr);
-    const std::vector<float> init = Ramp(end - begin, 1.0f, 0.2f);
-    std::vector<float> pa = init, pb = init;
-    for (int64_t t = 1; t <= 3; ++t) {
-      const std::vector<float> g = Ramp(end - begin, 0.4f, 0.03f * t);
-      a.StepSlice(pa.data(), g.data(), begin, end, 2e-3f, t);
-      StepSliceOffloaded(b, pb.data(), g.data(), begin, end, 2e-3f, t, chunk);
-    }
-    EXPECT_EQ(b.step(), 0);  // the caller owns the counter
-    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << chunk;
-    EXPECT_EQ(std::memcmp(a.exp_avg_sq().f32(), b.exp_avg_sq().f32(), n * sizeof(float)), 0);
   }
 }
 
