@@ -54,14 +54,11 @@ std::string HostPool::HostOfRank(int rank) const {
   return "";
 }
 
-std::vector<std::string> HostPool::LostHosts(const std::vector<int>& ranks) const {
+std::vector<std::string> HostPool::LostHosts() const {
   std::vector<std::string> lost;
   int begin = 0;
   for (const HostfileEntry& h : active_) {
-    const int end = std::min(begin + h.slots, ranks_);
-    bool ran_one = false;
-    for (int r : ranks) ran_one = ran_one || (begin <= r && r < end);
-    if (ran_one && !probe_(h.host)) lost.push_back(h.host);
+    if (begin < ranks_ && !probe_(h.host)) lost.push_back(h.host);
     begin += h.slots;
   }
   return lost;

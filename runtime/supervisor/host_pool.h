@@ -6,11 +6,13 @@
 // (<run_dir>/hostfile.<k>: the active hosts in order). Rank placement is Open MPI's default
 // by-slot mapping — rank r goes to the first active host whose cumulative slots exceed r —
 // so HostOfRank is exact for the hostfile it wrote.
-// Losing a host: after a failure, each host that ran one of the failed ranks is probed (a TCP
-// connect to a closed port: a refusal or a connection means the host answers; no answer within
-// the probe's timeout, or unreachable, means it is gone: every process killed and its link
-// cut). Which rank's connection closed first says little — mpirun takes the survivors down
-// within a millisecond — so the probe decides. Replace puts the first unused spare in a lost
+// Losing a host: after any failure, every host that runs a rank is probed (a TCP connect to a
+// closed port: a refusal or a connection means the host answers; no answer within the probe's
+// timeout, or unreachable, means it is gone: every process killed and its link cut). Which
+// rank failed first says nothing about where: mpirun takes the survivors down within a
+// millisecond, and a cut link may swallow the lost ranks' own closing packets, so the first
+// closed connection is often a healthy host's. A live host answers at once, so the probes cost
+// the timeout only per lost host. Replace puts the first unused spare in a lost
 // host's place, at the same position, so every rank keeps its place in the layout and the
 // restart ends bit-identical. A lost host is never used again in this run. A host behind a
 // firewall that drops (not refuses) the probe looks lost: then a spare is used needlessly,
@@ -39,8 +41,8 @@ class HostPool {
   Result<std::string> WriteHostfile(const std::string& dir, int64_t k) const;
   // The active host rank `rank` runs on ("" when past every slot).
   std::string HostOfRank(int rank) const;
-  // The active hosts that ran one of `ranks` and do not answer the probe (in host order).
-  std::vector<std::string> LostHosts(const std::vector<int>& ranks) const;
+  // The active hosts running a rank that do not answer the probe (in host order).
+  std::vector<std::string> LostHosts() const;
   // Puts the next spare in `host`'s place; returns the spare's name, or "" when none is left.
   std::string Replace(const std::string& host);
   // Drops `host` (an elastic restart goes on without it).

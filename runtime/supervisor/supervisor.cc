@@ -55,11 +55,11 @@ std::string RanksOnHost(const HostPool& pool, const std::string& host) {
 }
 
 // Returns an error when an elastic restart cannot go on (too few hosts, no layout fits).
-Status ReplaceLostHosts(int64_t k, const Failure& f, HostPool& pool, RunState& run) {
+Status ReplaceLostHosts(int64_t k, HostPool& pool, RunState& run) {
   const SupervisorOptions& o = *run.options;
   RunLog& log = *run.log;
   bool shrink = false;
-  for (const std::string& host : pool.LostHosts(f.ranks)) {
+  for (const std::string& host : pool.LostHosts()) {
     const std::string ranks = RanksOnHost(pool, host);
     const std::string spare = pool.Replace(host);
     if (!spare.empty()) {
@@ -109,7 +109,7 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
            StrFormat("%s (%s) at step %lld: %s; detected after %.3f s", fr.kind.c_str(),
                      RankWord(f.ranks).c_str(), static_cast<long long>(f.step), f.detail.c_str(),
                      fr.detected_s - fr.failed_s));
-  Status placed = pool != nullptr ? ReplaceLostHosts(k, f, *pool, run) : Status::Ok();
+  Status placed = pool != nullptr ? ReplaceLostHosts(k, *pool, run) : Status::Ok();
   const RestartDecision d = placed.ok() ? policy.OnFailure(Clock::now(), run.newest_committed)
                                         : RestartDecision{false, 0.0, "elastic restart: " + placed.message()};
   // Where the next incarnation resumes (corrected if it has to fall back past a damaged one).

@@ -132,7 +132,11 @@ try:
                        lose_host_after=10)
     tr.check("host 10.231.0.2 (ranks 1) does not answer: lost; replaced by spare 10.231.0.3" in text,
              "lost host: detected by name and replaced by the spare", failures)
-    tr.check("1 failure" in text, "lost host: one failure, one restart", failures)
+    # Whichever rank's connection closes first (often the healthy host's: a cut link swallows
+    # the lost ranks' own closing packets), the first restart already uses the spare.
+    if not tr.check(", 2 incarnations, 1 failure" in text, "lost host: one failure, one restart",
+                    failures):
+        print("\n".join(l for l in text.splitlines() if l.startswith("supervisor:"))[-4000:])
     tr.same_bits(ref_long, out, "lost host replaced by a spare vs the fault-free launch", failures)
 
     # Losing host 2 with no spare: elastic restart on host 1 alone.
@@ -142,6 +146,7 @@ try:
              "1 host(s) left" in text, "elastic: the lost host named", failures)
     tr.check("restarting on 1 host(s) with 1 ranks: dp 2 -> 1, grad_accum_steps 1 -> 2" in text,
              "elastic: the new layout said", failures)
+    tr.check(", 2 incarnations, 1 failure" in text, "elastic: one failure, one restart", failures)
     tr.same_bits(ref_long, out, "elastic restart on the survivor vs the fault-free launch", failures)
 finally:
     subprocess.run(["bash", hosts_script, "down"])

@@ -94,6 +94,7 @@ def check(cond, what, failures):
     print(f"  {what}: {'ok' if cond else 'NO'}")
     if not cond:
         failures.append(what)
+    return cond
 
 
 def model_config(path):

@@ -35,11 +35,11 @@ TEST(HostPool, PlacesRanksBySlotAndReplacesALostHostInItsPlace) {
   EXPECT_EQ(pool->HostOfRank(0), "a");
   EXPECT_EQ(pool->HostOfRank(2), "b");
   EXPECT_EQ(pool->HostOfRank(4), "c");
-  // Every failed rank's host is probed; only those that do not answer are lost.
-  EXPECT_TRUE(pool->LostHosts({0, 1, 2, 3, 4}).empty());
-  down = {"b"};
-  EXPECT_EQ(pool->LostHosts({0, 1, 2, 3, 4}), std::vector<std::string>{"b"});
-  EXPECT_TRUE(pool->LostHosts({0, 4}).empty());  // no failed rank ran on b
+  // Every host running a rank is probed, whichever rank failed first; those that do not
+  // answer are lost. Spares are not probed.
+  EXPECT_TRUE(pool->LostHosts().empty());
+  down = {"b", "s2"};
+  EXPECT_EQ(pool->LostHosts(), std::vector<std::string>{"b"});
   EXPECT_EQ(pool->Replace("b"), "s1");
   EXPECT_EQ(pool->HostOfRank(2), "s1");  // the spare takes b's ranks
   EXPECT_EQ(pool->HostOfRank(4), "c");
