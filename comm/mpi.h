@@ -21,11 +21,12 @@ namespace tessera {
 // What the launcher (mpirun/mpiexec) told this process through its environment: the only way
 // to know the job's rank and size before MPI_Init (a layout check or a usage error must not
 // wait for it). Open MPI sets OMPI_COMM_WORLD_{RANK,SIZE}; PMI/PMIx launchers set PMI_RANK or
-// PMIX_RANK and PMI_SIZE. Values that are not non-negative integers read as the defaults.
+// PMIX_RANK and PMI_SIZE; srun --mpi=pmix sets PMIX_RANK and SLURM_STEP_NUM_TASKS. Values
+// that are not non-negative integers read as the defaults.
 struct LauncherEnv {
-  bool under_launcher = false;  // OMPI_COMM_WORLD_SIZE or PMI_SIZE is set
+  bool under_launcher = false;  // OMPI_COMM_WORLD_SIZE or PMI_SIZE is set, or srun's pair
   int rank = 0;                 // first of OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK; else 0
-  int size = 1;                 // OMPI_COMM_WORLD_SIZE, else PMI_SIZE; else 1
+  int size = 1;                 // OMPI_COMM_WORLD_SIZE, else PMI_SIZE, else srun's; else 1
 };
 LauncherEnv ReadLauncherEnv();
 

@@ -542,14 +542,19 @@ bool EnvSet(const char* name) { return std::getenv(name) != nullptr; }
 
 LauncherEnv ReadLauncherEnv() {
   LauncherEnv env;
-  env.under_launcher = EnvSet("OMPI_COMM_WORLD_SIZE") || EnvSet("PMI_SIZE");
+  // srun --mpi=pmix sets PMIX_RANK and, for the size, only its own SLURM_STEP_NUM_TASKS.
+  const bool srun_pmix = EnvSet("PMIX_RANK") && EnvSet("SLURM_STEP_NUM_TASKS");
+  env.under_launcher = EnvSet("OMPI_COMM_WORLD_SIZE") || EnvSet("PMI_SIZE") || srun_pmix;
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
     if (EnvSet(var)) {
       env.rank = EnvInt(var, 0);
       break;
     }
   }
-  env.size = EnvInt(EnvSet("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE", 1);
+  const char* size_var = EnvSet("OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE"
+                         : EnvSet("PMI_SIZE") || !srun_pmix ? "PMI_SIZE"
+                                                            : "SLURM_STEP_NUM_TASKS";
+  env.size = EnvInt(size_var, 1);
   return env;
 }
 

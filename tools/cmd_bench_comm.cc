@@ -50,12 +50,10 @@ Result<int64_t> ParseByteSize(const std::string& text) {
   return value << shift;
 }
 
-// Before MPI_Init only the launcher's variables say which rank this is; usage errors are
-// printed by rank 0 alone (or by a process not started by a launcher).
-bool LauncherRankZero() { return ReadLauncherEnv().rank == 0; }
-
+// Usage errors are printed by every rank: mpirun kills the others as soon as the first one
+// exits, so a message left to rank 0 alone may never be printed.
 int UsageError(const std::string& message) {
-  if (LauncherRankZero()) std::fprintf(stderr, "tessera bench comm: %s\n", message.c_str());
+  std::fprintf(stderr, "tessera bench comm: %s\n", message.c_str());
   return kExitUsage;
 }
 
@@ -93,7 +91,7 @@ int RunBenchComm(const Args& args) {
   }
   auto parsed = ParseArgs(args, "bench comm", {"--bytes", "--iters"}, {});
   if (!parsed.ok()) {
-    if (LauncherRankZero()) std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+    std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {

@@ -155,10 +155,10 @@ int RunBenchMoe(const Args& args) {
   const LauncherEnv launcher = ReadLauncherEnv();
   const int P = launcher.under_launcher ? launcher.size : 1;
   if (E % P != 0) {
-    if (launcher.rank == 0) {
-      std::fprintf(stderr, "tessera bench moe: --experts %lld do not divide among %d ranks (ep)\n",
-                   static_cast<long long>(E), P);
-    }
+    // Every rank says it: mpirun kills the others as soon as the first one exits, so a message
+    // left to rank 0 alone is often never printed.
+    std::fprintf(stderr, "tessera bench moe: --experts %lld do not divide among %d ranks (ep)\n",
+                 static_cast<long long>(E), P);
     return kExitUsage;
   }
   std::unique_ptr<MpiSession> session;

@@ -7,13 +7,14 @@
 
 #include <atomic>
 #include <climits>
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 
 #include "runtime/core/exit_codes.h"
+#include "runtime/core/file_util.h"
 #include "runtime/supervisor/launcher.h"
 #include "runtime/supervisor/private_socket.h"
 #include "runtime/supervisor/supervisor.h"
@@ -75,22 +76,55 @@ std::function<Result<ElasticLayout>(int)> ElasticLayouts(const ParallelConfig& p
   };
 }
 
+// Where the ranks run and what starts them. With --hostfile: those hosts, through mpirun.
+// Inside a Slurm allocation (SLURM_JOB_NODELIST set) without one: the allocation's hosts,
+// written to <run_dir>/hostfile.slurm (slots from SLURM_TASKS_PER_NODE), through srun
+// --mpi=pmix, or mpirun with --launcher mpirun. Elsewhere: this machine, through mpirun.
+Status PlaceRanks(const ParsedArgs& p, SupervisorOptions& o) {
+  const std::string launcher = p.Get("--launcher", "");
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  const bool in_slurm = nodelist != nullptr && *nodelist != '\0';
+  if (p.Has("--hostfile")) {
+    o.hostfile = p.Get("--hostfile");
+    RETURN_IF_ERROR(ParseHostfile(o.hostfile).status());
+  } else if (in_slurm) {
+    const char* tasks = std::getenv("SLURM_TASKS_PER_NODE");
+    ASSIGN_OR_RETURN(std::vector<HostfileEntry> hosts,
+                     SlurmAllocationHosts(nodelist, tasks != nullptr ? tasks : ""));
+    RETURN_IF_ERROR(MakeDirs(o.run_dir));
+    o.hostfile = o.run_dir + "/hostfile.slurm";
+    RETURN_IF_ERROR(WriteFileAtomic(o.hostfile, "# the Slurm allocation's hosts (SLURM_JOB_NODELIST, "
+                                                "SLURM_TASKS_PER_NODE)\n" + HostfileText(hosts)));
+  }
+  if (launcher == "srun" || (launcher.empty() && in_slurm && !p.Has("--hostfile"))) {
+    if (!in_slurm) {
+      return FailedPrecondition("--launcher srun needs a Slurm allocation (run it inside salloc or "
+                                "sbatch: SLURM_JOB_NODELIST is not set)");
+    }
+    o.engine = LaunchEngine::kSrun;
+  }
+  return Status::Ok();
+}
+
 int Usage(const Status& s) {
   std::fprintf(stderr, "%s\n", s.ToString().c_str());
   return kExitUsage;
 }
 
 constexpr const char* kHelp =
-    "usage: tessera launch -n N [--hostfile FILE] CONFIG [--set key=value ...] [options]\n\n"
+    "usage: tessera launch [-n N] [--hostfile FILE] CONFIG [--set key=value ...] [options]\n\n"
     "Runs `tessera train CONFIG` on N ranks through mpirun under a supervisor that keeps the\n"
     "job alive: when a rank crashes, hangs, stops answering or a host is lost, it stops the\n"
     "whole job, and relaunches it; the ranks resume from the newest checkpoint under\n"
     "checkpoint.dir that verifies (older ones if the newest is damaged). The run always\n"
     "resumes from checkpoint.dir when it holds checkpoints (resume=auto), so after a stop the\n"
     "same command continues where it left off.\n\n"
-    "  -n N                    ranks (= parallel.dp x tp x pp x ep of the config)\n"
+    "  -n N                    ranks (= parallel.dp x tp x pp x ep of the config, the default)\n"
     "  --hostfile FILE         Open MPI hostfile (\"HOST slots=K\" lines), checked before launch;\n"
     "                          TCP between its hosts, every rank variable forwarded\n"
+    "  --launcher mpirun|srun  what starts the ranks; inside a Slurm allocation (salloc, sbatch)\n"
+    "                          the default is srun --mpi=pmix on the allocation's hosts (no\n"
+    "                          --hostfile needed), elsewhere mpirun\n"
     "  --spares K              hold the hostfile's last K hosts idle: a failed rank's host that\n"
     "                          no longer answers (killed, cut off) is replaced by one at the\n"
     "                          restart, in its place (same layout: bit-identical)\n"
@@ -128,7 +162,9 @@ constexpr const char* kHelp =
     "Signals: SIGTERM or SIGINT (Ctrl-C) = preemption: the ranks save a checkpoint at the next\n"
     "step and exit; a second one stops at once. SIGUSR1 asks for a checkpoint now.\n\n"
     "Exit codes: 0 finished, 7 stopped (resumable), 8 gave up (restart budget or crash loop),\n"
-    "2 usage, 3 bad config, 4 bad input, 5 no usable checkpoint.\n"
+    "2 usage, 3 bad config, 4 bad input, 5 no usable checkpoint. Under Slurm, list the codes a\n"
+    "requeue cures in slurm.conf (RequeueExit=7,8: a preempted or stopped job resumes from its\n"
+    "checkpoint when requeued); 2-5 are never worth a requeue.\n"
     "Output: live event lines (supervisor: ...) between rank 0's progress lines, then a report\n"
     "with failures by kind, detection latency, time to the first resumed step, steps lost\n"
     "and goodput; the same events in <run-dir>/events.jsonl and the checkpoint catalog\n"
@@ -151,16 +187,15 @@ int RunLaunch(const Args& raw) {
                            "--stall-timeout", "--stall-floor", "--startup-timeout", "--max-restarts",
                            "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
                            "--preempt-timeout", "--heartbeat-ms", "--advertise", "--spares",
-                           "--elastic"},
+                           "--elastic", "--launcher"},
                           {});
   if (!parsed.ok()) return Usage(parsed.status());
   const ParsedArgs& p = *parsed;
   if (p.positional.size() != 1) {
     return Usage(InvalidArgument("tessera launch: expected exactly one CONFIG (see tessera launch --help)"));
   }
-  if (!p.Has("--np")) return Usage(InvalidArgument("tessera launch: -n N (number of ranks) is required"));
-  auto np = ParseIntFlag("-n", p.Get("--np"));
-  if (!np.ok() || *np < 1 || *np > 4096) {
+  auto np = ParseIntFlag("-n", p.Get("--np", "0"));
+  if (!np.ok() || *np < 0 || *np > 4096 || (p.Has("--np") && *np == 0)) {
     return Usage(InvalidArgument("tessera launch: -n must be an integer in [1, 4096], got \"" +
                                  p.Get("--np") + "\""));
   }
@@ -190,6 +225,7 @@ int RunLaunch(const Args& raw) {
     return kExitBadConfig;
   }
   const int world = config->parallel.world_size();
+  if (*np == 0) *np = world;  // -n left out: the config's layout says
   if (world != *np) {
     std::fprintf(stderr,
                  "tessera launch: %s: parallel: dp=%d x tp=%d x pp=%d x ep=%d needs %d ranks, but -n "
@@ -198,25 +234,25 @@ int RunLaunch(const Args& raw) {
                  config->parallel.ep, world, static_cast<long long>(*np));
     return kExitBadConfig;
   }
-  if (p.Has("--hostfile")) {
-    if (auto hosts = ParseHostfile(p.Get("--hostfile")); !hosts.ok()) {
-      std::fprintf(stderr, "tessera launch: %s\n", hosts.status().ToString().c_str());
-      return kExitBadConfig;
-    }
+  if (const std::string l = p.Get("--launcher", "mpirun"); l != "mpirun" && l != "srun") {
+    return Usage(InvalidArgument("--launcher must be mpirun or srun, got \"" + l + "\""));
   }
   auto self = SelfPath("launch");
   if (!self.ok()) return Usage(self.status());
 
   SupervisorOptions o;
   o.num_ranks = static_cast<int>(*np);
-  o.hostfile = p.Get("--hostfile");
+  o.run_dir = p.Get("--run-dir", config->train.out_dir + "/launch");
+  if (Status s = PlaceRanks(p, o); !s.ok()) {
+    std::fprintf(stderr, "tessera launch: %s\n", s.ToString().c_str());
+    return kExitBadConfig;
+  }
   o.program = *self;
   o.program_args = {"train", p.positional[0]};
   for (const std::string& s : sets) {
     o.program_args.push_back("--set");
     o.program_args.push_back(s);
   }
-  o.run_dir = p.Get("--run-dir", config->train.out_dir + "/launch");
   o.checkpoint_root = config->checkpoint.dir;
   o.target_steps = config->train.steps;
   o.bind_address = p.Get("--bind", "127.0.0.1");
@@ -257,11 +293,11 @@ int RunLaunch(const Args& raw) {
   o.heartbeat_ms = static_cast<int>(heartbeat_ms);
   o.spares = static_cast<int>(spares);
   if (spares != o.spares || o.spares < 0 || (o.spares > 0 && o.hostfile.empty())) {
-    return Usage(InvalidArgument("--spares must be a whole number >= 0, with --hostfile"));
+    return Usage(InvalidArgument("--spares must be a whole number >= 0, with --hostfile or inside a Slurm allocation"));
   }
   o.elastic_min_hosts = static_cast<int>(elastic);
   if (elastic != o.elastic_min_hosts || elastic < 0 || (elastic > 0 && o.hostfile.empty())) {
-    return Usage(InvalidArgument("--elastic must be a whole number of hosts >= 0, with --hostfile"));
+    return Usage(InvalidArgument("--elastic must be a whole number of hosts >= 0, with --hostfile or inside a Slurm allocation"));
   }
   if (o.elastic_min_hosts > 0) o.elastic = ElasticLayouts(config->parallel, config->train.grad_accum_steps);
   if (o.heartbeat_ms < 10 || o.heartbeat_ms > 60000) {

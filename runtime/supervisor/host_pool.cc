@@ -39,7 +39,7 @@ Result<HostPool> HostPool::Create(std::vector<HostfileEntry> hosts, int spares, 
 Result<std::string> HostPool::WriteHostfile(const std::string& dir, int64_t k) const {
   std::string text = "# incarnation " + std::to_string(k) + ": the hosts in use (spares left: " +
                      std::to_string(spares_.size()) + ")\n";
-  for (const HostfileEntry& h : active_) text += h.host + " slots=" + std::to_string(h.slots) + "\n";
+  text += HostfileText(active_);
   const std::string path = dir + "/hostfile." + std::to_string(k);
   RETURN_IF_ERROR(WriteFileAtomic(path, text));
   return path;

@@ -1,13 +1,18 @@
 // runtime/supervisor/incarnation.cc — one launch, watched (contract in incarnation.h).
 #include "runtime/supervisor/incarnation.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "checkpoint/commit.h"
@@ -66,6 +71,27 @@ class LogEcho {
   FILE* in_ = nullptr;
 };
 
+// Across hosts: LOG_DIR/tasks (rank r's host on line r + 1; srun's SLURM_HOSTFILE) and, for
+// mpirun's per-rank logs, LOG_DIR/by_host/<host>/rank.<r> -> ../../1/rank.<r>: one host's
+// logs in one place when that host is the question.
+Status WritePlacement(const MpirunSpec& spec, const std::string& task_hosts) {
+  if (task_hosts.empty()) return Status::Ok();
+  RETURN_IF_ERROR(WriteFileAtomic(spec.log_dir + "/tasks", task_hosts));
+  if (spec.engine != LaunchEngine::kMpirun) return Status::Ok();
+  std::istringstream lines(task_hosts);
+  std::string host;
+  for (int r = 0; std::getline(lines, host); ++r) {
+    const std::string dir = spec.log_dir + "/by_host/" + host;
+    RETURN_IF_ERROR(MakeDirs(dir));
+    const std::string target = "../../1/rank." + std::to_string(r);
+    const std::string link = dir + "/rank." + std::to_string(r);
+    if (::symlink(target.c_str(), link.c_str()) != 0 && errno != EEXIST) {
+      return IoError("cannot link " + link + ": " + std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
 class Watch {
  public:
   Watch(int64_t k, RunState& run) : k_(k), run_(run), o_(*run.options), log_(*run.log) {}
@@ -87,6 +113,7 @@ class Watch {
   bool DecideFailedBye(Clock::time_point now);
   bool DecideJobExited(Clock::time_point now);
   void StopJob(const std::string& why, bool mpirun_knows);
+  const char* LauncherName() const { return o_.engine == LaunchEngine::kSrun ? "srun" : "mpirun"; }
   void Fail(Failure f, bool mpirun_knows);
   void Finish(IncarnationEnd::Kind kind, int exit_code, std::string detail);
 
@@ -146,6 +173,8 @@ Status Watch::Launch() {
   spec.program_args = o_.program_args;
   spec.program_args.insert(spec.program_args.end(), run_.extra_args.begin(), run_.extra_args.end());
   spec.mpirun = o_.mpirun;
+  spec.engine = o_.engine;
+  spec.srun = o_.srun;
   spec.extra_env = {
       {kEnvControlAddress, o_.advertise_address.empty() ? o_.bind_address : o_.advertise_address},
       {kEnvControlPort, std::to_string(server_->port())},
@@ -160,17 +189,19 @@ Status Watch::Launch() {
   spec.extra_env.insert(spec.extra_env.end(), o_.extra_env.begin(), o_.extra_env.end());
   ASSIGN_OR_RETURN(MpirunCommand cmd, BuildMpirunCommand(spec));
   RETURN_IF_ERROR(MakeDirs(spec.log_dir));
-  end_.job_log = spec.log_dir + "/mpirun.log";
+  RETURN_IF_ERROR(WritePlacement(spec, cmd.task_hosts));
+  end_.job_log = spec.log_dir + (spec.engine == LaunchEngine::kSrun ? "/srun.log" : "/mpirun.log");
   launched_at_ = Clock::now();
   end_.record.incarnation = k_;
   end_.record.launched_s = log_.At(launched_at_);
   end_.record.start_step = resume_step_;
   if (Status s = session_.Start(cmd.argv, cmd.env, end_.job_log); !s.ok()) {
-    log_.Emit(k_, "error", "cannot start mpirun: " + s.ToString());
+    log_.Emit(k_, "error", std::string("cannot start ") + LauncherName() + ": " + s.ToString());
     return s;
   }
   log_.Emit(k_, "launch",
-            StrFormat("incarnation %lld: mpirun -np %d (pid %d), ", static_cast<long long>(k_),
+            StrFormat("incarnation %lld: %s -np %d (pid %d), ", static_cast<long long>(k_),
+                      LauncherName(),
                       run_.num_ranks, static_cast<int>(session_.pid())) +
                 (run_.newest_committed >= 0 ? "resuming from checkpoint step " + std::to_string(resume_step_)
                                             : std::string("from step 0")));
@@ -424,7 +455,13 @@ bool Watch::DecideJobExited(Clock::time_point now) {
                                   : "the job ended while stopping (" + exited->ToString() + ")");
       return true;
     }
-    if (exited->exited && (code == kExitOk || IsFinalExitCode(code))) {
+    // Exit code 0 is a finished job only when every rank said so: a launcher whose ranks never
+    // started (srun's "task launch failed") may still exit 0.
+    bool every_rank_done = true;
+    for (const RankState& r : server_->Snapshot()) {
+      every_rank_done = every_rank_done && r.said_bye && r.exit_code == kExitOk;
+    }
+    if (exited->exited && ((code == kExitOk && every_rank_done) || IsFinalExitCode(code))) {
       StopJob("job ended (" + exited->ToString() + ")", false);
       if (code == kExitOk) {
         Finish(IncarnationEnd::Kind::kFinished, kExitOk, "");
@@ -444,7 +481,7 @@ bool Watch::DecideJobExited(Clock::time_point now) {
     }
     f.suspected_at = now - kTick;
     f.detected_at = now;
-    f.detail = "mpirun ended (" + exited->ToString() + ")" +
+    f.detail = std::string(LauncherName()) + " ended (" + exited->ToString() + ")" +
                (f.ranks.empty() ? std::string() : " without a clean exit of " + RankWord(f.ranks));
     Fail(std::move(f), /*mpirun_knows=*/false);
     return true;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -27,7 +28,123 @@ std::string Where(const std::string& path, int line) {
   return path + ":" + std::to_string(line) + ": ";
 }
 
+const char* Transport(bool across_hosts) { return across_hosts ? "self,vader,tcp" : "self,vader"; }
+
+// The host of each rank under Open MPI's default by-slot mapping, one per line.
+std::string TaskHosts(const std::vector<HostfileEntry>& hosts, int num_ranks) {
+  std::string text;
+  int placed = 0;
+  for (const HostfileEntry& h : hosts) {
+    for (int s = 0; s < h.slots && placed < num_ranks; ++s, ++placed) text += h.host + "\n";
+  }
+  return text;
+}
+
+// srun places rank r where mpirun would (the task file, --distribution=arbitrary); Open MPI's
+// transport goes by environment.
+MpirunCommand SrunCommand(const MpirunSpec& spec, MpirunCommand cmd) {
+  cmd.env.insert(cmd.env.begin(), {{"OMPI_MCA_pml", "ob1"},
+                                   {"OMPI_MCA_btl", Transport(true)},
+                                   {"SLURM_HOSTFILE", spec.log_dir + "/tasks"}});
+  cmd.argv = {spec.srun, "--mpi=pmix", "--kill-on-bad-exit=1", "--distribution=arbitrary",
+              "-n", std::to_string(spec.num_ranks), spec.program};
+  cmd.argv.insert(cmd.argv.end(), spec.program_args.begin(), spec.program_args.end());
+  return cmd;
+}
+
+// One item of a Slurm host list with its bracket groups expanded, appended to `out`.
+Status ExpandHostItem(const std::string& item, std::vector<std::string>& out) {
+  const size_t open = item.find('[');
+  if (open == std::string::npos) {
+    if (item.find(']') != std::string::npos) return InvalidArgument("stray ']' in \"" + item + "\"");
+    out.push_back(item);
+    return Status::Ok();
+  }
+  const size_t close = item.find(']', open);
+  if (close == std::string::npos) return InvalidArgument("unclosed '[' in \"" + item + "\"");
+  const std::string head = item.substr(0, open), tail = item.substr(close + 1);
+  std::istringstream ranges(item.substr(open + 1, close - open - 1));
+  std::string range;
+  while (std::getline(ranges, range, ',')) {
+    const size_t dash = range.find('-');
+    const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    int a = 0, b = 0;
+    if (lo.empty() || hi.empty() || !std::all_of(lo.begin(), lo.end(), ::isdigit) ||
+        !std::all_of(hi.begin(), hi.end(), ::isdigit) || lo.size() > 9 || hi.size() > 9) {
+      return InvalidArgument("bad range \"" + range + "\" in \"" + item + "\"");
+    }
+    a = std::stoi(lo);
+    b = std::stoi(hi);
+    if (b < a || b - a > 100000) return InvalidArgument("bad range \"" + range + "\" in \"" + item + "\"");
+    for (int i = a; i <= b; ++i) {
+      std::string num = std::to_string(i);
+      if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');  // tess[01-03]
+      RETURN_IF_ERROR(ExpandHostItem(head + num + tail, out));
+    }
+  }
+  return Status::Ok();
+}
+
+// Splits a host list at the commas outside brackets.
+std::vector<std::string> SplitHostList(std::string_view list) {
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : list) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  items.push_back(cur);
+  return items;
+}
+
 }  // namespace
+
+Result<std::vector<HostfileEntry>> SlurmAllocationHosts(std::string_view nodelist,
+                                                        std::string_view tasks_per_node) {
+  if (nodelist.empty()) return NotFound("not inside a Slurm allocation (no SLURM_JOB_NODELIST)");
+  std::vector<std::string> names;
+  for (const std::string& item : SplitHostList(nodelist)) {
+    if (item.empty()) return InvalidArgument("SLURM_JOB_NODELIST \"" + std::string(nodelist) + "\": empty item");
+    if (Status s = ExpandHostItem(item, names); !s.ok()) {
+      return s.WithPrefix("SLURM_JOB_NODELIST \"" + std::string(nodelist) + "\"");
+    }
+  }
+  std::vector<int> slots;  // "2(x3),1" -> 2 2 2 1
+  for (const std::string& item : SplitHostList(tasks_per_node)) {
+    const size_t paren = item.find("(x");
+    int n = 0, repeat = 1;
+    const bool ok = ParsePositiveInt(std::string_view(item).substr(0, paren), n) &&
+                    (paren == std::string::npos ||
+                     (item.back() == ')' &&
+                      ParsePositiveInt(std::string_view(item).substr(paren + 2, item.size() - paren - 3), repeat)));
+    if (!ok || repeat > 100000) {
+      return InvalidArgument("SLURM_TASKS_PER_NODE \"" + std::string(tasks_per_node) +
+                             "\": expected counts like 2(x3),1");
+    }
+    slots.insert(slots.end(), repeat, n);
+  }
+  if (slots.size() != names.size()) {
+    return InvalidArgument("the allocation lists " + std::to_string(names.size()) +
+                           " host(s) (SLURM_JOB_NODELIST) but " + std::to_string(slots.size()) +
+                           " task count(s) (SLURM_TASKS_PER_NODE)");
+  }
+  std::vector<HostfileEntry> hosts;
+  for (size_t i = 0; i < names.size(); ++i) hosts.push_back({names[i], slots[i], static_cast<int>(i + 1)});
+  return hosts;
+}
+
+std::string HostfileText(const std::vector<HostfileEntry>& hosts) {
+  std::string text;
+  for (const HostfileEntry& h : hosts) text += h.host + " slots=" + std::to_string(h.slots) + "\n";
+  return text;
+}
 
 Result<std::vector<HostfileEntry>> ParseHostfile(const std::string& path) {
   Result<std::string> text = ReadFileToString(path, kMaxHostfileBytes);
@@ -101,10 +218,14 @@ Result<MpirunCommand> BuildMpirunCommand(const MpirunSpec& spec) {
       return InvalidArgument("launch: bad environment variable name \"" + entry.first + "\"");
     }
   }
+  if (spec.engine == LaunchEngine::kSrun && spec.hostfile.empty()) {
+    return InvalidArgument("launch: srun needs the allocation's hosts (a hostfile)");
+  }
+  std::optional<std::vector<HostfileEntry>> hosts;
   if (!spec.hostfile.empty()) {
-    ASSIGN_OR_RETURN(std::vector<HostfileEntry> hosts, ParseHostfile(spec.hostfile));
+    ASSIGN_OR_RETURN(hosts, ParseHostfile(spec.hostfile));
     int64_t total_slots = 0;
-    for (const HostfileEntry& h : hosts) total_slots += h.slots;
+    for (const HostfileEntry& h : *hosts) total_slots += h.slots;
     if (total_slots < spec.num_ranks) {
       return InvalidArgument("hostfile " + spec.hostfile + ": " + std::to_string(total_slots) +
                              " slots for " + std::to_string(spec.num_ranks) + " ranks");
@@ -136,21 +257,23 @@ Result<MpirunCommand> BuildMpirunCommand(const MpirunSpec& spec) {
     if (!replaced) cmd.env.emplace_back(name, value);
   }
 
+  if (hosts) cmd.task_hosts = TaskHosts(*hosts, spec.num_ranks);
+  if (spec.engine == LaunchEngine::kSrun) return SrunCommand(spec, std::move(cmd));
   cmd.argv = {spec.mpirun, "-np", std::to_string(spec.num_ranks)};
   // Across hosts (a hostfile): TCP between hosts beside shared memory within one, and every
   // variable the ranks need forwarded (-x NAME: mpirun passes its own value to remote ranks;
   // local ranks inherit it anyway). Interfaces: Open MPI's own btl_tcp_if_include /
   // oob_tcp_if_include (OMPI_MCA_... in the environment reach mpirun unchanged).
-  const bool hosts = !spec.hostfile.empty();
-  if (hosts) {
+  const bool across = !spec.hostfile.empty();
+  if (across) {
     cmd.argv.push_back("--hostfile");
     cmd.argv.push_back(spec.hostfile);
   }
-  for (const char* word : {"--mca", "pml", "ob1", "--mca", "btl", hosts ? "self,vader,tcp" : "self,vader",
+  for (const char* word : {"--mca", "pml", "ob1", "--mca", "btl", Transport(across),
                            "--mca", "odls_base_sigkill_timeout", "0"}) {
     cmd.argv.push_back(word);
   }
-  if (hosts) {
+  if (across) {
     for (const auto& entry : cmd.env) {
       cmd.argv.push_back("-x");
       cmd.argv.push_back(entry.first);

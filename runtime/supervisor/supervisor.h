@@ -77,6 +77,10 @@ struct SupervisorOptions {
   double preempt_timeout_s = 300;   // stop request -> the ranks must have saved and exited
   EnvList extra_env;                // more environment for the ranks (tests: fault hooks)
   std::string mpirun = "mpirun";
+  // srun --mpi=pmix instead of mpirun (inside a Slurm allocation; the hostfile is then the
+  // allocation's hosts, which `tessera launch` writes).
+  LaunchEngine engine = LaunchEngine::kMpirun;
+  std::string srun = "srun";
   FILE* out = stdout;               // event lines and the job's echoed output; may be null
   bool echo_job_output = true;      // copy mpirun's output (rank 0's progress lines) to out
 };

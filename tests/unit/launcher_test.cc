@@ -215,6 +215,66 @@ TEST(MpirunCommandTest, BadSpecsRejected) {
   EXPECT_EQ(BuildMpirunCommand(spec).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(SrunCommandTest, PlacesRanksLikeMpirunAndCarriesTheTransportInTheEnvironment) {
+  const std::string dir = MakeTempDir();
+  MpirunSpec spec;
+  spec.num_ranks = 3;
+  spec.log_dir = dir + "/logs";
+  spec.program = "prog";
+  spec.program_args = {"train", "c.yaml"};
+  spec.engine = LaunchEngine::kSrun;
+  EXPECT_EQ(BuildMpirunCommand(spec).status().code(), StatusCode::kInvalidArgument);  // no hosts
+  spec.hostfile = dir + "/hosts";
+  WriteText(spec.hostfile, "n1 slots=2\nn2 slots=2\n");
+  Result<MpirunCommand> cmd = BuildMpirunCommand(spec);
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_EQ(cmd->argv, (std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1",
+                                                 "--distribution=arbitrary", "-n", "3", "prog",
+                                                 "train", "c.yaml"}));
+  EXPECT_EQ(cmd->task_hosts, "n1\nn1\nn2\n");  // by slot, as mpirun maps them
+  auto env = [&](const std::string& name) {
+    for (const auto& [k, v] : cmd->env) {
+      if (k == name) return v;
+    }
+    return std::string("<unset>");
+  };
+  EXPECT_EQ(env("SLURM_HOSTFILE"), spec.log_dir + "/tasks");
+  EXPECT_EQ(env("OMPI_MCA_btl"), "self,vader,tcp");
+  EXPECT_EQ(env("OMPI_MCA_pml"), "ob1");
+  EXPECT_EQ(env("OMPI_ALLOW_RUN_AS_ROOT"), "1");
+  // mpirun over the same hostfile places the ranks the same way.
+  spec.engine = LaunchEngine::kMpirun;
+  Result<MpirunCommand> mpirun = BuildMpirunCommand(spec);
+  ASSERT_TRUE(mpirun.ok());
+  EXPECT_EQ(mpirun->task_hosts, cmd->task_hosts);
+}
+
+TEST(SlurmAllocation, ExpandsNodeListsAndTaskCounts) {
+  Result<std::vector<HostfileEntry>> hosts =
+      SlurmAllocationHosts("tess[01-03,7],gpu-a,rack[1-2]-n[8-9]", "2(x3),1,4,1(x4)");
+  ASSERT_TRUE(hosts.ok()) << hosts.status().ToString();
+  std::vector<std::string> names;
+  std::vector<int> slots;
+  for (const HostfileEntry& h : *hosts) {
+    names.push_back(h.host);
+    slots.push_back(h.slots);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"tess01", "tess02", "tess03", "tess7", "gpu-a",
+                                             "rack1-n8", "rack1-n9", "rack2-n8", "rack2-n9"}));
+  EXPECT_EQ(slots, (std::vector<int>{2, 2, 2, 1, 4, 1, 1, 1, 1}));
+  EXPECT_EQ(HostfileText({(*hosts)[0], (*hosts)[3]}), "tess01 slots=2\ntess7 slots=1\n");
+
+  EXPECT_EQ(SlurmAllocationHosts("", "1").status().code(), StatusCode::kNotFound);
+  for (auto [list, tasks] : std::vector<std::pair<const char*, const char*>>{
+           {"n[1-2", "1(x2)"}, {"n[2-1]", "1"}, {"n[a-b]", "1"}, {"n1]", "1"}, {"n[1-2]", "1"},
+           {"n[1-2]", "1(x2"}, {"n[1-2]", "0(x2)"}, {"n1,,n2", "1(x2)"}}) {
+    Result<std::vector<HostfileEntry>> bad = SlurmAllocationHosts(list, tasks);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << list << " / " << tasks;
+  }
+  EXPECT_NE(SlurmAllocationHosts("n[1-3]", "1(x2)").status().message().find("3 host(s)"),
+            std::string::npos);
+}
+
 // ---- ProcessSession ----
 
 TEST(ProcessSessionTest, ExitCodeLogAndOwnSession) {

@@ -2,7 +2,8 @@
 # Test hosts on one machine: N "hosts" as network namespaces on a private bridge, each with its
 # own address, hostname (a UTS namespace) and local /tmp (its scratch directory, bind-mounted in
 # a mount namespace: a Unix socket or file one host leaves in /tmp is not on the others), for
-# multi-host runs without a cluster. Everything else of the file system is shared. Needs root
+# multi-host runs without a cluster. Inside the hosts the names tsh<I> resolve to their
+# addresses (an /etc/hosts of the set, bind-mounted there), as a cluster's names would. Everything else of the file system is shared. Needs root
 # (CAP_NET_ADMIN), iproute2 and util-linux. Touches none of the machine's real interfaces: the
 # bridge has no address and nothing is routed off it.
 #
@@ -80,6 +81,7 @@ up() {
   ip link add "$bridge" type bridge
   ip link set "$bridge" up
   : > "$state/hostfile"
+  cp /etc/hosts "$state/hosts"
   for i in $(seq 1 "$n"); do
     ip netns add "${prefix}$i"
     ip link add "${prefix}v$i" type veth peer name eth0 netns "${prefix}$i"
@@ -90,6 +92,7 @@ up() {
     mkdir -p "$state/host$i"
     chmod 1777 "$state/host$i"
     echo "$subnet.$i slots=2" >> "$state/hostfile"
+    echo "$subnet.$i ${prefix}$i" >> "$state/hosts"
   done
   # Open MPI calls the agent as: rsh HOST ORTED-COMMAND...; HOST is the hostfile's address.
   cat > "$state/rsh" <<EOF
@@ -102,15 +105,15 @@ EOF
 }
 
 # CMD inside host I's network namespace, a UTS namespace named after it and a mount namespace
-# whose /tmp is the host's scratch directory.
+# whose /tmp is the host's scratch directory and whose /etc/hosts names the set.
 exec_in() {
   local i=${1:-}; shift || true
   [[ -n ${1:-} ]] || die "exec: no command"
   ip netns list | awk '{print $1}' | grep -qx "${prefix}$i" || die "exec: no host '$i'"
   [[ -d $state/host$i ]] || die "exec: no scratch directory $state/host$i"
   exec ip netns exec "${prefix}$i" unshare --uts --mount --propagation private /bin/sh -c \
-    'hostname "$0"; mount --bind "$1" /tmp; shift; exec /bin/sh -c "$*"' \
-    "${prefix}$i" "$state/host$i" "$@"
+    'hostname "$0"; mount --bind "$1" /tmp; mount --bind "$2" /etc/hosts; shift 2; exec /bin/sh -c "$*"' \
+    "${prefix}$i" "$state/host$i" "$state/hosts" "$@"
 }
 
 case ${1:-} in
