@@ -61,6 +61,12 @@ std::function<Result<ElasticLayout>(int)> ElasticLayouts(const ParallelConfig& p
       if (micro % dp != 0) continue;
       ElasticLayout l;
       l.ranks = dp * unit;
+      if (dp == par.dp) {  // hosts came back: the config's own layout again
+        l.description = "the configured layout again: dp " + std::to_string(dp) +
+                        ", grad_accum_steps " + std::to_string(accum) +
+                        "; the checkpoint is resharded on load";
+        return l;
+      }
       l.args = {"--set", "parallel.dp=" + std::to_string(dp), "--set",
                 "train.grad_accum_steps=" + std::to_string(micro / dp)};
       if (par.zero == 3 && dp * par.ep < 2) l.args.insert(l.args.end(), {"--set", "parallel.zero=2"});

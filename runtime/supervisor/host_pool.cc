@@ -91,9 +91,27 @@ bool HostAnswers(const std::string& host, double timeout_s) {
 }
 
 void HostPool::Remove(const std::string& host) {
+  for (const HostfileEntry& h : active_) {
+    if (h.host == host) lost_.push_back(h);
+  }
   active_.erase(std::remove_if(active_.begin(), active_.end(),
                                [&](const HostfileEntry& h) { return h.host == host; }),
                 active_.end());
+}
+
+std::vector<std::string> HostPool::Rejoin(bool to_active) {
+  std::vector<std::string> back;
+  std::vector<HostfileEntry> still_lost;
+  for (const HostfileEntry& h : lost_) {
+    if (!probe_(h.host)) {
+      still_lost.push_back(h);
+      continue;
+    }
+    (to_active ? active_ : spares_).push_back(h);
+    back.push_back(h.host);
+  }
+  lost_ = std::move(still_lost);
+  return back;
 }
 
 int HostPool::slots() const {
@@ -108,6 +126,7 @@ std::string HostPool::Replace(const std::string& host) {
     if (h.host != host) continue;
     const HostfileEntry spare = spares_.front();
     spares_.erase(spares_.begin());
+    lost_.push_back(h);
     h.host = spare.host;  // the lost host's slots and position: every rank keeps its place
     return spare.host;
   }

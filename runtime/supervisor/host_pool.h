@@ -14,9 +14,10 @@
 // closed connection is often a healthy host's. A live host answers at once, so the probes cost
 // the timeout only per lost host. Replace puts the first unused spare in a lost
 // host's place, at the same position, so every rank keeps its place in the layout and the
-// restart ends bit-identical. A lost host is never used again in this run. A host behind a
-// firewall that drops (not refuses) the probe looks lost: then a spare is used needlessly,
-// never a lost host kept.
+// restart ends bit-identical. A lost host is probed again at every later restart (Rejoin):
+// once it answers it is a spare again, or, in an elastic run, one of the job's hosts again (the
+// layout grows back). A host behind a firewall that drops (not refuses) the probe looks lost:
+// then a spare is used needlessly, never a lost host kept.
 // Thread-safety: the supervisor's thread only.
 #pragma once
 
@@ -47,6 +48,9 @@ class HostPool {
   std::string Replace(const std::string& host);
   // Drops `host` (an elastic restart goes on without it).
   void Remove(const std::string& host);
+  // The lost hosts (replaced or removed) that answer the probe again, taken back: each to the
+  // spares, or with `to_active` to the end of the active hosts. Returns their names.
+  std::vector<std::string> Rejoin(bool to_active);
   void set_ranks(int ranks) { ranks_ = ranks; }  // the layout placed on the active hosts
   int slots() const;  // of the active hosts
 
@@ -56,7 +60,7 @@ class HostPool {
 
  private:
   HostPool() = default;
-  std::vector<HostfileEntry> active_, spares_;
+  std::vector<HostfileEntry> active_, spares_, lost_;
   int ranks_ = 0;
   Probe probe_;
 };

@@ -43,9 +43,7 @@ std::string CheckpointWord(int64_t step) {
 
 // Records a failure and asks the policy. Returns the backoff before the next launch, or
 // nullopt when the run ends (the report says why).
-// Hosts of the failed ranks that no longer answer are lost (host_pool.h): each is replaced by a
-// spare when one is left (the same layout: the restart ends bit-identical), else the restart
-// tries the same hosts (and the restart budget decides).
+// The ranks on `host`, "0,1".
 std::string RanksOnHost(const HostPool& pool, const std::string& host) {
   std::string ranks;
   for (int r = 0; r < pool.ranks(); ++r) {
@@ -54,11 +52,22 @@ std::string RanksOnHost(const HostPool& pool, const std::string& host) {
   return ranks;
 }
 
-// Returns an error when an elastic restart cannot go on (too few hosts, no layout fits).
+// After a failure: lost hosts that answer again come back (host_pool.h); hosts running a rank
+// that no longer answer are lost: each is replaced by a spare when one is left (the same
+// layout: the restart ends bit-identical), else dropped in an elastic run (a smaller layout),
+// else the restart tries the same hosts (and the restart budget decides). Returns an error
+// when an elastic restart cannot go on (too few hosts, no layout fits).
 Status ReplaceLostHosts(int64_t k, HostPool& pool, RunState& run) {
   const SupervisorOptions& o = *run.options;
   RunLog& log = *run.log;
-  bool shrink = false;
+  const bool elastic = o.elastic_min_hosts > 0;
+  bool relayout = false;  // the hosts changed under an elastic run
+  for (const std::string& host : pool.Rejoin(elastic)) {
+    log.Emit(k, "host_back",
+             StrFormat("host %s answers again: %s", host.c_str(),
+                       elastic ? "it rejoins the job at this restart" : "held as a spare again"));
+    relayout = relayout || elastic;
+  }
   for (const std::string& host : pool.LostHosts()) {
     const std::string ranks = RanksOnHost(pool, host);
     const std::string spare = pool.Replace(host);
@@ -66,9 +75,9 @@ Status ReplaceLostHosts(int64_t k, HostPool& pool, RunState& run) {
       log.Emit(k, "host_lost",
                StrFormat("host %s (ranks %s) does not answer: lost; replaced by spare %s (%d "
                          "spare(s) left)", host.c_str(), ranks.c_str(), spare.c_str(), pool.spares_left()));
-    } else if (o.elastic_min_hosts > 0) {
+    } else if (elastic) {
       pool.Remove(host);
-      shrink = true;
+      relayout = true;
       log.Emit(k, "host_lost",
                StrFormat("host %s (ranks %s) does not answer: lost; no spare left, going on "
                          "with the %zu host(s) left", host.c_str(), ranks.c_str(), pool.active().size()));
@@ -78,7 +87,7 @@ Status ReplaceLostHosts(int64_t k, HostPool& pool, RunState& run) {
                          "uses the same hosts", host.c_str(), ranks.c_str()));
     }
   }
-  if (!shrink) return Status::Ok();
+  if (!relayout) return Status::Ok();
   if (static_cast<int>(pool.active().size()) < o.elastic_min_hosts) {
     return FailedPrecondition(StrFormat("%zu host(s) left, fewer than --elastic %d",
                                         pool.active().size(), o.elastic_min_hosts));

@@ -20,8 +20,10 @@ failure. The reduction order of every collective is fixed by rank, not by transp
     last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch;
   * elastic (`--elastic 1`, two hosts, no spare): the same loss; the job restarts on host 1
     alone with dp 2 -> 1 and grad_accum_steps 1 -> 2 (the global batch kept, the checkpoint
-    resharded on load) and ends BIT-IDENTICAL to the fault-free two-host launch (one rank
-    accumulating two micro-batches adds in the order two ranks reduce).
+    resharded on load); then host 2's link comes back and host 1's rank is killed: at that
+    restart host 2 rejoins and the job goes on at dp 2 again; it ends BIT-IDENTICAL to the
+    fault-free two-host launch (one rank accumulating two micro-batches adds in the order two
+    ranks reduce).
 Prints each run's wall time; exits non-zero with every failure listed.
 """
 import os, subprocess, sys, time
@@ -88,7 +90,28 @@ try:
     open(two_hosts, "w").write("\n".join(lines[:2]) + "\n")
     open(three_hosts, "w").write("\n".join(lines[:3]) + "\n")
 
-    def launch(name, hostfile, sets, extra=(), lose_host_after=None):
+    def lose_host_2():  # every process of host 2 killed, its link cut
+        pids = subprocess.run(["ip", "netns", "pids", "tsh2"], stdout=subprocess.PIPE,
+                              text=True).stdout.split()
+        subprocess.run(["kill", "-9"] + pids)
+        subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "down"])
+
+    def host_2_back_and_rank_on_host_1_killed():
+        subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
+        for pid in subprocess.run(["ip", "netns", "pids", "tsh1"], stdout=subprocess.PIPE,
+                                  text=True).stdout.split():
+            try:
+                argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) > 1 and argv[0].endswith(b"tessera") and argv[1] == b"train":
+                subprocess.run(["kill", "-9", pid])
+
+    def after_step_10(done, log):
+        return done >= 10
+
+    def launch(name, hostfile, sets, extra=(), faults=()):
+        """tessera launch on HOSTFILE; FAULTS: (when(metrics lines, log), action), in order."""
         out, cmd = runner.command(name, 1, sets + [f"checkpoint.dir={runner.work}/{name}_ckpt"])
         argv = [runner.tessera, "launch", "-n", "2", "--hostfile", hostfile, "--bind",
                 "10.231.0.1", "--backoff", "0.2"] + list(extra) + cmd[2:]
@@ -96,17 +119,14 @@ try:
         log = os.path.join(runner.work, name + ".log")
         p = subprocess.Popen(["bash", hosts_script, "exec", "1"] + argv, stdout=open(log, "w"),
                              stderr=subprocess.STDOUT)
-        while lose_host_after is not None and p.poll() is None and time.time() - t0 < 300:
+        pending = list(faults)
+        while pending and p.poll() is None and time.time() - t0 < 300:
             try:
                 done = sum(1 for _ in open(os.path.join(out, "metrics.jsonl")))
             except OSError:
                 done = 0
-            if done >= lose_host_after:  # every process of host 2 killed, its link cut
-                pids = subprocess.run(["ip", "netns", "pids", "tsh2"], stdout=subprocess.PIPE,
-                                      text=True).stdout.split()
-                subprocess.run(["kill", "-9"] + pids)
-                subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "down"])
-                break
+            if pending[0][0](done, open(log).read()):
+                pending.pop(0)[1]()
             time.sleep(0.05)
         try:
             rc = p.wait(timeout=600)
@@ -129,7 +149,7 @@ try:
     longer = dp + ["train.steps=24", "schedule.decay_steps=24", "checkpoint.interval_steps=4"]
     ref_long, _ = launch("launch_ref_24", two_hosts, longer)
     out, text = launch("launch_lose_host", three_hosts, longer, ["--spares", "1"],
-                       lose_host_after=10)
+                       faults=[(after_step_10, lose_host_2)])
     tr.check("host 10.231.0.2 (ranks 1) does not answer: lost; replaced by spare 10.231.0.3" in text,
              "lost host: detected by name and replaced by the spare", failures)
     # Whichever rank's connection closes first (often the healthy host's: a cut link swallows
@@ -139,14 +159,24 @@ try:
         print("\n".join(l for l in text.splitlines() if l.startswith("supervisor:"))[-4000:])
     tr.same_bits(ref_long, out, "lost host replaced by a spare vs the fault-free launch", failures)
 
-    # Losing host 2 with no spare: elastic restart on host 1 alone.
+    # Losing host 2 with no spare: elastic restart on host 1 alone. Then host 2's link comes
+    # back and the rank on host 1 is killed: at that restart host 2 rejoins, dp 2 again.
     subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
-    out, text = launch("launch_elastic", two_hosts, longer, ["--elastic", "1"], lose_host_after=10)
+    out, text = launch("launch_elastic", two_hosts, longer, ["--elastic", "1"],
+                       faults=[(after_step_10, lose_host_2),
+                               (lambda done, log: log.count("first step done") == 2,
+                                host_2_back_and_rank_on_host_1_killed)])
     tr.check("host 10.231.0.2 (ranks 1) does not answer: lost; no spare left, going on with the "
              "1 host(s) left" in text, "elastic: the lost host named", failures)
     tr.check("restarting on 1 host(s) with 1 ranks: dp 2 -> 1, grad_accum_steps 1 -> 2" in text,
              "elastic: the new layout said", failures)
-    tr.check(", 2 incarnations, 1 failure" in text, "elastic: one failure, one restart", failures)
+    tr.check("host 10.231.0.2 answers again: it rejoins the job at this restart" in text,
+             "elastic: the lost host rejoins once it answers", failures)
+    tr.check("restarting on 2 host(s) with 2 ranks: the configured layout again: dp 2" in text,
+             "elastic: the layout grows back", failures)
+    if not tr.check(", 3 incarnations, 2 failures" in text, "elastic: two failures, two restarts",
+                    failures):
+        print("\n".join(l for l in text.splitlines() if l.startswith("supervisor:"))[-4000:])
     tr.same_bits(ref_long, out, "elastic restart on the survivor vs the fault-free launch", failures)
 finally:
     subprocess.run(["bash", hosts_script, "down"])

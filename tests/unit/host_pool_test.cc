@@ -55,6 +55,29 @@ TEST(HostPool, PlacesRanksBySlotAndReplacesALostHostInItsPlace) {
   EXPECT_EQ(pool->Replace("s2"), "");  // none left
 }
 
+TEST(HostPool, ALostHostThatAnswersAgainRejoinsAsASpareOrAsAnActiveHost) {
+  std::set<std::string> down;
+  auto probe = [&](const std::string& h) { return down.count(h) == 0; };
+  auto pool = HostPool::Create(Hosts({{"a", 1}, {"b", 1}, {"s", 1}}), 1, 2, "/h", probe);
+  ASSERT_TRUE(pool.ok());
+  down = {"b"};
+  EXPECT_EQ(pool->Replace("b"), "s");
+  EXPECT_TRUE(pool->Rejoin(false).empty());  // still down
+  down.clear();
+  EXPECT_EQ(pool->Rejoin(false), std::vector<std::string>{"b"});
+  EXPECT_EQ(pool->spares_left(), 1);  // b is the spare now
+  EXPECT_TRUE(pool->Rejoin(false).empty());  // once
+  // Elastic: a removed host comes back to the end of the active hosts.
+  down = {"a"};
+  pool->Remove("a");
+  EXPECT_EQ(pool->slots(), 1);
+  down.clear();
+  EXPECT_EQ(pool->Rejoin(true), std::vector<std::string>{"a"});
+  ASSERT_EQ(pool->active().size(), 2u);
+  EXPECT_EQ(pool->active()[1].host, "a");
+  EXPECT_EQ(pool->slots(), 2);
+}
+
 TEST(HostPool, RefusesTooFewHostsOrSlots) {
   auto too_few = HostPool::Create(Hosts({{"a", 4}}), 1, 2, "/h");
   ASSERT_FALSE(too_few.ok());
