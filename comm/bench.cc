@@ -130,4 +130,22 @@ Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, 
   });
 }
 
+Result<std::vector<std::string>> WorldHosts(Communicator& comm) {
+  RETURN_IF_ERROR(CheckRawMpi(comm));
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<size_t>(comm.size()) * MPI_MAX_PROCESSOR_NAME);
+  if (MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                    MPI_CHAR, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    return Internal("MPI_Allgather of the host names failed");
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < comm.size(); ++r) {
+    std::string h(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return hosts;
+}
+
 }  // namespace tessera

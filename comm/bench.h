@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -42,5 +43,8 @@ Result<CommBenchResult> BenchRawMpiAllToAll(Communicator& comm, int64_t bytes, i
 // Plain blocking MPI_Allreduce on MPI_COMM_WORLD with the same buffer: the reference figure.
 // Requires an MpiSession; `comm` is only used to agree on timings.
 Result<CommBenchResult> BenchRawMpiAllReduce(Communicator& comm, int64_t bytes, int iters);
+// The distinct hosts (MPI_Get_processor_name) of the world's ranks, in rank order of first
+// appearance: says whether a figure crossed a network. Requires an MpiSession.
+Result<std::vector<std::string>> WorldHosts(Communicator& comm);
 
 }  // namespace tessera

@@ -130,6 +130,8 @@ int RunBenchComm(const Args& args) {
   Communicator& comm = **world;
   const int n = static_cast<int>(*iters);
 
+  auto hosts = WorldHosts(comm);
+  if (!hosts.ok()) AbortJob(hosts.status());
   CommBenchResult raw_before = OrAbort(BenchRawMpiAllReduce(comm, *bytes, n));
   CommBenchResult backend = OrAbort(BenchAllReduce(comm, *bytes, n, ReduceOrder::kBackend));
   CommBenchResult rank_order = OrAbort(BenchAllReduce(comm, *bytes, n, ReduceOrder::kRankOrder));
@@ -142,8 +144,11 @@ int RunBenchComm(const Args& args) {
   if (!printer) return kExitOk;
 
   const double reference = std::max(raw_before.bus_gbps, raw_after.bus_gbps);
-  std::printf("tessera bench comm: %d ranks, %s fp32 per rank, %d timed iterations after 1 warm-up\n",
-              ranks, FormatBytes(*bytes).c_str(), n);
+  std::string host_list;
+  for (const std::string& h : *hosts) host_list += (host_list.empty() ? "" : ", ") + h;
+  std::printf("tessera bench comm: %d ranks on %zu host(s) (%s), %s fp32 per rank, %d timed "
+              "iterations after 1 warm-up\n",
+              ranks, hosts->size(), host_list.c_str(), FormatBytes(*bytes).c_str(), n);
   std::printf("bus bandwidth in GB/s; %% = median bus bandwidth / better raw MPI_Allreduce median "
               "(%.2f GB/s); target >= 90%%\n\n", reference);
   std::printf("  %-28s %7s %7s %10s   %6s\n", "op", "median", "best", "median ms", "vs raw");

@@ -84,10 +84,23 @@ try:
                        "slot")
     tr.same_bits(ref, out, "tp=2 x dp=2, a tp pair per host vs one host", failures)
 
-    # tessera launch across the hosts, one rank each.
+    # The collectives' benchmark across the link, beside raw MPI on the same link (no timing
+    # is checked: that the figures come from two hosts and are printed).
+    hosts12 = os.path.join(state, "hosts12")
     lines = open(os.path.join(state, "hostfile")).read().replace("slots=2", "slots=1").splitlines()
-    two_hosts, three_hosts = os.path.join(state, "hosts12"), os.path.join(state, "hosts123")
-    open(two_hosts, "w").write("\n".join(lines[:2]) + "\n")
+    open(hosts12, "w").write("\n".join(lines[:2]) + "\n")
+    bench = subprocess.run(
+        ["bash", hosts_script, "exec", "1", "mpirun", "--allow-run-as-root", "-np", "2",
+         "--hostfile", hosts12, "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp",
+         runner.tessera, "bench", "comm", "--bytes", "1MiB", "--iters", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    print("\n".join("    " + l for l in bench.stdout.splitlines()[:12]))
+    tr.check(bench.returncode == 0 and "2 ranks on 2 host(s) (tsh1, tsh2)" in bench.stdout and
+             "all_reduce kRankOrder" in bench.stdout and "MPI_Allreduce raw (last)" in bench.stdout,
+             "bench comm across two hosts beside raw MPI_Allreduce", failures)
+
+    # tessera launch across the hosts, one rank each.
+    two_hosts, three_hosts = hosts12, os.path.join(state, "hosts123")
     open(three_hosts, "w").write("\n".join(lines[:3]) + "\n")
 
     def lose_host_2():  # every process of host 2 killed, its link cut
