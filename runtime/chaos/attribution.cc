@@ -58,6 +58,14 @@ class Evidence {
     return nullptr;
   }
 
+  // Whether any failure was detected in [after, before] (claimed or not).
+  bool AnyFailure(double after, double before) const {
+    for (const ReportedFailure& r : failures_) {
+      if (r.detected_unix >= after && r.detected_unix <= before) return true;
+    }
+    return false;
+  }
+
   // Every unclaimed checkpointer stop (rank_exit with the restartable code) in [after,
   // before]; claims them.
   std::vector<const ReportedFailure*> TakeCheckpointerStops(double after, double before) {
@@ -112,7 +120,23 @@ void Attribute(const InjectedFault& f, const AttributionOptions& o, Evidence& ev
     case FaultKind::kKillRank:
     case FaultKind::kKillInCheckpoint:
     case FaultKind::kKillHost:
+    case FaultKind::kLoseHost:
       DetectedBy(ev.TakeFailure(t0, f.ranks, kKillWithinS), f, out);
+      break;
+    case FaultKind::kPartition:
+      // Seen when a connection breaks or the heartbeats stop, at the latest one heartbeat
+      // timeout after the link went down.
+      DetectedBy(ev.TakeFailure(t0, f.ranks, o.heartbeat_timeout_s + kStopSlackS), f, out);
+      break;
+    case FaultKind::kSlowLink:
+      // Not a failure: handled when the job rides through the window without one.
+      if (!ev.AnyFailure(t0, f.active_until_unix + kStragglerAfterWindowS)) {
+        out.detected = true;
+        out.detected_as = "ridden through";
+        out.detection_s = 0;
+      } else {
+        out.note = "the slow link ended in a failure";
+      }
       break;
     case FaultKind::kStopRank:
       DetectedBy(ev.TakeFailure(t0, f.ranks, o.heartbeat_timeout_s + kStopSlackS), f, out);

@@ -21,7 +21,12 @@
 // - io_error: a "ckpt_save_failed" event up to 30 s after its window ends; the checkpointer's
 //   own stops (rank_exit with exit code kExitRestartable, up to 5 s after the window) are its
 //   restarts: their steps lost add up and the last one's resumption is its recovery;
-// - preempt: a "preempt" event; recovery at the first "progress" after the next "launch".
+// - preempt: a "preempt" event; recovery at the first "progress" after the next "launch";
+// - lose_host: like a kill, naming any rank (a lost host takes the job down, and the first
+//   connection to close is often a healthy host's);
+// - partition: the same within heartbeat_timeout_s + 10 s (the link is silent, not closed);
+// - slow_link: handled ("ridden through") when no failure at all falls between the injection
+//   and 10 s after its window; any failure there means it was not.
 // A fault never injected keeps its note; one injected without matching evidence is not
 // detected ("no detection found in the supervisor's events"). Failures no fault claims are
 // listed (a false detection, or a fault's side effect).

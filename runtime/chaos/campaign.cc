@@ -110,7 +110,27 @@ struct FaultState {
   std::optional<RankSlower> slower;
   int64_t damaged_step = -1;          // corrupt/truncate
   bool relaunch = false;              // preempt: launch again after the stop
+  std::vector<std::string> undo;      // partition, slow_link: the host program's args at the end
+  bool host_program_failed = false;   // the host program could not inject it
 };
+
+// Runs the scenario's host program (`P VERB HOST ARGS...`) to its end (at most 60 s), its
+// output appended to `log`. The only way a chaos run touches a real host.
+Status RunHostControl(const std::string& program, const std::vector<std::string>& args,
+                      const std::string& log) {
+  std::vector<std::string> argv = {program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcessSession p;
+  RETURN_IF_ERROR(p.Start(argv, {}, log));
+  for (int i = 0; i < 600; ++i) {
+    if (auto done = p.WaitFor(std::chrono::milliseconds(100))) {
+      if (done->exited && done->exit_code == 0) return Status::Ok();
+      return Internal(program + " " + args.front() + " " + args.at(1) + ": " + done->ToString() +
+                      " (see " + log + ")");
+    }
+  }
+  return Internal(program + " " + args.front() + ": no end within 60 s (see " + log + ")");
+}
 
 std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
@@ -137,6 +157,7 @@ class Campaign {
   void InjectDue(double now_unix);
   void Inject(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix);
   void Damage(FaultState& f, const std::map<int, pid_t>& ranks, double now_unix);
+  void InjectHost(FaultState& f, double now_unix);
   void TickActive(double now_unix);
   void ReadLaunchReport();
   void MatchDetections(ChaosReport& report);
@@ -189,6 +210,8 @@ void Campaign::Say(const std::string& line) {
 
 std::vector<std::string> Campaign::LaunchArgs(const std::string& out, int64_t steps_override) const {
   std::vector<std::string> a = {o_.tessera, "launch", "-n", std::to_string(s_.ranks), s_.config};
+  if (!s_.hostfile.empty()) a.insert(a.end(), {"--hostfile", s_.hostfile});
+  if (!s_.bind.empty()) a.insert(a.end(), {"--bind", s_.bind});
   std::vector<std::string> sets = s_.sets;
   sets.push_back("train.out_dir=" + out);
   sets.push_back("checkpoint.dir=" + out + "/ckpt");
@@ -322,7 +345,7 @@ void Campaign::InjectDue(double now_unix) {
     Inject(f, ranks, now_unix);
     if (f.injected || f.armed) {
       const FaultKind k = f.plan.spec.kind;
-      if (k == FaultKind::kSlowRank || k == FaultKind::kIoError) {
+      if (k == FaultKind::kSlowRank || k == FaultKind::kIoError || k == FaultKind::kSlowLink) {
         busy_until_unix_ = f.active_until_unix;
       } else if (k != FaultKind::kKillInCheckpoint) {
         wait_progress_after_unix_ = f.injected_unix;
@@ -392,7 +415,48 @@ void Campaign::Inject(FaultState& f, const std::map<int, pid_t>& ranks, double n
     case FaultKind::kTruncateShard:
       Damage(f, ranks, now_unix);
       break;
+    case FaultKind::kLoseHost:
+    case FaultKind::kPartition:
+    case FaultKind::kSlowLink:
+      InjectHost(f, now_unix);
+      break;
   }
+}
+
+// A fault on a real host, through the scenario's host program; partition and slow_link are
+// undone when their window ends (TickActive).
+void Campaign::InjectHost(FaultState& f, double now_unix) {
+  const FaultSpec& s = f.plan.spec;
+  const std::string host = s_.hostfile_hosts.at(s.host);
+  std::vector<std::string> args;
+  std::string what = "host " + host;
+  if (s.kind == FaultKind::kLoseHost) {
+    args = {"lose", host};
+    what += ": every process killed, link cut";
+  } else if (s.kind == FaultKind::kPartition) {
+    args = {"link", host, "down"};
+    f.undo = {"link", host, "up"};
+    what += StrFormat(": link down for %.1f s", s.duration_s);
+  } else {
+    args = {"qdisc", host, s.qdisc};
+    f.undo = {"qdisc", host, "clear"};
+    what += StrFormat(": %s for %.1f s", s.qdisc.c_str(), s.duration_s);
+  }
+  if (Status st = RunHostControl(s_.host_control, args, out_ + "/host_control.log"); !st.ok()) {
+    f.given_up = true;
+    f.host_program_failed = true;
+    f.undo.clear();
+    f.note = "host program failed: " + st.ToString();
+    Say(StrFormat("#%d %s not injected: %s", f.plan.id, FaultKindName(s.kind), st.ToString().c_str()));
+    return;
+  }
+  if (!f.undo.empty()) f.active_until_unix = now_unix + s.duration_s;
+  f.injected = true;
+  f.injected_unix = now_unix;
+  f.injected_step = StepNow();
+  f.target = what;
+  Say(StrFormat("inject #%d %s: %s at step %lld", f.plan.id, FaultKindName(s.kind), what.c_str(),
+                static_cast<long long>(f.injected_step)));
 }
 
 // Freezes the job, damages the newest committed checkpoint, and kills rank 0 so the restart
@@ -459,6 +523,13 @@ void Campaign::TickActive(double now_unix) {
   for (FaultState& f : faults_) {
     if (f.slower) {
       if (!f.slower->Tick(Clock::now())) f.slower.reset();
+    }
+    if (!f.undo.empty() && now_unix >= f.active_until_unix) {
+      Status st = RunHostControl(s_.host_control, f.undo, out_ + "/host_control.log");
+      Say(StrFormat("#%d %s over: %s %s%s", f.plan.id, FaultKindName(f.plan.spec.kind),
+                    f.undo[0].c_str(), f.undo[2].c_str(), st.ok() ? "" : (": " + st.ToString()).c_str()));
+      if (!st.ok()) f.note = "could not undo: " + st.ToString();
+      f.undo.clear();
     }
     if (!f.armed) continue;
     const FaultKind k = f.plan.spec.kind;
@@ -539,6 +610,10 @@ void Campaign::MatchDetections(ChaosReport& report) {
                             x.kind == FaultKind::kIoError;
     if (x.kind == FaultKind::kKillHost) {
       x.ranks = s_.hosts.at(f.plan.spec.host);
+    } else if (IsHostKind(x.kind)) {
+      // A lost or cut-off host takes the whole job down; whichever rank's failure is seen
+      // first speaks for it.
+      for (int r = 0; r < s_.ranks; ++r) x.ranks.push_back(r);
     } else if (rank_fault && f.plan.spec.rank >= 0) {
       x.ranks = {f.plan.spec.rank};
     }
@@ -579,6 +654,12 @@ Result<ChaosReport> Campaign::Run() {
   for (FaultState& f : faults_) {
     if (f.slower) f.slower->Finish();
     if (f.armed) ::unlink(HooksPath("armed", f.plan.id).c_str());
+    if (!f.undo.empty()) {  // the run ended inside the window: the host is put back anyway
+      if (Status st = RunHostControl(s_.host_control, f.undo, out_ + "/host_control.log"); !st.ok()) {
+        f.note = "could not undo: " + st.ToString();
+      }
+      f.undo.clear();
+    }
   }
   report.wall_s = UnixNow() - start_unix_;
   report.final_step = step_now_;
@@ -594,6 +675,9 @@ Result<ChaosReport> Campaign::Run() {
     v.faults_injected += f.injected_s >= 0;
     v.faults_detected += f.injected_s >= 0 && f.detected;
   }
+  // A host fault the host program could not inject proves nothing: it counts as injected and
+  // not detected, so the verdict fails and the table's note says why.
+  for (const FaultState& f : faults_) v.faults_injected += f.host_program_failed;
   CompareWithReference(end, report);
   AuditCheckpointsInto(v);
   if (s_.soak_s > 0 && memory_.size() >= 2) CheckSoakMemory(v);

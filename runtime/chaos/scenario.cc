@@ -25,6 +25,7 @@
 #include "runtime/core/file_util.h"
 #include "runtime/core/yaml_reader.h"
 #include "runtime/core/yaml_tree.h"
+#include "runtime/supervisor/launcher.h"
 
 namespace tessera {
 namespace {
@@ -43,6 +44,9 @@ constexpr KindName kKindNames[] = {
     {FaultKind::kIoError, "io_error"},
     {FaultKind::kKillHost, "kill_host"},
     {FaultKind::kPreempt, "preempt"},
+    {FaultKind::kLoseHost, "lose_host"},
+    {FaultKind::kPartition, "partition"},
+    {FaultKind::kSlowLink, "slow_link"},
 };
 
 constexpr int kEio = 5;
@@ -55,8 +59,9 @@ constexpr uint64_t kMaxScenarioBytes = uint64_t{1} << 20;
 const std::vector<std::string> kSupervisorKeys = {
     "heartbeat_timeout", "stall_timeout",   "stall_floor", "startup_timeout",
     "max_restarts",      "restart_window",  "crash_loop",  "backoff",
-    "stop_grace",        "preempt_timeout", "heartbeat_ms"};
-const std::set<std::string> kSupervisorIntegerKeys = {"max_restarts", "crash_loop", "heartbeat_ms"};
+    "stop_grace",        "preempt_timeout", "heartbeat_ms", "spares", "elastic"};
+const std::set<std::string> kSupervisorIntegerKeys = {"max_restarts", "crash_loop", "heartbeat_ms",
+                                                      "spares", "elastic"};
 
 std::string Num(double v) {
   char buf[32];
@@ -74,7 +79,7 @@ Result<FaultKind> Kind(const YamlContext& ctx, const YamlNode& node, const std::
 // directory, else relative to the scenario's folder or one of its parents (the shipped
 // scenarios say "configs/tiny.yaml", which resolves from configs/chaos/ up to the repo root,
 // wherever `tessera chaos` runs from).
-Result<std::string> ResolveConfig(const YamlMap& job, const std::string& config) {
+Result<std::string> ResolvePath(const YamlMap& job, const std::string& key, const std::string& config) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path written(config);
@@ -92,8 +97,9 @@ Result<std::string> ResolveConfig(const YamlMap& job, const std::string& config)
           ? " (looked in the current directory and in " + folder.lexically_normal().string() +
                 " and its parents)"
           : "";
-  return job.ValueError("config",
-                        "expected an existing config file, got \"" + config + "\"" + looked);
+  return job.ValueError(key, std::string("expected an existing ") +
+                                 (key == "config" ? "config file" : "file") + ", got \"" + config +
+                                 "\"" + looked);
 }
 
 // job.hosts: a list of rank groups, every rank in exactly one (default: one rank per host).
@@ -136,11 +142,28 @@ Status ReadHosts(YamlMap& job, Scenario* s) {
   return Status::Ok();
 }
 
+// job.hostfile, job.host_control, job.bind: a job across real hosts.
+Status ReadRealHosts(YamlMap& job, Scenario* s) {
+  std::string path;
+  RETURN_IF_ERROR(job.String("hostfile", &path));
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(s->hostfile, ResolvePath(job, "hostfile", path));
+    Result<std::vector<HostfileEntry>> entries = ParseHostfile(s->hostfile);
+    if (!entries.ok()) return job.ValueError("hostfile", entries.status().message());
+    for (const HostfileEntry& e : *entries) s->hostfile_hosts.push_back(e.host);
+  }
+  RETURN_IF_ERROR(job.String("host_control", &path));
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(s->host_control, ResolvePath(job, "host_control", path));
+  }
+  return job.String("bind", &s->bind);
+}
+
 Status ReadJob(YamlMap& job, Scenario* s) {
   RETURN_IF_ERROR(job.Require("config"));
   std::string config;
   RETURN_IF_ERROR(job.NonEmptyString("config", &config));
-  ASSIGN_OR_RETURN(s->config, ResolveConfig(job, config));
+  ASSIGN_OR_RETURN(s->config, ResolvePath(job, "config", config));
   RETURN_IF_ERROR(job.Int("ranks", 1, kMaxRanks, &s->ranks));
 
   const YamlContext& ctx = job.context();
@@ -155,6 +178,7 @@ Status ReadJob(YamlMap& job, Scenario* s) {
     s->sets.push_back(text);
   }
   RETURN_IF_ERROR(ReadHosts(job, s));
+  RETURN_IF_ERROR(ReadRealHosts(job, s));
   return job.Finish();
 }
 
@@ -176,7 +200,7 @@ Status ReadSupervisor(YamlMap& sup, Scenario* s) {
 
 // Which of the optional fault keys each kind uses (the others are errors, not silently unused).
 struct KindKeys {
-  bool rank, host, duration, error_number;
+  bool rank, host, duration, error_number, qdisc = false;
 };
 KindKeys KeysOf(FaultKind kind) {
   switch (kind) {
@@ -185,7 +209,10 @@ KindKeys KeysOf(FaultKind kind) {
     case FaultKind::kKillInCheckpoint: return {true, false, false, false};
     case FaultKind::kSlowRank: return {true, false, true, false};
     case FaultKind::kIoError: return {true, false, true, true};
-    case FaultKind::kKillHost: return {false, true, false, false};
+    case FaultKind::kKillHost:
+    case FaultKind::kLoseHost: return {false, true, false, false};
+    case FaultKind::kPartition: return {false, true, true, false};
+    case FaultKind::kSlowLink: return {false, true, true, false, true};
     case FaultKind::kCorruptShard:
     case FaultKind::kTruncateShard:
     case FaultKind::kPreempt: return {false, false, false, false};
@@ -214,7 +241,8 @@ Status ReadFault(YamlMap& f, const Scenario& s, FaultSpec* fault) {
   } optional[] = {{"rank", keys.rank},
                   {"host", keys.host},
                   {"duration_s", keys.duration},
-                  {"errno", keys.error_number}};
+                  {"errno", keys.error_number},
+                  {"qdisc", keys.qdisc}};
   for (const auto& o : optional) {
     if (!o.used && f.Has(o.key)) {
       return f.KeyError(o.key, std::string("not used by ") + kind_name + " (remove it)");
@@ -224,9 +252,22 @@ Status ReadFault(YamlMap& f, const Scenario& s, FaultSpec* fault) {
     const int64_t min = fault->kind == FaultKind::kIoError ? -1 : 0;
     RETURN_IF_ERROR(f.Int("rank", min, s.ranks - 1, &fault->rank));
   }
-  if (keys.host) {
+  if (IsHostKind(fault->kind)) {
+    if (s.hostfile.empty() || s.host_control.empty()) {
+      return f.ValueError("kind", std::string(kind_name) +
+                                      " acts on a real host: the job needs job.hostfile and "
+                                      "job.host_control");
+    }
+    if (s.hostfile_hosts.size() < 2) {
+      return f.ValueError("kind", std::string(kind_name) + " needs a hostfile of at least 2 hosts");
+    }
+    // Host 0 runs tessera launch and this chaos run: losing it is not a fault they can survive.
+    RETURN_IF_ERROR(f.Require("host"));
+    RETURN_IF_ERROR(f.Int("host", 1, static_cast<int64_t>(s.hostfile_hosts.size()) - 1, &fault->host));
+  } else if (keys.host) {
     RETURN_IF_ERROR(f.Int("host", 0, static_cast<int64_t>(s.hosts.size()) - 1, &fault->host));
   }
+  if (keys.qdisc) RETURN_IF_ERROR(f.NonEmptyString("qdisc", &fault->qdisc));
   if (keys.duration) RETURN_IF_ERROR(f.Number("duration_s", kPositive, &fault->duration_s));
   if (keys.error_number) {
     RETURN_IF_ERROR(
@@ -253,13 +294,18 @@ Status ReadRandom(YamlMap& r, Scenario* s) {
     return r.ValueError("kinds", "expected at least one fault kind, got none");
   }
   for (size_t i = 0; i < kinds.size(); ++i) {
-    ASSIGN_OR_RETURN(FaultKind kind, Kind(r.context(), *kinds[i],
-                                          r.Dotted("kinds") + "[" + std::to_string(i) + "]"));
+    const std::string dotted = r.Dotted("kinds") + "[" + std::to_string(i) + "]";
+    ASSIGN_OR_RETURN(FaultKind kind, Kind(r.context(), *kinds[i], dotted));
+    if (IsHostKind(kind)) {
+      return r.context().At(*kinds[i], dotted,
+                            std::string("expected a fault kind a campaign may draw, got ") +
+                                FaultKindName(kind) + " (host faults are listed faults only)");
+    }
     s->random_kinds.push_back(kind);
   }
   if (kinds.empty()) {
     for (const KindName& k : kKindNames) {
-      if (k.kind != FaultKind::kPreempt) s->random_kinds.push_back(k.kind);
+      if (k.kind != FaultKind::kPreempt && !IsHostKind(k.kind)) s->random_kinds.push_back(k.kind);
     }
   }
   s->has_random = true;
@@ -335,6 +381,10 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
+bool IsHostKind(FaultKind kind) {
+  return kind == FaultKind::kLoseHost || kind == FaultKind::kPartition || kind == FaultKind::kSlowLink;
+}
+
 const char* FaultKindName(FaultKind kind) {
   for (const KindName& k : kKindNames) {
     if (k.kind == kind) return k.name;
@@ -362,7 +412,8 @@ std::string PlannedFault::ToString() const {
   if (KeysOf(spec.kind).rank) {
     out += spec.rank < 0 ? " all ranks" : " rank " + std::to_string(spec.rank);
   }
-  if (spec.kind == FaultKind::kKillHost) out += " host " + std::to_string(spec.host);
+  if (KeysOf(spec.kind).host) out += " host " + std::to_string(spec.host);
+  if (KeysOf(spec.kind).qdisc) out += " (" + spec.qdisc + ")";
   if (spec.at_step >= 0) {
     out += " at step " + std::to_string(spec.at_step);
   } else {

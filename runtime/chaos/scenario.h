@@ -16,24 +16,41 @@
 //     set: [parallel.dp=4, train.steps=200]   # --set overrides, applied in order
 //     hosts: [[0, 1], [2, 3]]       # rank groups standing for hosts (kill_host); default: one
 //                                   #   group per rank
+//     hostfile: hosts.txt           # real hosts (tessera launch --hostfile; resolved like
+//                                   #   config): for lose_host, partition, slow_link, whose
+//                                   #   `host` indexes its lines; the first host runs tessera
+//                                   #   launch and tessera chaos, so it is never a target
+//     host_control: tools/dev/test-hosts.sh   # the program that acts on a host (required with
+//                                   #   the host kinds): `P lose HOST` (every process killed,
+//                                   #   link cut), `P link HOST down|up`, `P qdisc HOST SPEC` /
+//                                   #   `P qdisc HOST clear`; HOST as the hostfile names it
+//     bind: 10.231.0.1              # tessera launch --bind (the control plane, reachable from
+//                                   #   every host)
 //   supervisor:                     # tessera launch options, same names without "--"
 //     heartbeat_timeout: 2          # seconds; also stall_timeout, stall_floor,
 //     backoff: 0.2                  #   startup_timeout, restart_window, stop_grace,
-//     max_restarts: 100             #   preempt_timeout, heartbeat_ms, crash_loop
+//     max_restarts: 100             #   preempt_timeout, heartbeat_ms, crash_loop, spares,
+//                                   #   elastic
 //   faults:
 //     - kind: kill_rank             # see FaultKind
 //       at_step: 40                 # exactly one of at_step / at_time_s (seconds after start)
 //       rank: 2                     # kill_rank, stop_rank, slow_rank, kill_in_checkpoint,
 //                                   #   io_error (-1 = every rank); default 0
-//       host: 1                     # kill_host: index into job.hosts
-//       duration_s: 5               # slow_rank, io_error: how long (default 5)
+//       host: 1                     # kill_host: index into job.hosts; lose_host, partition,
+//                                   #   slow_link: index into job.hostfile's hosts (>= 1)
+//       duration_s: 5               # slow_rank, io_error, partition, slow_link: how long
+//                                   #   (default 5)
+//       qdisc: netem delay 20ms     # slow_link: the tc qdisc put on the host's link (default
+//                                   #   "netem delay 20ms"; "tbf rate 10mbit burst 32kbit
+//                                   #   latency 400ms" where the kernel lacks sch_netem)
 //       errno: ENOSPC               # io_error: ENOSPC | EIO (default EIO)
 //   random:                         # a campaign
 //     seed: 7                       # required in this section
 //     mean_time_between_faults_s: 5 # required, > 0
 //     duration_s: 120               # required, > 0: faults are scheduled in [first_after_s,
 //     first_after_s: 3              #   duration_s); default first_after_s = 3
-//     kinds: [kill_rank, stop_rank] # default: every kind except preempt
+//     kinds: [kill_rank, stop_rank] # default: every kind except preempt and the host kinds
+//                                   #   (those are listed faults only)
 //   soak_s: 0                       # > 0: soak mode: train until this many seconds, then
 //                                   #   stop (preempt) and compare at the step reached
 //   verdict:
@@ -62,7 +79,13 @@ enum class FaultKind {
   kIoError,           // checkpoint writes fail with errno for duration_s
   kKillHost,          // SIGKILL every rank of one host group at once
   kPreempt,           // SIGTERM to the supervisor; the chaos run launches it again
+  // Across real hosts (job.hostfile, job.host_control):
+  kLoseHost,   // every process of a host killed and its link cut, for good (a spare takes over)
+  kPartition,  // a host's link down for duration_s, then up again
+  kSlowLink,   // a tc qdisc (netem delay, tbf rate) on a host's link for duration_s: slower,
+               //   not a failure
 };
+bool IsHostKind(FaultKind kind);  // lose_host, partition, slow_link
 const char* FaultKindName(FaultKind kind);  // "kill_rank", "stop_rank", ...
 Result<FaultKind> ParseFaultKind(const std::string& name);
 
@@ -72,7 +95,8 @@ struct FaultSpec {
   double at_time_s = -1;    // >= 0, or -1 when at_step is used
   int rank = 0;             // -1 = every rank (io_error only)
   int host = 0;             // kill_host
-  double duration_s = 5;    // slow_rank, io_error
+  double duration_s = 5;    // slow_rank, io_error, partition, slow_link
+  std::string qdisc = "netem delay 20ms";  // slow_link
   int error_number = 5;     // io_error: EIO (5) or ENOSPC (28)
   // For corrupt_shard / truncate_shard: which byte / where, drawn from the schedule's seed so
   // a replay damages the same place.
@@ -91,6 +115,10 @@ struct Scenario {
   int ranks = 2;
   std::vector<std::string> sets;
   std::vector<std::vector<int>> hosts;  // each rank in exactly one group
+  std::string hostfile;                 // resolved path; empty: one machine
+  std::vector<std::string> hostfile_hosts;  // its hosts, in order
+  std::string host_control;             // resolved path of the host program
+  std::string bind;                     // tessera launch --bind; empty: its default
   // `tessera launch` flags, name without "--" -> value as text (validated by the launcher).
   std::map<std::string, std::string> supervisor;
   std::vector<FaultSpec> faults;

@@ -113,6 +113,28 @@ TEST(AttributionTest, KillHostIsDetectedByAFailureNamingAnyOfItsRanks) {
   EXPECT_DOUBLE_EQ(a.faults[0].recovery_s, 8);
 }
 
+TEST(AttributionTest, HostFaultsAcrossHosts) {
+  // lose_host: the first failure may name the healthy host's rank (every rank is a target).
+  Attribution lose = Attribute({Fault(FaultKind::kLoseHost, 1010, {0, 1})}, {},
+                               {Failed("connection_lost", {0}, 1010.3, 1014, 2)});
+  EXPECT_TRUE(lose.faults[0].detected);
+  EXPECT_EQ(lose.faults[0].detected_as, "connection_lost");
+  EXPECT_TRUE(lose.unexplained.empty());
+  // partition: within the heartbeat timeout plus slack, not later.
+  const std::vector<ReportedFailure> hb = {Failed("heartbeat_timeout", {1}, 1012.1)};
+  EXPECT_TRUE(Attribute({Fault(FaultKind::kPartition, 1010, {0, 1}, 3)}, {}, hb, 2).faults[0].detected);
+  EXPECT_FALSE(Attribute({Fault(FaultKind::kPartition, 1000, {0, 1}, 3)}, {}, hb, 1).faults[0].detected);
+  // slow_link: handled when no failure falls in its window (plus slack), not otherwise.
+  Attribution rode = Attribute({Fault(FaultKind::kSlowLink, 1010, {0, 1}, 4)}, {}, {});
+  EXPECT_TRUE(rode.faults[0].detected);
+  EXPECT_EQ(rode.faults[0].detected_as, "ridden through");
+  Attribution broke = Attribute({Fault(FaultKind::kSlowLink, 1010, {0, 1}, 4)}, {},
+                                {Failed("stall", {1}, 1013)});
+  EXPECT_FALSE(broke.faults[0].detected);
+  EXPECT_EQ(broke.faults[0].note, "the slow link ended in a failure");
+  EXPECT_EQ(broke.unexplained.size(), 1u);
+}
+
 TEST(AttributionTest, StopRankIsDetectedWithinTheHeartbeatTimeoutPlusSlack) {
   const std::vector<ReportedFailure> failures = {Failed("heartbeat_timeout", {1}, 1010 + 18)};
   EXPECT_TRUE(Attribute({Fault(FaultKind::kStopRank, 1010, {1})}, {}, failures, 10).faults[0].detected);

@@ -78,7 +78,10 @@ TEST(Scenario, EveryShippedScenarioLoads) {
       {"truncate-shard.yaml", FaultKind::kTruncateShard},
       {"io-error.yaml", FaultKind::kIoError},
       {"kill-host.yaml", FaultKind::kKillHost},
-      {"preempt.yaml", FaultKind::kPreempt}};
+      {"preempt.yaml", FaultKind::kPreempt},
+      {"lose-host.yaml", FaultKind::kLoseHost},
+      {"partition.yaml", FaultKind::kPartition},
+      {"slow-link.yaml", FaultKind::kSlowLink}};
   for (const auto& [file, kind] : single) {
     EXPECT_EQ(kinds_by_file[file], std::set<FaultKind>{kind}) << file;
   }
@@ -200,7 +203,8 @@ TEST(ScenarioErrors, BadKindListsTheKinds) {
   ExpectError(Job("faults:\n  - kind: kill_rnak\n    at_step: 4\n"), 5, 11,
               "faults[0].kind: expected one of kill_rank | stop_rank | slow_rank | "
               "kill_in_checkpoint | corrupt_shard | truncate_shard | io_error | kill_host | "
-              "preempt, got \"kill_rnak\" (did you mean \"kill_rank\"?)");
+              "preempt | lose_host | partition | slow_link, got \"kill_rnak\" (did you mean "
+              "\"kill_rank\"?)");
   ExpectError(Job("random:\n  seed: 1\n  mean_time_between_faults_s: 1\n  duration_s: 9\n"
                   "  kinds: [kill_rank, reboot]\n"),
               8, 22, "random.kinds[1]: expected one of kill_rank");
@@ -239,6 +243,37 @@ TEST(ScenarioErrors, HostsMustCoverEveryRankOnce) {
               "job.hosts[1][0]: expected each rank in one host group, got rank 1 again");
   ExpectError(Job("", "  hosts: [[0, 1], [2, 3, 4]]\n"), 4, 26,
               "job.hosts[1][2]: must be <= 3, got 4");
+}
+
+TEST(ScenarioErrors, HostFaultsNeedRealHostsAndNeverHitTheFirst) {
+  const std::string hosts = std::string(TESSERA_SOURCE_DIR) + "/configs/chaos/hosts/test-hosts.txt";
+  const std::string control = std::string(TESSERA_SOURCE_DIR) + "/tools/dev/test-hosts.sh";
+  const std::string real = "  hostfile: " + hosts + "\n  host_control: " + control + "\n";
+  ExpectError(Job("faults:\n  - kind: lose_host\n    at_step: 4\n    host: 1\n"), 5, 11,
+              "faults[0].kind: lose_host acts on a real host: the job needs job.hostfile and "
+              "job.host_control");
+  ExpectError(Job("faults:\n  - kind: partition\n    at_step: 4\n    host: 0\n", real), 9, 11,
+              "faults[0].host: must be >= 1, got 0");
+  ExpectError(Job("faults:\n  - kind: lose_host\n    at_step: 4\n    host: 3\n", real), 9, 11,
+              "faults[0].host: must be <= 2, got 3");
+  ExpectError(Job("faults:\n  - kind: lose_host\n    at_step: 4\n    host: 1\n    qdisc: x\n", real),
+              10, 5, "faults[0].qdisc: not used by lose_host (remove it)");
+  ExpectError(Job("random:\n  seed: 1\n  mean_time_between_faults_s: 1\n  duration_s: 9\n"
+                  "  kinds: [kill_rank, partition]\n", real),
+              10, 22, "random.kinds[1]: expected a fault kind a campaign may draw, got partition");
+  ExpectError(Job("", "  hostfile: no/such/hosts\n"), 4, 13,
+              "job.hostfile: expected an existing file, got \"no/such/hosts\"");
+  Result<Scenario> ok = LoadScenario(WriteScenario(Job(
+      "faults:\n  - kind: slow_link\n    at_step: 4\n    host: 2\n    duration_s: 3\n"
+      "    qdisc: tbf rate 1mbit burst 32kbit latency 400ms\n",
+      real + "  bind: 10.231.0.1\n")));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->hostfile_hosts, (std::vector<std::string>{"10.231.0.1", "10.231.0.2", "10.231.0.3"}));
+  EXPECT_EQ(ok->bind, "10.231.0.1");
+  ASSERT_EQ(ok->faults.size(), 1u);
+  EXPECT_EQ(ok->faults[0].qdisc, "tbf rate 1mbit burst 32kbit latency 400ms");
+  EXPECT_EQ(BuildSchedule(*ok)[0].ToString(),
+            "#1 slow_link host 2 (tbf rate 1mbit burst 32kbit latency 400ms) at step 4 for 3.0 s");
 }
 
 TEST(ScenarioErrors, BadErrnoAndDuration) {

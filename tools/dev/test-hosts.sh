@@ -12,6 +12,13 @@
 #                                       failed test)
 #   tools/dev/test-hosts.sh exec I CMD  run CMD (joined and run by sh, as ssh does) inside host I
 #   tools/dev/test-hosts.sh check       exit 0 if hosts can be created here, else say why
+#   tools/dev/test-hosts.sh lose H      kill every process of host H and cut its link (for good)
+#   tools/dev/test-hosts.sh link H down|up           cut or restore host H's link
+#   tools/dev/test-hosts.sh qdisc H SPEC...|clear    a tc qdisc on host H's link ("netem
+#                                       delay 20ms loss 1%", "tbf rate 10mbit burst 32kbit
+#                                       latency 400ms"), or remove it
+# H: the index I, the name tsh<I> or the address 10.231.0.I (as a hostfile names it); these
+# are the verbs `tessera chaos` calls as job.host_control.
 #
 # State: $TESSERA_TEST_HOSTS (default /var/tmp/tessera-test-hosts; not under /tmp, which each
 # host replaces) holds `hostfile` (one line per host: "10.231.0.I slots=2"), `rsh` (the agent for
@@ -19,8 +26,8 @@
 # nothing but the agent is special) and host<I>/ (that host's /tmp). Names: namespaces tsh<I>,
 # bridge tshbr, veths tshv<I>. Inside each host the interface is eth0: give mpirun
 # --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0.
-# Link faults: `exec I tc qdisc add dev eth0 root netem delay 50ms loss 1%`, or from outside
-# `ip -n tsh<I> link set eth0 down`.
+# Link faults: `qdisc I netem delay 50ms loss 1%` (needs the kernel's sch_netem; `tbf rate
+# 10mbit burst 32kbit latency 400ms` limits the rate where it is missing), `link I down`.
 set -euo pipefail
 prefix=tsh
 subnet=10.231.0
@@ -116,10 +123,49 @@ exec_in() {
     "${prefix}$i" "$state/host$i" "$state/hosts" "$@"
 }
 
+# Host H's index from I, tsh<I> or 10.231.0.I.
+index_of() {
+  local h=${1:-}
+  h=${h#"$subnet".}
+  h=${h#"$prefix"}
+  [[ $h =~ ^[1-8]$ ]] || die "no test host '$1' (expected I, ${prefix}I or $subnet.I)"
+  ip netns list | awk '{print $1}' | grep -qx "${prefix}$h" || die "host '$1' is not up"
+  echo "$h"
+}
+
+lose() {
+  local i
+  i=$(index_of "${1:-}")
+  ip netns pids "${prefix}$i" | xargs -r kill -9 2>/dev/null || true
+  ip -n "${prefix}$i" link set eth0 down
+}
+
+link() {
+  local i
+  i=$(index_of "${1:-}")
+  [[ ${2:-} == up || ${2:-} == down ]] || die "link: expected up or down, got '${2:-}'"
+  ip -n "${prefix}$i" link set eth0 "$2"
+}
+
+qdisc() {
+  local i
+  i=$(index_of "${1:-}"); shift
+  [[ -n ${1:-} ]] || die "qdisc: expected a qdisc (netem delay 20ms, tbf rate ...) or clear"
+  if [[ $1 == clear ]]; then
+    ip netns exec "${prefix}$i" tc qdisc del dev eth0 root 2>/dev/null || true
+  else
+    # shellcheck disable=SC2068 — the qdisc's words, split on purpose
+    ip netns exec "${prefix}$i" tc qdisc replace dev eth0 root $@
+  fi
+}
+
 case ${1:-} in
   up) shift; up "$@" ;;
+  lose) shift; lose "$@" ;;
+  link) shift; link "$@" ;;
+  qdisc) shift; qdisc "$@" ;;
   down) down ;;
   exec) shift; exec_in "$@" ;;
   check) check ;;
-  *) sed -n '2,24p' "$self" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,32p' "$self" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
