@@ -112,7 +112,7 @@ class Watch {
   bool DecideFinalBye();
   bool DecideFailedBye(Clock::time_point now);
   bool DecideJobExited(Clock::time_point now);
-  void StopJob(const std::string& why, bool mpirun_knows);
+  StopReport StopJob(const std::string& why, bool mpirun_knows);
   const char* LauncherName() const { return o_.engine == LaunchEngine::kSrun ? "srun" : "mpirun"; }
   void Fail(Failure f, bool mpirun_knows);
   void Finish(IncarnationEnd::Kind kind, int exit_code, std::string detail);
@@ -346,12 +346,13 @@ void Watch::ForwardRequests(Clock::time_point now) {
   }
 }
 
-void Watch::StopJob(const std::string& why, bool mpirun_knows) {
+StopReport Watch::StopJob(const std::string& why, bool mpirun_knows) {
   // mpirun sees a rank die or exit too and is already taking the job down; a TERM in the
   // middle of its own abort crashes it (Open MPI 4.1, PMIx_Finalize), so it gets a moment.
   if (mpirun_knows) (void)session_.WaitFor(std::chrono::milliseconds(500));
-  const StopReport r = session_.Stop(Ms(o_.stop_grace_s));
+  StopReport r = session_.Stop(Ms(o_.stop_grace_s));
   log_.Emit(k_, "stop", why + ": " + r.ToString());
+  return r;
 }
 
 void Watch::Finish(IncarnationEnd::Kind kind, int exit_code, std::string detail) {
@@ -370,7 +371,21 @@ void Watch::Fail(Failure f, bool mpirun_knows) {
            "a rank failed while the job was stopping (" + f.detail + ")");
     return;
   }
-  StopJob(std::string(FailureKindName(f.kind)) + " detected", mpirun_knows);
+  const StopReport r = StopJob(std::string(FailureKindName(f.kind)) + " detected", mpirun_knows);
+  // A rank that ends with a final code (no usable checkpoint, bad input) takes its peers down
+  // through MPI_Abort, and their connections may close before its bye arrives: its bye, or
+  // mpirun's own exit with that code, decides — no restart can help.
+  Drain();
+  const bool leader_final = r.leader_outcome && !r.term_sent && r.leader_outcome->exited &&
+                            IsFinalExitCode(r.leader_outcome->exit_code);
+  if (final_bye_ || leader_final) {
+    const int code = final_bye_ ? final_bye_->exit_code : r.leader_outcome->exit_code;
+    Finish(IncarnationEnd::Kind::kFinalError, code,
+           StrFormat("%s exited with code %d (%s): a restart cannot help; see %s",
+                     final_bye_ ? StrFormat("rank %d", final_bye_->rank).c_str() : LauncherName(),
+                     code, FinalExitReason(code), end_.job_log.c_str()));
+    return;
+  }
   end_.failure = std::move(f);
   Finish(IncarnationEnd::Kind::kFailure, 0, "");
 }
@@ -448,18 +463,20 @@ bool Watch::DecideJobExited(Clock::time_point now) {
     Drain();
     echo_->Pump();
     const int code = exited->ShellCode();
-    if (stop_sent_) {
-      StopJob("job ended (" + exited->ToString() + ")", false);  // reaps stragglers, if any
-      Finish(IncarnationEnd::Kind::kStopped, kExitStopped,
-             code == kExitStopped ? "the ranks saved a checkpoint and stopped"
-                                  : "the job ended while stopping (" + exited->ToString() + ")");
-      return true;
-    }
     // Exit code 0 is a finished job only when every rank said so: a launcher whose ranks never
     // started (srun's "task launch failed") may still exit 0.
     bool every_rank_done = true;
     for (const RankState& r : server_->Snapshot()) {
       every_rank_done = every_rank_done && r.said_bye && r.exit_code == kExitOk;
+    }
+    // A stop that came after the last step: the run finished, and says so (a requeue or a
+    // relaunch would have nothing left to do).
+    if (stop_sent_ && !(exited->exited && code == kExitOk && every_rank_done)) {
+      StopJob("job ended (" + exited->ToString() + ")", false);  // reaps stragglers, if any
+      Finish(IncarnationEnd::Kind::kStopped, kExitStopped,
+             code == kExitStopped ? "the ranks saved a checkpoint and stopped"
+                                  : "the job ended while stopping (" + exited->ToString() + ")");
+      return true;
     }
     if (exited->exited && ((code == kExitOk && every_rank_done) || IsFinalExitCode(code))) {
       StopJob("job ended (" + exited->ToString() + ")", false);

@@ -12,7 +12,7 @@ installed. The cluster and the hosts are torn down at the end, also after a fail
     final weights BIT-IDENTICAL to dp = 2 on one host;
   * the same with `--launcher mpirun` (Open MPI starts its daemons through Slurm):
     BIT-IDENTICAL;
-  * preemption: the batch step gets SIGTERM at step 10 of 200 (scancel -s TERM -b); the ranks save a
+  * preemption: the batch step gets SIGTERM at step 10 of 400 (scancel -s TERM -b); the ranks save a
     checkpoint and `tessera launch` exits 7, which the cluster's RequeueExit lists: Slurm
     requeues the job, it runs again (SLURM_RESTART_COUNT=1), resumes from the checkpoint and
     ends BIT-IDENTICAL to the uninterrupted job;
@@ -117,25 +117,27 @@ try:
     tr.check("incarnation 0: mpirun -np 2" in text, "sbatch --launcher mpirun: mpirun", failures)
     tr.same_bits(ref, out, "sbatch -N 2, mpirun in the allocation vs one host", failures)
 
-    # Preempted after step 10 of 200 (long enough for the signal to land mid-run): requeued by
+    # Preempted after step 10 of 400 (long enough for the signal to land mid-run): requeued by
     # RequeueExit=7, resumed from the checkpoint the stop saved.
-    longer = ["train.steps=200", "schedule.decay_steps=200", "checkpoint.interval_steps=50"]
-    ref_long = runner.run("one_host_200", 2, longer + [f"checkpoint.dir={runner.work}/one_host_200_ckpt"])[0]
+    longer = ["train.steps=400", "schedule.decay_steps=400", "checkpoint.interval_steps=100"]
+    ref_long = runner.run("one_host_400", 2, longer + [f"checkpoint.dir={runner.work}/one_host_400_ckpt"])[0]
     t0 = time.time()
     out, job, log = submit("preempted", longer)
+    # Once it runs, the metrics are watched closely (no scontrol in the loop: under load a call
+    # takes longer than the steps it would let pass) and the batch step signalled at step 10.
     signalled = []
-
-    def preempt_after_step_10():
+    wait_for(job, {"RUNNING", "COMPLETED", "FAILED"})
+    t_run = time.time()
+    while not signalled and time.time() - t_run < 120:
         try:
             done = sum(1 for _ in open(os.path.join(out, "metrics.jsonl")))
         except OSError:
             done = 0
-        if done >= 10 and not signalled:
+        if done >= 10:
             in_host1(f"scancel -s TERM -b {job}")
-            signalled.append(time.time())
-
-    wait_for(job, {"RUNNING", "COMPLETED", "FAILED"})
-    s = wait_for(job, {"PENDING", "COMPLETED", "FAILED"}, on_poll=preempt_after_step_10)
+            signalled.append(done)
+        time.sleep(0.01)
+    s = wait_for(job, {"PENDING", "COMPLETED", "FAILED"})
     if s == "PENDING":
         # Skip Slurm's 2-minute requeue hold, once the nodes have cleaned up after the first run
         # (a new step launched while the old one's is still being torn down fails to start).
@@ -150,7 +152,7 @@ try:
     tr.check(job_field(job, "Restarts") == "1" and "job start: restart count 1" in text,
              "preempted: Slurm requeued the job once (RequeueExit=7)", failures)
     resumed = re.search(r"resuming from \S+step_(\d+)", text)
-    tr.check(resumed is not None and 10 <= int(resumed.group(1)) < 200,
+    tr.check(resumed is not None and 10 <= int(resumed.group(1)) < 400,
              "preempted: the requeued job resumed from the checkpoint of the stop", failures)
     tr.same_bits(ref_long, out, "preempted and requeued vs one host", failures)
 
