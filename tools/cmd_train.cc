@@ -1,12 +1,14 @@
 // tools/cmd_train.cc — `tessera train`, `tessera eval` and `tessera export`: the commands that
 // load a config and a model.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
 #include "models/hf_weights.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/supervisor/rank_env.h"
 #include "runtime/train/config.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/world.h"
@@ -45,8 +47,12 @@ std::optional<Status> PositionalError(const ParsedArgs& p, const std::string& co
 }
 
 // Loads the config named by the single positional argument, with --set overrides.
+// Under tessera launch, after a failure, the supervisor's MTBF measurement comes along for
+// checkpoint.interval: auto.
 Result<Config> LoadFromArgs(const ParsedArgs& p) {
-  return LoadConfig(p.positional[0], p.All("--set"));
+  ASSIGN_OR_RETURN(Config config, LoadConfig(p.positional[0], p.All("--set")));
+  if (const char* v = std::getenv(kEnvMeasuredMtbf)) config.checkpoint.measured_mtbf_s = std::atof(v);
+  return config;
 }
 
 }  // namespace

@@ -186,6 +186,12 @@ Status Watch::Launch() {
   if (!server_->unix_socket_path().empty()) {
     spec.extra_env.emplace_back(kEnvControlSocket, server_->unix_socket_path());
   }
+  // After a failure: this run's seconds per failure so far, the MTBF checkpoint.interval: auto
+  // uses unless the config gives one.
+  if (const size_t failures = run_.report->failures.size(); failures > 0) {
+    spec.extra_env.emplace_back(kEnvMeasuredMtbf,
+                                StrFormat("%.1f", log_.At(Clock::now()) / static_cast<double>(failures)));
+  }
   spec.extra_env.insert(spec.extra_env.end(), o_.extra_env.begin(), o_.extra_env.end());
   ASSIGN_OR_RETURN(MpirunCommand cmd, BuildMpirunCommand(spec));
   RETURN_IF_ERROR(MakeDirs(spec.log_dir));

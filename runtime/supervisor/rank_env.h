@@ -32,6 +32,9 @@ inline constexpr char kEnvControlSecret[] = "TESSERA_CONTROL_SECRET";
 inline constexpr char kEnvRunId[] = "TESSERA_RUN_ID";
 inline constexpr char kEnvIncarnation[] = "TESSERA_INCARNATION";          // >= 0
 inline constexpr char kEnvHeartbeatMs[] = "TESSERA_HEARTBEAT_MS";         // optional, default 200
+// Seconds of this run per failure so far (after the first failure): the MTBF that
+// checkpoint.interval: auto uses when checkpoint.mtbf_s is 0 (runtime/train/checkpoint_interval.h).
+inline constexpr char kEnvMeasuredMtbf[] = "TESSERA_MTBF_S";             // optional, > 0
 inline constexpr char kEnvFaultHang[] = "TESSERA_FAULT_HANG";
 inline constexpr char kEnvFaultCrash[] = "TESSERA_FAULT_CRASH";
 inline constexpr char kEnvChaosHooks[] = "TESSERA_CHAOS_HOOKS";

@@ -11,6 +11,7 @@
 
 #include "checkpoint/commit.h"
 #include "checkpoint/retention.h"
+#include "runtime/train/checkpoint_interval.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/grad_sync.h"
 #include "runtime/train/rank_layout.h"
@@ -98,6 +99,13 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
+  if (c->enabled() && config.checkpoint.interval == CheckpointInterval::kAuto) {
+    const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
+    c->Event("interval", "checkpoint.interval auto (Young/Daly): a first save " +
+                             std::to_string(kFirstAutoSaveSteps) +
+                             " steps in measures the cost; then every max(sqrt(2 x cost x MTBF), "
+                             "write time); MTBF " + FormatSeconds(mtbf.seconds) + ", " + mtbf.source);
+  }
   if (c->enabled() && c->rank_ == 0) {
     RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
     if (external_catalog != nullptr) {
@@ -131,6 +139,10 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
 
 bool Checkpointer::Due(int64_t step, int64_t total) const {
   if (!enabled()) return false;
+  if (config_.checkpoint.interval == CheckpointInterval::kAuto) {
+    if (next_due_ < 0) next_due_ = step - 1 + kFirstAutoSaveSteps;
+    return step >= next_due_ || (step == total && config_.checkpoint.at_end);
+  }
   const int64_t every = config_.checkpoint.interval_steps;
   if (every > 0 && step % every == 0) return true;
   return step == total && config_.checkpoint.at_end;
@@ -186,6 +198,8 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
   }
   const auto t_setup = Clock::now();
   ++stats_.saves;
+  // Auto interval: no other save until this one's commit has measured what it cost.
+  if (config_.checkpoint.interval == CheckpointInterval::kAuto) next_due_ = INT64_MAX;
   ASSIGN_OR_RETURN(const bool prepared, PrepareSave(step));
   if (!prepared) return Status::Ok();
 
@@ -406,7 +420,7 @@ Status Checkpointer::Complete() {
     consecutive_failures_ = 0;
     ++stats_.committed;
     stats_.last_committed_step = step;
-    return Status::Ok();
+    return ScheduleNextSave(step, all, width);
   }
   return CountFailedSave(step, outcome);
 }
@@ -491,10 +505,36 @@ Status Checkpointer::CommitGathered(const Pending& p, const std::vector<double>&
   return Commit(std::move(m));
 }
 
+// checkpoint.interval: auto, every rank after a commit: the next save's step from the save's
+// cost (stall), its write time and the step time — each the maximum over the ranks, so every
+// rank schedules the same step — and the MTBF.
+Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width) {
+  if (config_.checkpoint.interval != CheckpointInterval::kAuto) return Status::Ok();
+  ASSIGN_OR_RETURN(std::vector<double> steps, Gather({step_seconds_}));
+  AutoIntervalInputs in;
+  for (int r = 0; r < ranks_; ++r) {
+    in.cost_s = std::max(in.cost_s, all[r * width + 1]);
+    in.write_s = std::max(in.write_s, all[r * width + 2]);
+  }
+  in.step_s = *std::max_element(steps.begin(), steps.end());
+  const Mtbf mtbf = ChooseMtbf(config_.checkpoint.mtbf_s, config_.checkpoint.measured_mtbf_s);
+  in.mtbf_s = mtbf.seconds;
+  const int64_t every = YoungDalySteps(in);
+  next_due_ = step + every;
+  if (every != last_interval_) {  // said when it changes, not at every save
+    Event("interval", "checkpoint.interval auto: next save at step " + std::to_string(next_due_) +
+                          ", " + DescribeAutoInterval(in, every) + "; MTBF " + mtbf.source);
+    last_interval_ = every;
+  }
+  return Status::Ok();
+}
+
 // Every rank, after a save that did not commit: count it, let rank 0 clean up and record it;
 // an error once max_failures saves failed in a row, else training goes on.
 Status Checkpointer::CountFailedSave(int64_t step, const Status& outcome) {
   ++stats_.failed;
+  // Auto interval: nothing measured; try again as after the first save.
+  if (config_.checkpoint.interval == CheckpointInterval::kAuto) next_due_ = step + kFirstAutoSaveSteps;
   ++consecutive_failures_;
   if (rank_ == 0) {
     if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());

@@ -119,7 +119,11 @@ class Checkpointer {
 
   bool enabled() const { return !root_.empty(); }
   // Whether a save is due after `step` optimizer steps (1-based count) of `total`.
+  // With checkpoint.interval: auto, when the measured schedule says (checkpoint_interval.h).
   bool Due(int64_t step, int64_t total) const;
+  // This rank's step time, for checkpoint.interval: auto (the trainer, every step; smoothed:
+  // a moving average that forgets a slow first step).
+  void NoteStepSeconds(double s) { step_seconds_ = step_seconds_ > 0 ? 0.8 * step_seconds_ + 0.2 * s : s; }
 
   // Starts the save of the state after `step` steps (see the file comment). `state` is the
   // trainer's JSON object; `layout` describes dp/zero/precision.
@@ -194,6 +198,12 @@ class Checkpointer {
   size_t staged_bytes_ = 0;           // accounted to tracker_
   int64_t consecutive_failures_ = 0;
   CheckpointStats stats_;
+  // checkpoint.interval: auto — the next save's step (-1: kFirstAutoSaveSteps after the first
+  // step seen), set at each commit from every rank's measurements.
+  mutable int64_t next_due_ = -1;
+  double step_seconds_ = 0;
+  int64_t last_interval_ = 0;  // the interval last said in the log
+  Status ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width);
 };
 
 // Loads a checkpoint's parameters (and, with_optimizer, its AdamW moments and step counter)

@@ -210,6 +210,10 @@ Status ReadMixedPrecision(YamlMap& s, MixedPrecisionConfig* m) {
 Status ReadCheckpoint(YamlMap& s, CheckpointConfig* c) {
   RETURN_IF_ERROR(s.String("dir", &c->dir));
   RETURN_IF_ERROR(s.Int("interval_steps", 0, kMaxSteps, &c->interval_steps));
+  RETURN_IF_ERROR(s.Enum<CheckpointInterval>(
+      "interval", {{"steps", CheckpointInterval::kSteps}, {"auto", CheckpointInterval::kAuto}},
+      &c->interval));
+  RETURN_IF_ERROR(s.Number("mtbf_s", kNonNegative, &c->mtbf_s));
   RETURN_IF_ERROR(s.Bool("at_end", &c->at_end));
   RETURN_IF_ERROR(s.Int("keep_last", 1, kMaxSteps, &c->keep_last));
   RETURN_IF_ERROR(s.Int("keep_every", 0, kMaxSteps, &c->keep_every));

@@ -159,10 +159,18 @@ struct MixedPrecisionConfig {
 
 // checkpoint: asynchronous sharded checkpoints (checkpoint/ and runtime/train/checkpointer.h).
 enum class CheckpointOnBusy { kWait, kSkip };
+enum class CheckpointInterval { kSteps, kAuto };
 struct CheckpointConfig {
   std::string dir;              // checkpoint.dir: root directory; empty = no checkpoints
   int64_t interval_steps = 0;   // checkpoint.interval_steps: save every N steps, >= 0 (0 = only
                                 //   at the end of the run)
+  CheckpointInterval interval = CheckpointInterval::kSteps;  // checkpoint.interval: steps (every
+                                //   interval_steps) | auto (Young/Daly from the measured save
+                                //   cost and the MTBF: checkpoint_interval.h)
+  double mtbf_s = 0;            // checkpoint.mtbf_s: mean time between failures for `auto`, >= 0
+                                //   (0 = measured by tessera launch, else a day)
+  double measured_mtbf_s = 0;   // not a YAML key: tessera launch's measurement, handed to the
+                                //   ranks in the environment (rank_env.h kEnvMeasuredMtbf)
   bool at_end = true;           // checkpoint.at_end: also save after the last step
   int64_t keep_last = 3;        // checkpoint.keep_last: newest committed checkpoints kept, >= 1
   int64_t keep_every = 0;       // checkpoint.keep_every: also keep steps that are multiples of

@@ -189,6 +189,8 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   PutPath(out, "dir", ck.dir);
   Put(out, "interval_steps", ck.interval_steps);
+  PutName(out, "interval", ck.interval == CheckpointInterval::kAuto ? "auto" : "steps");
+  Put(out, "mtbf_s", static_cast<float>(ck.mtbf_s));
   Put(out, "at_end", ck.at_end);
   Put(out, "keep_last", ck.keep_last);
   Put(out, "keep_every", ck.keep_every);

@@ -587,6 +587,7 @@ Result<bool> Trainer::AfterStep(int64_t done, float lr, const StepResult& r, Clo
   Account(r, m, run);
   const bool last = done == config_.train.steps;
   RETURN_IF_ERROR(MaybeEval(done, last, m, run.summary));
+  checkpointer_->NoteStepSeconds(Seconds(t0, t1));
   ASSIGN_OR_RETURN(const bool saved_this_step, MaybeCheckpoint(done, last));
   if (is_root()) RETURN_IF_ERROR(Log(done, lr, r, Seconds(t0, t1), Seconds(run.start, t1), last, m, run, out));
   // The last step needs no agreement: the run ends (and saves, if at_end asks) anyway.
