@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -142,7 +143,8 @@ Result<std::vector<std::string>> WorldHosts(Communicator& comm) {
   }
   std::vector<std::string> hosts;
   for (int r = 0; r < comm.size(); ++r) {
-    std::string h(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    const char* p = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    std::string h(p, strnlen(p, MPI_MAX_PROCESSOR_NAME));
     if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   }
   return hosts;

@@ -92,7 +92,6 @@ Status PlaceRanks(const ParsedArgs& p, SupervisorOptions& o) {
   const bool in_slurm = nodelist != nullptr && *nodelist != '\0';
   if (p.Has("--hostfile")) {
     o.hostfile = p.Get("--hostfile");
-    RETURN_IF_ERROR(ParseHostfile(o.hostfile).status());
   } else if (in_slurm) {
     const char* tasks = std::getenv("SLURM_TASKS_PER_NODE");
     ASSIGN_OR_RETURN(std::vector<HostfileEntry> hosts,
@@ -101,6 +100,19 @@ Status PlaceRanks(const ParsedArgs& p, SupervisorOptions& o) {
     o.hostfile = o.run_dir + "/hostfile.slurm";
     RETURN_IF_ERROR(WriteFileAtomic(o.hostfile, "# the Slurm allocation's hosts (SLURM_JOB_NODELIST, "
                                                 "SLURM_TASKS_PER_NODE)\n" + HostfileText(hosts)));
+  }
+  // Ranks on other hosts register with the control plane over TCP: a loopback address cannot
+  // be theirs (they would only fail at the startup timeout).
+  if (!o.hostfile.empty()) {
+    ASSIGN_OR_RETURN(std::vector<HostfileEntry> hosts, ParseHostfile(o.hostfile));
+    const std::string bind = p.Get("--bind", "127.0.0.1");
+    const bool loopback = bind.rfind("127.", 0) == 0 || bind == "::1" || bind == "localhost";
+    if (hosts.size() > 1 && loopback && !p.Has("--advertise")) {
+      return InvalidArgument("the ranks run on " + std::to_string(hosts.size()) + " hosts (" +
+                             o.hostfile + "), and those on other hosts cannot reach a control "
+                             "plane on " + bind + ": add --bind with this host's address as they "
+                             "see it (or --bind 0.0.0.0 --advertise IP)");
+    }
   }
   if (launcher == "srun" || (launcher.empty() && in_slurm && !p.Has("--hostfile"))) {
     if (!in_slurm) {
@@ -130,7 +142,8 @@ constexpr const char* kHelp =
     "                          TCP between its hosts, every rank variable forwarded\n"
     "  --launcher mpirun|srun  what starts the ranks; inside a Slurm allocation (salloc, sbatch)\n"
     "                          the default is srun --mpi=pmix on the allocation's hosts (no\n"
-    "                          --hostfile needed), elsewhere mpirun\n"
+    "                          --hostfile needed; sbatch --no-kill keeps the job alive when a\n"
+    "                          node fails, for --spares / --elastic), elsewhere mpirun\n"
     "  --spares K              hold the hostfile's last K hosts idle: a failed rank's host that\n"
     "                          no longer answers (killed, cut off) is replaced by one at the\n"
     "                          restart, in its place (same layout: bit-identical)\n"

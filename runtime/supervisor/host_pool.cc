@@ -56,11 +56,17 @@ std::string HostPool::HostOfRank(int rank) const {
 
 std::vector<std::string> HostPool::LostHosts() const {
   std::vector<std::string> lost;
-  int begin = 0;
+  int begin = 0, probed = 0;
   for (const HostfileEntry& h : active_) {
-    if (begin < ranks_ && !probe_(h.host)) lost.push_back(h.host);
+    if (begin < ranks_) {
+      ++probed;
+      if (!probe_(h.host)) lost.push_back(h.host);
+    }
     begin += h.slots;
   }
+  // Every host silent at once says more about the probe (a firewall dropping it, this host's
+  // own network) than about the hosts: nobody is declared lost on that evidence.
+  if (probed >= 2 && static_cast<int>(lost.size()) == probed) return {};
   return lost;
 }
 
@@ -92,23 +98,23 @@ bool HostAnswers(const std::string& host, double timeout_s) {
 
 void HostPool::Remove(const std::string& host) {
   for (const HostfileEntry& h : active_) {
-    if (h.host == host) lost_.push_back(h);
+    if (h.host == host) lost_.push_back({h, /*removed=*/true});
   }
   active_.erase(std::remove_if(active_.begin(), active_.end(),
                                [&](const HostfileEntry& h) { return h.host == host; }),
                 active_.end());
 }
 
-std::vector<std::string> HostPool::Rejoin(bool to_active) {
-  std::vector<std::string> back;
-  std::vector<HostfileEntry> still_lost;
-  for (const HostfileEntry& h : lost_) {
-    if (!probe_(h.host)) {
-      still_lost.push_back(h);
+std::vector<HostPool::Rejoined> HostPool::Rejoin() {
+  std::vector<Rejoined> back;
+  std::vector<LostHost> still_lost;
+  for (const LostHost& l : lost_) {
+    if (!probe_(l.entry.host)) {
+      still_lost.push_back(l);
       continue;
     }
-    (to_active ? active_ : spares_).push_back(h);
-    back.push_back(h.host);
+    (l.removed ? active_ : spares_).push_back(l.entry);
+    back.push_back({l.entry.host, l.removed});
   }
   lost_ = std::move(still_lost);
   return back;
@@ -126,7 +132,7 @@ std::string HostPool::Replace(const std::string& host) {
     if (h.host != host) continue;
     const HostfileEntry spare = spares_.front();
     spares_.erase(spares_.begin());
-    lost_.push_back(h);
+    lost_.push_back({h, /*removed=*/false});
     h.host = spare.host;  // the lost host's slots and position: every rank keeps its place
     return spare.host;
   }

@@ -8,15 +8,16 @@
 // so HostOfRank is exact for the hostfile it wrote.
 // Losing a host: after any failure, every host that runs a rank is probed (a TCP connect to a
 // closed port: a refusal or a connection means the host answers; no answer within the probe's
-// timeout, or unreachable, means it is gone: every process killed and its link cut). Which
+// timeout, or unreachable, means it is gone: every process killed and its link cut). When
+// every probed host is silent at once, nobody is declared lost (the probe itself is suspect). Which
 // rank failed first says nothing about where: mpirun takes the survivors down within a
 // millisecond, and a cut link may swallow the lost ranks' own closing packets, so the first
 // closed connection is often a healthy host's. A live host answers at once, so the probes cost
 // the timeout only per lost host. Replace puts the first unused spare in a lost
 // host's place, at the same position, so every rank keeps its place in the layout and the
 // restart ends bit-identical. A lost host is probed again at every later restart (Rejoin):
-// once it answers it is a spare again, or, in an elastic run, one of the job's hosts again (the
-// layout grows back). A host behind a firewall that drops (not refuses) the probe looks lost:
+// once it answers it is a spare again (if a spare took its place), or one of the job's hosts
+// again (if an elastic restart dropped it: the layout grows back). A host behind a firewall that drops (not refuses) the probe looks lost:
 // then a spare is used needlessly, never a lost host kept.
 // Thread-safety: the supervisor's thread only.
 #pragma once
@@ -48,9 +49,13 @@ class HostPool {
   std::string Replace(const std::string& host);
   // Drops `host` (an elastic restart goes on without it).
   void Remove(const std::string& host);
-  // The lost hosts (replaced or removed) that answer the probe again, taken back: each to the
-  // spares, or with `to_active` to the end of the active hosts. Returns their names.
-  std::vector<std::string> Rejoin(bool to_active);
+  // The lost hosts that answer the probe again, taken back: one a spare replaced goes to the
+  // spares; one an elastic restart dropped goes back to the end of the active hosts.
+  struct Rejoined {
+    std::string host;
+    bool active = false;  // back among the job's hosts (else a spare)
+  };
+  std::vector<Rejoined> Rejoin();
   void set_ranks(int ranks) { ranks_ = ranks; }  // the layout placed on the active hosts
   int slots() const;  // of the active hosts
 
@@ -60,7 +65,12 @@ class HostPool {
 
  private:
   HostPool() = default;
-  std::vector<HostfileEntry> active_, spares_, lost_;
+  struct LostHost {
+    HostfileEntry entry;
+    bool removed = false;  // dropped by an elastic restart (else replaced by a spare)
+  };
+  std::vector<HostfileEntry> active_, spares_;
+  std::vector<LostHost> lost_;
   int ranks_ = 0;
   Probe probe_;
 };

@@ -15,6 +15,8 @@ namespace {
 
 // A hostfile is a few lines; anything this large is not one.
 constexpr uint64_t kMaxHostfileBytes = 1 << 20;
+// More hosts than any allocation has: a host list that expands past it is refused.
+constexpr size_t kMaxAllocationHosts = 100000;
 
 // Parses a positive decimal int from the whole of `text`.
 bool ParsePositiveInt(std::string_view text, int& out) {
@@ -63,20 +65,27 @@ Status ExpandHostItem(const std::string& item, std::vector<std::string>& out) {
   const size_t close = item.find(']', open);
   if (close == std::string::npos) return InvalidArgument("unclosed '[' in \"" + item + "\"");
   const std::string head = item.substr(0, open), tail = item.substr(close + 1);
-  std::istringstream ranges(item.substr(open + 1, close - open - 1));
+  const std::string inside = item.substr(open + 1, close - open - 1);
+  if (inside.empty() || inside.back() == ',') return InvalidArgument("empty range in \"" + item + "\"");
+  std::istringstream ranges(inside);
   std::string range;
   while (std::getline(ranges, range, ',')) {
     const size_t dash = range.find('-');
     const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
     int a = 0, b = 0;
-    if (lo.empty() || hi.empty() || !std::all_of(lo.begin(), lo.end(), ::isdigit) ||
-        !std::all_of(hi.begin(), hi.end(), ::isdigit) || lo.size() > 9 || hi.size() > 9) {
+    auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(lo) || !digits(hi)) {
       return InvalidArgument("bad range \"" + range + "\" in \"" + item + "\"");
     }
     a = std::stoi(lo);
     b = std::stoi(hi);
-    if (b < a || b - a > 100000) return InvalidArgument("bad range \"" + range + "\" in \"" + item + "\"");
+    if (b < a) return InvalidArgument("bad range \"" + range + "\" in \"" + item + "\"");
     for (int i = a; i <= b; ++i) {
+      if (out.size() >= kMaxAllocationHosts) {
+        return InvalidArgument("more than " + std::to_string(kMaxAllocationHosts) + " hosts");
+      }
       std::string num = std::to_string(i);
       if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');  // tess[01-03]
       RETURN_IF_ERROR(ExpandHostItem(head + num + tail, out));
@@ -116,6 +125,10 @@ Result<std::vector<HostfileEntry>> SlurmAllocationHosts(std::string_view nodelis
       return s.WithPrefix("SLURM_JOB_NODELIST \"" + std::string(nodelist) + "\"");
     }
   }
+  if (tasks_per_node.empty()) {
+    return InvalidArgument("SLURM_TASKS_PER_NODE is not set (an allocation made with -n or "
+                           "--ntasks-per-node sets it)");
+  }
   std::vector<int> slots;  // "2(x3),1" -> 2 2 2 1
   for (const std::string& item : SplitHostList(tasks_per_node)) {
     const size_t paren = item.find("(x");
@@ -124,7 +137,7 @@ Result<std::vector<HostfileEntry>> SlurmAllocationHosts(std::string_view nodelis
                     (paren == std::string::npos ||
                      (item.back() == ')' &&
                       ParsePositiveInt(std::string_view(item).substr(paren + 2, item.size() - paren - 3), repeat)));
-    if (!ok || repeat > 100000) {
+    if (!ok || repeat > static_cast<int>(kMaxAllocationHosts) || slots.size() + repeat > kMaxAllocationHosts) {
       return InvalidArgument("SLURM_TASKS_PER_NODE \"" + std::string(tasks_per_node) +
                              "\": expected counts like 2(x3),1");
     }

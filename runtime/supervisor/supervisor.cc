@@ -62,11 +62,11 @@ Status ReplaceLostHosts(int64_t k, HostPool& pool, RunState& run) {
   RunLog& log = *run.log;
   const bool elastic = o.elastic_min_hosts > 0;
   bool relayout = false;  // the hosts changed under an elastic run
-  for (const std::string& host : pool.Rejoin(elastic)) {
+  for (const HostPool::Rejoined& r : pool.Rejoin()) {
     log.Emit(k, "host_back",
-             StrFormat("host %s answers again: %s", host.c_str(),
-                       elastic ? "it rejoins the job at this restart" : "held as a spare again"));
-    relayout = relayout || elastic;
+             StrFormat("host %s answers again: %s", r.host.c_str(),
+                       r.active ? "it rejoins the job at this restart" : "held as a spare again"));
+    relayout = relayout || r.active;
   }
   for (const std::string& host : pool.LostHosts()) {
     const std::string ranks = RanksOnHost(pool, host);

@@ -10,9 +10,10 @@ namespace tessera {
 int64_t YoungDalySteps(const AutoIntervalInputs& in) {
   const double period_s = std::max(std::sqrt(2.0 * std::max(0.0, in.cost_s) * in.mtbf_s),
                                    std::max(0.0, in.write_s));
-  if (!(in.step_s > 0) || !std::isfinite(period_s)) return 1;
-  const double steps = std::ceil(period_s / in.step_s);
-  return steps >= 1e15 ? static_cast<int64_t>(1e15) : std::max<int64_t>(1, static_cast<int64_t>(steps));
+  constexpr double kMaxSteps = 1e15;
+  if (!(in.step_s > 0) || std::isnan(period_s)) return kFirstAutoSaveSteps;  // nothing measured
+  const double steps = std::ceil(period_s / in.step_s);  // +inf for an infinite MTBF
+  return steps >= kMaxSteps ? static_cast<int64_t>(kMaxSteps) : std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 
 std::string DescribeAutoInterval(const AutoIntervalInputs& in, int64_t steps) {

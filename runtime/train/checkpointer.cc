@@ -140,8 +140,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
 bool Checkpointer::Due(int64_t step, int64_t total) const {
   if (!enabled()) return false;
   if (config_.checkpoint.interval == CheckpointInterval::kAuto) {
+    if (step == total) return config_.checkpoint.at_end;  // the end is at_end's, as with steps
     if (next_due_ < 0) next_due_ = step - 1 + kFirstAutoSaveSteps;
-    return step >= next_due_ || (step == total && config_.checkpoint.at_end);
+    return step >= next_due_;
   }
   const int64_t every = config_.checkpoint.interval_steps;
   if (every > 0 && step % every == 0) return true;
@@ -198,10 +199,13 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
   }
   const auto t_setup = Clock::now();
   ++stats_.saves;
-  // Auto interval: no other save until this one's commit has measured what it cost.
-  if (config_.checkpoint.interval == CheckpointInterval::kAuto) next_due_ = INT64_MAX;
+  // Auto interval: no other save until this one's commit has measured what it cost (a save
+  // that could not even be staged tries again as after the first).
+  const bool auto_interval = config_.checkpoint.interval == CheckpointInterval::kAuto;
+  if (auto_interval) next_due_ = step + kFirstAutoSaveSteps;
   ASSIGN_OR_RETURN(const bool prepared, PrepareSave(step));
   if (!prepared) return Status::Ok();
+  if (auto_interval) next_due_ = INT64_MAX;
 
   auto p = std::make_unique<Pending>();
   p->step = step;
@@ -510,14 +514,16 @@ Status Checkpointer::CommitGathered(const Pending& p, const std::vector<double>&
 // rank schedules the same step — and the MTBF.
 Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width) {
   if (config_.checkpoint.interval != CheckpointInterval::kAuto) return Status::Ok();
-  ASSIGN_OR_RETURN(std::vector<double> steps, Gather({step_seconds_}));
+  // Rank 0's MTBF for everyone: a rank whose environment differed must not schedule another step.
+  ASSIGN_OR_RETURN(std::vector<double> mine,
+                   Gather({step_seconds_, config_.checkpoint.measured_mtbf_s}));
   AutoIntervalInputs in;
   for (int r = 0; r < ranks_; ++r) {
     in.cost_s = std::max(in.cost_s, all[r * width + 1]);
     in.write_s = std::max(in.write_s, all[r * width + 2]);
+    in.step_s = std::max(in.step_s, mine[2 * r]);
   }
-  in.step_s = *std::max_element(steps.begin(), steps.end());
-  const Mtbf mtbf = ChooseMtbf(config_.checkpoint.mtbf_s, config_.checkpoint.measured_mtbf_s);
+  const Mtbf mtbf = ChooseMtbf(config_.checkpoint.mtbf_s, mine[1]);
   in.mtbf_s = mtbf.seconds;
   const int64_t every = YoungDalySteps(in);
   next_due_ = step + every;

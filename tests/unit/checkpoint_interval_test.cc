@@ -17,10 +17,12 @@ TEST(CheckpointInterval, YoungsRuleInStepsNeverShorterThanTheWrite) {
   EXPECT_EQ(YoungDalySteps({0.002, 0.1, 1.0, 86400}), 19);
   // The write (30 s) is longer than Young's period (0.13 s): a save cannot start earlier.
   EXPECT_EQ(YoungDalySteps({0.002, 30.0, 0.5, 4}), 60);
-  // Degenerate inputs still give a usable interval.
+  // Degenerate inputs still give a usable interval: free saves every step; no step time yet
+  // as after the first save; a practically infinite MTBF, practically never.
   EXPECT_EQ(YoungDalySteps({0, 0, 0.1, 3600}), 1);
-  EXPECT_EQ(YoungDalySteps({1, 1, 0, 3600}), 1);
-  EXPECT_EQ(YoungDalySteps({1, 1, std::nan(""), 3600}), 1);
+  EXPECT_EQ(YoungDalySteps({1, 1, 0, 3600}), kFirstAutoSaveSteps);
+  EXPECT_EQ(YoungDalySteps({1, 1, std::nan(""), 3600}), kFirstAutoSaveSteps);
+  EXPECT_EQ(YoungDalySteps({1, 1, 1, 1e308}), int64_t{1000000000000000});
   EXPECT_EQ(DescribeAutoInterval({0.5, 1.0, 0.25, 3600}, 240),
             "every 240 steps: sqrt(2 x cost 500.0 ms x MTBF 3600 s) = 60.0 s (write 1.00 s), "
             "0.250 s a step");

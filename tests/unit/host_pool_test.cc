@@ -62,20 +62,28 @@ TEST(HostPool, ALostHostThatAnswersAgainRejoinsAsASpareOrAsAnActiveHost) {
   ASSERT_TRUE(pool.ok());
   down = {"b"};
   EXPECT_EQ(pool->Replace("b"), "s");
-  EXPECT_TRUE(pool->Rejoin(false).empty());  // still down
+  EXPECT_TRUE(pool->Rejoin().empty());  // still down
   down.clear();
-  EXPECT_EQ(pool->Rejoin(false), std::vector<std::string>{"b"});
-  EXPECT_EQ(pool->spares_left(), 1);  // b is the spare now
-  EXPECT_TRUE(pool->Rejoin(false).empty());  // once
+  auto back = pool->Rejoin();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].host, "b");
+  EXPECT_FALSE(back[0].active);  // a spare took its place: b is the spare now
+  EXPECT_EQ(pool->spares_left(), 1);
+  EXPECT_TRUE(pool->Rejoin().empty());  // once
   // Elastic: a removed host comes back to the end of the active hosts.
   down = {"a"};
   pool->Remove("a");
   EXPECT_EQ(pool->slots(), 1);
   down.clear();
-  EXPECT_EQ(pool->Rejoin(true), std::vector<std::string>{"a"});
+  back = pool->Rejoin();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back[0].active);
   ASSERT_EQ(pool->active().size(), 2u);
   EXPECT_EQ(pool->active()[1].host, "a");
   EXPECT_EQ(pool->slots(), 2);
+  // Every host silent at once: the probe is suspect, nobody is lost.
+  down = {"s", "a", "b"};
+  EXPECT_TRUE(pool->LostHosts().empty());
 }
 
 TEST(HostPool, RefusesTooFewHostsOrSlots) {

@@ -267,7 +267,8 @@ TEST(SlurmAllocation, ExpandsNodeListsAndTaskCounts) {
   EXPECT_EQ(SlurmAllocationHosts("", "1").status().code(), StatusCode::kNotFound);
   for (auto [list, tasks] : std::vector<std::pair<const char*, const char*>>{
            {"n[1-2", "1(x2)"}, {"n[2-1]", "1"}, {"n[a-b]", "1"}, {"n1]", "1"}, {"n[1-2]", "1"},
-           {"n[1-2]", "1(x2"}, {"n[1-2]", "0(x2)"}, {"n1,,n2", "1(x2)"}}) {
+           {"n[1-2]", "1(x2"}, {"n[1-2]", "0(x2)"}, {"n1,,n2", "1(x2)"}, {"n[]", "1"},
+           {"n[1,]", "1"}, {"n[1-2]", ""}, {"a[0-99999]b[0-99999]", "1"}}) {
     Result<std::vector<HostfileEntry>> bad = SlurmAllocationHosts(list, tasks);
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << list << " / " << tasks;
   }

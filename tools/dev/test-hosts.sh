@@ -167,5 +167,5 @@ case ${1:-} in
   down) down ;;
   exec) shift; exec_in "$@" ;;
   check) check ;;
-  *) sed -n '2,32p' "$self" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,30p' "$self" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -116,5 +116,5 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   check) check ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

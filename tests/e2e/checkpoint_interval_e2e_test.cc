@@ -1,0 +1,47 @@
+// tests/e2e/checkpoint_interval_e2e_test.cc — checkpoint.interval: auto on two ranks under
+// mpirun: the schedule comes from measurements, and every rank must save at the same steps (a
+// disagreement would leave one rank in a collective the other never joins: the test would hang
+// and time out, not pass).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "tests/e2e/cli_util.h"
+
+namespace tessera::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(CheckpointIntervalAuto, TwoRanksSaveOnTheMeasuredScheduleAndFinish) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "ckpt_interval_auto";
+  fs::remove_all(dir);
+  CommandResult r = RunCommand(
+      Repo("tools/dev/mpirun.sh") + " -np 2 " + std::string(TESSERA_BINARY) + " train " +
+      Repo("configs/tiny.yaml") +
+      " --set parallel.dp=2 --set train.steps=40 --set train.seq_len=16 --set train.micro_batch_size=2"
+      " --set train.eval_interval=0 --set checkpoint.interval=auto --set checkpoint.mtbf_s=1"
+      " --set checkpoint.keep_last=100 --set checkpoint.dir=" + (dir / "ckpt").string() +
+      " --set train.out_dir=" + (dir / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.interval auto (Young/Daly): a first save 10 steps in"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MTBF 1.0 s, configured (checkpoint.mtbf_s)"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("next save at step [0-9]+, every [0-9]+ steps: "
+                                                     "sqrt\\(2 x cost [0-9.]+ ms x MTBF 1.0 s\\)")))
+      << r.output;
+  // The first save at step 10, then more on the measured schedule, then the final one.
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "step_00000010" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "step_00000040" / "manifest.json"));
+  int committed = 0;
+  for (const auto& e : fs::directory_iterator(dir / "ckpt")) {
+    committed += e.path().filename().string().rfind("step_", 0) == 0 &&
+                 fs::exists(e.path() / "manifest.json");
+  }
+  EXPECT_GE(committed, 3) << r.output;
+}
+
+}  // namespace
+}  // namespace tessera::testing
