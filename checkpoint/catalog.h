@@ -56,6 +56,10 @@ class CatalogSink {
   virtual Status AddEvent(const std::string& kind, const std::string& message) = 0;
   // kNotFound if the sink knows no entry for `step` (a relaying sink knows none).
   virtual Result<CheckpointEntry> Get(int64_t step) const = 0;
+  // Returns once every write so far is out of this process (a relaying sink queues them):
+  // what must be on record before an irreversible step, such as deleting a directory.
+  // An error when that cannot be known. Local sinks write synchronously.
+  virtual Status Flush() { return Status::Ok(); }
 };
 
 // The entry's JSON object (the catalog's value format, also sent over the control plane) and

@@ -172,6 +172,7 @@ class SupervisedRank::RelayCatalog final : public CatalogSink {
     return NotFound("step " + std::to_string(step) +
                     ": the supervisor keeps the catalog; this rank only relays writes");
   }
+  Status Flush() override { return client_.Flush(/*timeout_ms=*/2000); }
 
  private:
   ControlClient& client_;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <deque>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -69,6 +70,12 @@ struct ControlClient::Impl {
   std::string body;
   std::promise<bool> bye_written;
   bool bye_signalled = false;
+  std::vector<std::shared_ptr<std::promise<bool>>> flush_waiters;  // woken when `out` drains
+
+  void SignalFlushed(bool written) {
+    for (auto& w : flush_waiters) w->set_value(written);
+    flush_waiters.clear();
+  }
 
   // Wakes Shutdown() once: true when bye reached the socket, false when it never will.
   void SignalBye(bool written) {
@@ -89,6 +96,7 @@ struct ControlClient::Impl {
   void Close() {
     if (closed) return;
     closed = true;
+    SignalFlushed(false);
     boost::system::error_code ec;
     heartbeat_timer.cancel();
     socket.shutdown(Stream::socket::shutdown_both, ec);
@@ -109,6 +117,7 @@ struct ControlClient::Impl {
                         if (ec) return Lose("write to supervisor failed: " + ec.message());
                         out.pop_front();
                         if (!out.empty()) return DoWrite();
+                        SignalFlushed(true);
                         if (closing_after_drain) {
                           SignalBye(true);
                           Close();
@@ -338,6 +347,25 @@ Status ControlClient::SendCatalogRecord(const CatalogRecordMsg& record) {
   asio::post(impl->io, [impl, f = std::move(frame).value()]() mutable {
     if (!impl->closing_after_drain) impl->Enqueue(std::move(f));
   });
+  return Status::Ok();
+}
+
+Status ControlClient::Flush(int timeout_ms) {
+  Impl* impl = impl_.get();
+  if (impl->lost.load() || impl->shut_down.load()) {
+    return Status(StatusCode::kAborted, "control client: no supervisor to flush to");
+  }
+  auto waiter = std::make_shared<std::promise<bool>>();
+  std::future<bool> written = waiter->get_future();
+  asio::post(impl->io, [impl, waiter] {
+    if (impl->closed) return waiter->set_value(false);
+    if (impl->out.empty()) return waiter->set_value(true);
+    impl->flush_waiters.push_back(waiter);
+  });
+  if (written.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
+    return Status(StatusCode::kAborted, "control client: queued records not written in time");
+  }
+  if (!written.get()) return Status(StatusCode::kAborted, "control client: supervisor lost");
   return Status::Ok();
 }
 

@@ -92,6 +92,9 @@ class ControlClient {
   // Queues a catalog write for the supervisor to perform (validated; an invalid record is
   // dropped and reported through the return value). Dropped if the supervisor is lost.
   Status SendCatalogRecord(const CatalogRecordMsg& record);
+  // Waits until everything queued so far is written to the socket (a SIGKILL after that still
+  // delivers it). kAborted when the supervisor is lost or the queue did not drain in time.
+  Status Flush(int timeout_ms);
 
   // Set by checkpoint_now; stays set until ConsumeCheckpointRequest() clears it.
   bool checkpoint_requested() const;

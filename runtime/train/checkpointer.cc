@@ -616,10 +616,18 @@ Status Checkpointer::Commit(Manifest m) {
   policy.keep_last = config_.checkpoint.keep_last;
   policy.keep_every = config_.checkpoint.keep_every;
   for (int64_t old : StepsToDelete(committed, policy)) {
-    // The record first: a rank killed between the two leaves "deleted" beside a directory
-    // the next pass removes — never "committed" beside a directory that is gone (a relayed
-    // record may die with the rank; a record written before the delete was already sent).
-    if (sink_) (void)sink_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
+    // The record first, and out of this process before the directory goes: a rank killed
+    // between the two leaves "deleted" beside a directory the next pass removes — never
+    // "committed" beside a directory that is gone (a relayed record is queued: without the
+    // flush it could die with the rank). Not known to be out: the directory stays for now.
+    if (sink_) {
+      (void)sink_->SetStatus(old, CheckpointStatus::kDeleted, "retention");
+      if (Status f = sink_->Flush(); !f.ok()) {
+        (void)sink_->SetStatus(old, CheckpointStatus::kCommitted, "retention deferred: " + f.ToString());
+        Event("retention_deferred", "step " + std::to_string(old) + " kept for now: " + f.ToString());
+        continue;
+      }
+    }
     if (Status s = DeleteCheckpoint(root_, old, fs_); !s.ok()) {
       if (sink_) (void)sink_->SetStatus(old, CheckpointStatus::kCommitted, "retention failed: " + s.ToString());
       Event("retention_failed", s.ToString());

@@ -641,6 +641,23 @@ TEST(ControlPlane, CatalogRecordArrivesAsAnEvent) {
   EXPECT_EQ(f.log.Count(ControlEventKind::kCatalog), 3) << "the invalid record was not sent";
 }
 
+TEST(ControlPlane, FlushReturnsOnceQueuedRecordsAreWrittenAndFailsWithoutASupervisor) {
+  Fixture f;
+  auto client = f.Connect(0);
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(f.WaitRegistered(0).kind, ControlEventKind::kRegistered);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(client->SendCatalogRecord(EventRecord()).ok());
+  ASSERT_TRUE(client->Flush(5000).ok());
+  // Written to the socket: the supervisor receives every one, even with nothing else sent.
+  for (int i = 0; i < 300 && f.log.Count(ControlEventKind::kCatalog) < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(f.log.Count(ControlEventKind::kCatalog), 50);
+  EXPECT_TRUE(client->Flush(1000).ok()) << "nothing queued: at once";
+  EXPECT_TRUE(client->Shutdown(0).ok());
+  EXPECT_EQ(client->Flush(1000).code(), StatusCode::kAborted) << "after shutdown";
+}
+
 TEST(ControlPlane, BeforeHeartbeatMayOverwriteFields) {
   Fixture f;
   ControlClientOptions o = f.ClientOptions(1);
