@@ -18,12 +18,10 @@ The hosts are rebuilt before each scenario (a lost host stays lost) and torn dow
 """
 import os, subprocess, sys, time
 
+import tessera_runs as tr
+
 tessera, scenario_dir, work, hosts_script = sys.argv[1:5]
-check = subprocess.run(["bash", hosts_script, "check"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-if check.returncode != 0:
-    print(f"SKIP: {check.stdout.strip()}")
-    sys.exit(77)
+tr.skip_unless_ready(hosts_script)
 
 state = os.path.join(work, "hosts")
 os.environ.update({"TESSERA_TEST_HOSTS": state, "OMPI_MCA_plm_rsh_agent": os.path.join(state, "rsh"),
@@ -32,9 +30,7 @@ failures = []
 
 
 def expect(cond, what):
-    print(f"  {what}: {'ok' if cond else 'NO'}")
-    if not cond:
-        failures.append(what)
+    tr.check(cond, what, failures)
 
 
 def chaos(name):
@@ -72,7 +68,4 @@ try:
 finally:
     subprocess.run(["bash", hosts_script, "down"])
 
-if failures:
-    print("FAILURES:\n  " + "\n  ".join(failures))
-    sys.exit(1)
-print("PASS")
+tr.finish(failures)

@@ -25,12 +25,7 @@ from tessera_runs import Runner
 
 hosts_script, slurm_script = sys.argv[5], sys.argv[6]
 argv = sys.argv[:5] + sys.argv[7:]
-for script in (hosts_script, slurm_script):
-    check = subprocess.run(["bash", script, "check"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    if check.returncode != 0:
-        print(f"SKIP: {check.stdout.strip()}")
-        sys.exit(77)
+tr.skip_unless_ready(hosts_script, slurm_script)
 
 runner = Runner(argv, ["train.micro_batch_size=2", "train.seq_len=16", "train.log_interval=6",
                        "train.eval_interval=0", "comm.bucket_mb=0.1", "schedule.warmup_steps=2",
@@ -165,7 +160,4 @@ finally:
     subprocess.run(["bash", slurm_script, "down"])
     subprocess.run(["bash", hosts_script, "down"])
 
-if failures:
-    print("FAILURES:\n  " + "\n  ".join(failures))
-    sys.exit(1)
-print("PASS")
+tr.finish(failures)

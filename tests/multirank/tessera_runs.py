@@ -90,6 +90,25 @@ def close_to(ref, out, what, rel, abs_tol, failures):
 
 # ---- checks shared by the model-parallel scripts: each appends to `failures` -------------------
 
+def skip_unless_ready(*scripts):
+    """Exits 77 (CTest: skipped), the reason printed, unless every `SCRIPT check` succeeds
+    (tools/dev/test-hosts.sh: namespaces can be made here; test-slurm.sh: Slurm installed)."""
+    for script in scripts:
+        check = subprocess.run(["bash", script, "check"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        if check.returncode != 0:
+            print(f"SKIP: {check.stdout.strip()}")
+            sys.exit(77)
+
+
+def finish(failures):
+    """Prints every failure and exits 1, or prints PASS."""
+    if failures:
+        print("FAILURES:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("PASS")
+
+
 def check(cond, what, failures):
     print(f"  {what}: {'ok' if cond else 'NO'}")
     if not cond:
