@@ -159,12 +159,38 @@ Result<ShardRecord> ShardWriter::Finish() {
 
 CheckpointReader::~CheckpointReader() {
   for (size_t i = 0; i < fds_.size(); ++i) {
-    (void)fs_->Close(fds_[i], JoinPath(dir_, manifest_.shards[i].file));
+    if (fds_[i] >= 0) (void)fs_->Close(fds_[i], JoinPath(dir_, manifest_.shards[i].file));
   }
 }
 
+Result<int> CheckpointReader::ShardFd(size_t k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fds_[k] >= 0) return fds_[k];
+  const ShardRecord& sh = manifest_.shards[k];
+  const std::string path = JoinPath(dir_, sh.file);
+  if (Status st = CheckRegular(*fs_, path); !st.ok() && st.code() != StatusCode::kNotFound) {
+    return st;
+  }
+  Result<int> fd = fs_->OpenForRead(path);
+  if (!fd.ok()) {
+    if (fd.status().code() == StatusCode::kNotFound) {
+      return DataLoss(path + ": shard file listed in " + ManifestPath(dir_) + " is missing");
+    }
+    return fd.status();
+  }
+  Result<uint64_t> size = fs_->FileSize(*fd, path);
+  if (!size.ok() || *size != sh.bytes) {
+    (void)fs_->Close(*fd, path);  // refused every time it is asked for, never half-trusted
+    if (!size.ok()) return size.status();
+    return DataLoss(path + ": " + std::to_string(*size) + " bytes, but the manifest says " +
+                    std::to_string(sh.bytes) + (*size < sh.bytes ? " (truncated)" : ""));
+  }
+  fds_[k] = *fd;  // owned from here: the destructor closes it
+  return *fd;
+}
+
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir,
-                                                                 FileSystem& fs) {
+                                                                 FileSystem& fs, bool lazy_shards) {
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->fs_ = &fs;
   r->dir_ = dir;
@@ -176,25 +202,9 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::stri
   ASSIGN_OR_RETURN(r->manifest_, ParseManifest(text, manifest_path));
   const Manifest& m = r->manifest_;
 
-  r->fds_.reserve(m.shards.size());
-  for (const ShardRecord& sh : m.shards) {
-    const std::string path = JoinPath(dir, sh.file);
-    if (Status st = CheckRegular(fs, path); !st.ok() && st.code() != StatusCode::kNotFound) {
-      return st;
-    }
-    Result<int> fd = fs.OpenForRead(path);
-    if (!fd.ok()) {
-      if (fd.status().code() == StatusCode::kNotFound) {
-        return DataLoss(path + ": shard file listed in " + manifest_path + " is missing");
-      }
-      return fd.status();
-    }
-    r->fds_.push_back(*fd);  // owned from here: the destructor closes it
-    ASSIGN_OR_RETURN(const uint64_t size, fs.FileSize(*fd, path));
-    if (size != sh.bytes) {
-      return DataLoss(path + ": " + std::to_string(size) + " bytes, but the manifest says " +
-                      std::to_string(sh.bytes) + (size < sh.bytes ? " (truncated)" : ""));
-    }
+  r->fds_.assign(m.shards.size(), -1);
+  if (!lazy_shards) {
+    for (size_t k = 0; k < m.shards.size(); ++k) RETURN_IF_ERROR(r->ShardFd(k).status());
   }
 
   for (const TensorRecord& t : m.tensors) {
@@ -239,7 +249,8 @@ Status CheckpointReader::Read(const std::string& tensor, int64_t begin, int64_t 
     const int64_t lo = std::max(begin, seg.begin);
     const int64_t hi = std::min(end, seg.end);
     const uint64_t seg_bytes = static_cast<uint64_t>(seg.end - seg.begin) * ts.elem_bytes;
-    RETURN_IF_ERROR(ReadVerified(*fs_, fds_[seg_it->shard],
+    ASSIGN_OR_RETURN(const int fd, ShardFd(seg_it->shard));
+    RETURN_IF_ERROR(ReadVerified(*fs_, fd,
                                  JoinPath(dir_, manifest_.shards[seg_it->shard].file), seg,
                                  seg_it->segment, seg_bytes,
                                  static_cast<uint64_t>(lo - seg.begin) * ts.elem_bytes,
@@ -256,12 +267,13 @@ Result<uint64_t> CheckpointReader::VerifyAll() const {
   for (size_t s = 0; s < manifest_.shards.size(); ++s) {
     const ShardRecord& sh = manifest_.shards[s];
     const std::string path = JoinPath(dir_, sh.file);
+    ASSIGN_OR_RETURN(const int fd, ShardFd(s));
     for (size_t k = 0; k < sh.segments.size(); ++k) {
       const SegmentRecord& seg = sh.segments[k];
       const uint64_t seg_bytes =
           static_cast<uint64_t>(seg.end - seg.begin) * index_.at(seg.tensor).elem_bytes;
       RETURN_IF_ERROR(
-          ReadVerified(*fs_, fds_[s], path, seg, k, seg_bytes, 0, 0, nullptr, scratch));
+          ReadVerified(*fs_, fd, path, seg, k, seg_bytes, 0, 0, nullptr, scratch));
       verified += seg_bytes;
     }
   }

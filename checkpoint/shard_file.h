@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -61,8 +62,12 @@ class CheckpointReader {
   // Reads and validates `dir`/manifest.json (ParseManifest + ValidateCoverage), opens every
   // shard file and checks its size against the manifest. kNotFound if there is no manifest;
   // kDataLoss for anything malformed, missing or truncated, naming the file.
+  // lazy_shards: each shard file is opened (and its size checked) at the first read that needs
+  // it, so a reader that loads part of the state touches only the shards holding that part (the
+  // memory tier fetches a file from a peer when it is first opened: memory_tier.h).
   static Result<std::unique_ptr<CheckpointReader>> Open(const std::string& dir,
-                                                         FileSystem& fs = DefaultFileSystem());
+                                                         FileSystem& fs = DefaultFileSystem(),
+                                                         bool lazy_shards = false);
   ~CheckpointReader();
 
   const Manifest& manifest() const { return manifest_; }
@@ -89,7 +94,11 @@ class CheckpointReader {
   FileSystem* fs_ = nullptr;
   std::string dir_;
   Manifest manifest_;
-  std::vector<int> fds_;  // per shard
+  // Per shard; -1: not opened yet (lazy_shards). Guarded by mu_ once Open has returned.
+  mutable std::vector<int> fds_;
+  mutable std::mutex mu_;
+  // The open descriptor of shard s, opening it first if needed.
+  Result<int> ShardFd(size_t s) const;
   // Per tensor name: its dtype size and segments sorted by begin (contiguous: coverage holds).
   struct TensorSegments {
     size_t elem_bytes = 0;

@@ -48,10 +48,12 @@ std::optional<Status> PositionalError(const ParsedArgs& p, const std::string& co
 
 // Loads the config named by the single positional argument, with --set overrides.
 // Under tessera launch, after a failure, the supervisor's MTBF measurement comes along for
-// checkpoint.interval: auto.
+// checkpoint.interval: auto, and its control address for the memory tier (the address the
+// other hosts reach this one at is the one that routes there).
 Result<Config> LoadFromArgs(const ParsedArgs& p) {
   ASSIGN_OR_RETURN(Config config, LoadConfig(p.positional[0], p.All("--set")));
   if (const char* v = std::getenv(kEnvMeasuredMtbf)) config.checkpoint.measured_mtbf_s = std::atof(v);
+  if (const char* v = std::getenv(kEnvControlAddress)) config.checkpoint.route_toward = v;
   return config;
 }
 

@@ -173,6 +173,7 @@ class SupervisedRank::RelayCatalog final : public CatalogSink {
                     ": the supervisor keeps the catalog; this rank only relays writes");
   }
   Status Flush() override { return client_.Flush(/*timeout_ms=*/2000); }
+  void NoteHeldInMemory(int64_t step) override { client_.ReportCommit(step, /*memory_tier=*/true); }
 
  private:
   ControlClient& client_;

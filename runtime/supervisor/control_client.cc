@@ -329,9 +329,9 @@ void ControlClient::SetCollectiveSeq(int64_t seq) {
   impl_->collective_seq.store(seq < 0 ? 0 : seq, std::memory_order_relaxed);
 }
 
-void ControlClient::ReportCommit(int64_t step) {
+void ControlClient::ReportCommit(int64_t step, bool memory_tier) {
   if (impl_->lost.load() || impl_->shut_down.load()) return;
-  Result<std::string> frame = EncodeCommit(CommitMsg{step < 0 ? 0 : step});
+  Result<std::string> frame = EncodeCommit(CommitMsg{step < 0 ? 0 : step, memory_tier});
   if (!frame.ok()) return;
   Impl* impl = impl_.get();
   asio::post(impl->io, [impl, f = std::move(frame).value()]() mutable {

@@ -88,7 +88,7 @@ class ControlClient {
   // carries this value too.
   void SetComputeMs(int64_t compute_ms);
   // Queues a commit report for checkpoint `step` (>= 0). Dropped if the supervisor is lost.
-  void ReportCommit(int64_t step);
+  void ReportCommit(int64_t step, bool memory_tier = false);
   // Queues a catalog write for the supervisor to perform (validated; an invalid record is
   // dropped and reported through the return value). Dropped if the supervisor is lost.
   Status SendCatalogRecord(const CatalogRecordMsg& record);

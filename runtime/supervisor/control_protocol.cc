@@ -295,7 +295,8 @@ Result<std::string> EncodeHeartbeat(const HeartbeatMsg& m) {
 Result<std::string> EncodeCommit(const CommitMsg& m) {
   RETURN_IF_ERROR(ValidateCommit(m));
   JsonWriter w;
-  w.BeginObject().Key("type").String("commit").Key("step").Int(m.step).EndObject();
+  w.BeginObject().Key("type").String("commit").Key("step").Int(m.step);
+  w.Key("tier").String(m.memory ? "memory" : "disk").EndObject();
   return Frame(w);
 }
 
@@ -402,6 +403,10 @@ Result<RankMessage> DecodeRankMessage(std::string_view body) {
   } else if (t == "commit") {
     msg.type = RankMessageType::kCommit;
     RETURN_IF_ERROR(r.Int("step", msg.commit.step));
+    std::string tier;
+    RETURN_IF_ERROR(r.String("tier", tier));
+    if (tier != "disk" && tier != "memory") return DataLoss("tier: \"" + tier + "\" is neither disk nor memory");
+    msg.commit.memory = tier == "memory";
     RETURN_IF_ERROR(r.NoOtherKeys());
     RETURN_IF_ERROR(AsDecodeError(ValidateCommit(msg.commit)));
   } else if (t == "bye") {

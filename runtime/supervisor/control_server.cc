@@ -345,9 +345,10 @@ void ControlServerCore::OnFrame(const std::shared_ptr<ControlConnection>& c,
         e.compute_ms = s.compute_ms;
         break;
       case RankMessageType::kCommit:
-        s.last_commit_step = std::max(s.last_commit_step, m.commit.step);
+        if (!m.commit.memory) s.last_commit_step = std::max(s.last_commit_step, m.commit.step);
         e.kind = ControlEventKind::kCommit;
         e.step = m.commit.step;
+        e.memory_tier = m.commit.memory;
         break;
       case RankMessageType::kBye:
         c->said_bye_ = true;

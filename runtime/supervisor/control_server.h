@@ -93,6 +93,7 @@ struct ControlEvent {
   std::string peer;
   std::string reason;                  // kRejected: why; kDisconnected: how the connection ended
   int64_t step = -1;                   // kHeartbeat, kCommit: the step reported
+  bool memory_tier = false;            // kCommit: held in memory, not committed on disk
   RankPhase phase = RankPhase::kIdle;  // kHeartbeat
   int64_t collective_seq = -1;         // kHeartbeat
   int64_t compute_ms = -1;             // kHeartbeat: last step's time outside waits; -1 unknown

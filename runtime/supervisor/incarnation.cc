@@ -256,6 +256,14 @@ void Watch::OnCatalog(const ControlEvent& e) {
   if (e.catalog.kind != "commit") {
     log_.Emit(k_, "ckpt_" + e.catalog.kind, e.catalog.message, /*to_catalog=*/false);
   }
+  long long held = -1;
+  if (e.catalog.kind == "memory_resume" && !first_step_seen_ &&
+      std::sscanf(e.catalog.message.c_str(), "resuming from the memory tier: step %lld", &held) == 1) {
+    // The ranks resumed from a snapshot in memory, newer than the disk's newest.
+    resume_step_ = held;
+    end_.record.start_step = resume_step_;
+    detector_->SetStartStep(resume_step_);
+  }
   if (e.catalog.kind == "corrupt" && !first_step_seen_) {
     // The ranks set the damaged checkpoint aside and fall back to an older one: that is
     // where this incarnation resumes, and what its first step is measured from.
@@ -294,6 +302,10 @@ bool Watch::Drain() {
         OnHeartbeat(e);
         break;
       case ControlEventKind::kCommit:
+        if (e.memory_tier) {  // not a line each: a snapshot every few steps
+          run_.newest_in_memory = std::max(run_.newest_in_memory, e.step);
+          break;
+        }
         run_.newest_committed = std::max(run_.newest_committed, e.step);
         log_.Emit(k_, "commit", "checkpoint step " + std::to_string(e.step) + " committed");
         break;

@@ -46,6 +46,7 @@ struct RunState {
   // Newest committed checkpoint step (-1 none): from the commit reports while a job runs, from
   // the directories (the ground truth) between incarnations.
   int64_t newest_committed = -1;
+  int64_t newest_in_memory = -1;      // the memory tier's newest step held (from its reports)
   int64_t max_step_seen = -1;         // over all incarnations
   std::vector<double> step_samples_s;  // the detectors' step times (fallback for step_s)
   double stepping_s = 0;               // wall time from first to last completed step, summed

@@ -119,7 +119,9 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
                      RankWord(f.ranks).c_str(), static_cast<long long>(f.step), f.detail.c_str(),
                      fr.detected_s - fr.failed_s));
   Status placed = pool != nullptr ? ReplaceLostHosts(k, *pool, run) : Status::Ok();
-  const RestartDecision d = placed.ok() ? policy.OnFailure(Clock::now(), run.newest_committed)
+  // A snapshot the memory tier holds is progress too (the crash-loop guard's measure).
+  const int64_t progress = std::max(run.newest_committed, run.newest_in_memory);
+  const RestartDecision d = placed.ok() ? policy.OnFailure(Clock::now(), progress)
                                         : RestartDecision{false, 0.0, "elastic restart: " + placed.message()};
   // Where the next incarnation resumes (corrected if it has to fall back past a damaged one).
   fr.resume_step = d.restart ? std::max<int64_t>(run.newest_committed, 0) : -1;
@@ -131,10 +133,16 @@ std::optional<double> OnFailure(int64_t k, const Failure& f, RunState& run, Rest
     outcome.exit_code = kExitGaveUp;
     return std::nullopt;
   }
+  const std::string memory_word =
+      run.newest_in_memory > run.newest_committed
+          ? StrFormat(" (or memory step %lld, if the surviving hosts hold it)",
+                      static_cast<long long>(run.newest_in_memory))
+          : std::string();
   log.Emit(k, "restart",
-           StrFormat("restart %d in %.1f s from %s; %lld steps to redo", policy.restarts(), d.backoff_s,
+           StrFormat("restart %d in %.1f s from %s%s; %lld steps to redo", policy.restarts(), d.backoff_s,
                      run.newest_committed >= 0 ? CheckpointWord(run.newest_committed).c_str()
                                                : "step 0 (no checkpoint)",
+                     memory_word.c_str(),
                      static_cast<long long>(std::max<int64_t>(0, f.step - fr.resume_step))));
   return d.backoff_s;
 }

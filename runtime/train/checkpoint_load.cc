@@ -15,12 +15,14 @@
 //               not the checkpoint's fault, so nothing is marked and the search stops there.
 // No usable candidate at all is kCorruptCheckpoint (exit 5) listing why each was passed over.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
 #include "runtime/train/checkpointer.h"
+#include "runtime/train/memory_tier.h"
 #include "runtime/train/rank_layout.h"
 
 namespace tessera {
@@ -163,6 +165,61 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamState& shards,
   return LoadNewestUsable({root_, steps, /*set_aside=*/true, /*with_optimizer=*/true, check,
                            "resume"},
                           shards);
+}
+
+Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromMemory(ParamState& shards,
+                                                                       const CandidateCheck& check,
+                                                                       int64_t at_least) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> skipped;
+  ASSIGN_OR_RETURN(std::optional<MemoryChoice> choice, memory_->Choose(at_least, &skipped));
+  for (const std::string& why : skipped) Event("resume", "passed over " + why);
+  const std::string disk = at_least >= 0 ? "step " + std::to_string(at_least) : "none";
+  if (!choice) {  // said only when something was there (a fresh start is silent)
+    if (!skipped.empty()) Event("resume", "nothing usable in memory (the newest on disk: " + disk + "): the disk tier resumes");
+    return std::optional<LoadedCheckpoint>();
+  }
+  // Opened through a file system that fetches what this host lacks from a host that has it,
+  // and only the shards this rank's part of the state needs (lazy_shards).
+  std::unique_ptr<FetchingFileSystem> fetching = memory_->FetchingFor(*choice, fs_);
+  const std::string dir = root_ + "/" + StepDirName(choice->step);
+  LoadedCheckpoint loaded;
+  Status st = Status::Ok();
+  {
+    auto reader = CheckpointReader::Open(dir, *fetching, /*lazy_shards=*/true);
+    if (!reader.ok()) {
+      st = reader.status();
+    } else {
+      const Manifest& m = (*reader)->manifest();
+      if (check) st = check(m, ManifestPath(dir));
+      if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, /*with_optimizer=*/true);
+      loaded = {m.step, dir, m.state};
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<double> flags,
+                   Gather({static_cast<double>(VerdictOf(st)), static_cast<double>(fetching->files_fetched()),
+                           static_cast<double>(fetching->bytes_fetched())}));
+  std::string who;
+  double files = 0, bytes = 0;
+  for (int r = 0; r < ranks_; ++r) {
+    if (flags[3 * r] != static_cast<double>(kLoaded)) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    files += flags[3 * r + 1];
+    bytes += flags[3 * r + 2];
+  }
+  if (!st.ok()) std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
+  if (!who.empty()) {
+    Event("resume", "memory step " + std::to_string(choice->step) + " could not be loaded on rank(s) " +
+                        who + " (see their messages): the disk tier resumes");
+    return std::optional<LoadedCheckpoint>();
+  }
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "resuming from the memory tier: step %lld (the newest on disk: %s), %.0f file(s), "
+                "%.1f MiB fetched from other hosts, loaded in %.2f s",
+                static_cast<long long>(choice->step), disk.c_str(), files, bytes / 1048576.0,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  Event("memory_resume", line);  // the supervisor reads the step from it (incarnation.cc)
+  return std::optional<LoadedCheckpoint>(std::move(loaded));
 }
 
 Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,

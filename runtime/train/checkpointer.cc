@@ -14,6 +14,7 @@
 #include "runtime/train/checkpoint_interval.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/grad_sync.h"
+#include "runtime/train/memory_tier.h"
 #include "runtime/train/rank_layout.h"
 
 namespace tessera {
@@ -78,8 +79,9 @@ struct Checkpointer::Pending {
 };
 
 Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
-                           MemoryTracker* tracker)
-    : config_(config), root_(config.checkpoint.dir), dp_(dp), log_(log), fs_(fs), tracker_(tracker) {
+                           MemoryTracker* tracker, CheckpointTier tier)
+    : config_(config), tier_(tier), root_(config.checkpoint.dir), dp_(dp), log_(log), fs_(fs),
+      tracker_(tracker) {
   rank_ = dp != nullptr ? dp->rank() : 0;
   ranks_ = dp != nullptr ? dp->size() : 1;
   decls_ = DeclareParameters(config.model);
@@ -92,12 +94,23 @@ Checkpointer::~Checkpointer() {
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config, Communicator* dp,
                                                            FILE* log, FileSystem& fs,
                                                            MemoryTracker* tracker,
-                                                           CatalogSink* external_catalog) {
-  std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs, tracker));
+                                                           CatalogSink* external_catalog,
+                                                           CheckpointTier tier) {
+  std::unique_ptr<Checkpointer> c(new Checkpointer(config, dp, log, fs, tracker, tier));
   ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(config, c->rank_));
   c->partition_.emplace(std::move(partition));
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
+  }
+  if (c->memory()) {
+    // Each host's own directory, its leader its single writer: what a killed snapshot left
+    // half-written there is swept as on disk.
+    ASSIGN_OR_RETURN(c->memory_, MemoryTier::Start(config, dp, log));
+    c->root_ = c->memory_->root();
+    if (c->rank_ == 0) c->sink_ = external_catalog;  // events, and steps held (no entries)
+    if (c->memory_->leader()) (void)SweepRoot(c->root_, fs);
+    RETURN_IF_ERROR(c->Gather({1.0}).status());
+    return c;
   }
   if (c->enabled() && config.checkpoint.interval == CheckpointInterval::kAuto) {
     const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
@@ -137,8 +150,14 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   return c;
 }
 
+bool Checkpointer::coordinates() const { return memory() ? memory_->leader() : rank_ == 0; }
+
 bool Checkpointer::Due(int64_t step, int64_t total) const {
   if (!enabled()) return false;
+  if (memory()) {  // the end of the run is the disk tier's
+    const int64_t every = config_.checkpoint.memory_interval;
+    return every > 0 && step % every == 0 && step != total;
+  }
   if (config_.checkpoint.interval == CheckpointInterval::kAuto) {
     if (step == total) return config_.checkpoint.at_end;  // the end is at_end's, as with steps
     if (next_due_ < 0) next_due_ = step - 1 + kFirstAutoSaveSteps;
@@ -157,7 +176,7 @@ Result<std::vector<double>> Checkpointer::Gather(const std::vector<double>& mine
 void Checkpointer::Event(const std::string& kind, const std::string& message) {
   if (rank_ != 0) return;
   if (log_ != nullptr) {
-    std::fprintf(log_, "checkpoint: %s\n", message.c_str());
+    std::fprintf(log_, "%s: %s\n", memory() ? "memory tier" : "checkpoint", message.c_str());
     std::fflush(log_);
   }
   if (sink_) {
@@ -168,7 +187,7 @@ void Checkpointer::Event(const std::string& kind, const std::string& message) {
 }
 
 void Checkpointer::RecordAttempt(int64_t step, CheckpointStatus status, const std::string& note) {
-  if (!sink_) return;
+  if (!sink_ || memory()) return;  // the catalog is the disk tier's
   // A step saved again after a fallback (a restart re-runs the steps after the checkpoint it
   // resumed from) may still have its earlier committed directory: until the new save commits
   // in its place, the catalog keeps saying that one is committed (it is, and it verifies).
@@ -201,7 +220,7 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
   ++stats_.saves;
   // Auto interval: no other save until this one's commit has measured what it cost (a save
   // that could not even be staged tries again as after the first).
-  const bool auto_interval = config_.checkpoint.interval == CheckpointInterval::kAuto;
+  const bool auto_interval = !memory() && config_.checkpoint.interval == CheckpointInterval::kAuto;
   if (auto_interval) next_due_ = step + kFirstAutoSaveSteps;
   ASSIGN_OR_RETURN(const bool prepared, PrepareSave(step));
   if (!prepared) return Status::Ok();
@@ -212,7 +231,11 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
   p->staging_dir = root_ + "/" + StagingDirName(step);
   p->state = state;
   p->layout = layout;
-  const size_t staging_bytes = PlanSegments(shards, *p);
+  size_t staging_bytes = PlanSegments(shards, *p);
+  if (memory()) {  // written straight from the live state: only the stream buffer is staged
+    p->stream_offset = 0;
+    staging_bytes = static_cast<size_t>(p->stream_elems) * sizeof(float);
+  }
   if (tracker_ != nullptr && staging_bytes > staged_bytes_) {  // accounted here: one thread
     const int64_t grow = static_cast<int64_t>(staging_bytes - staged_bytes_);
     tracker_->OnReserve(MemoryKind::kCheckpointStaging, grow);
@@ -232,17 +255,18 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
 // counting the failure) when it could not; an error once max_failures saves failed in a row.
 Result<bool> Checkpointer::PrepareSave(int64_t step) {
   Status prep = Status::Ok();
-  if (rank_ == 0) {
+  if (coordinates()) {
     prep = PrepareStaging(root_, step, fs_);
     if (prep.ok()) RecordAttempt(step, CheckpointStatus::kWriting, "");
   }
   ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
-  if (prepared[0] != 0.0) return true;
+  if (std::find(prepared.begin(), prepared.end(), 0.0) == prepared.end()) return true;
+  if (prep.ok()) prep = IoError("the memory tier directory could not be prepared on another host (see its messages)");
   ++stats_.failed;
   ++consecutive_failures_;
   RecordAttempt(step, CheckpointStatus::kFailed, prep.ToString());
   Event("save_failed", "save of step " + std::to_string(step) + " failed: " + prep.ToString());
-  if (consecutive_failures_ >= config_.checkpoint.max_failures) {
+  if (!memory() && consecutive_failures_ >= config_.checkpoint.max_failures) {
     return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
                    " consecutive saves failed (last: " + prep.ToString() + ")");
   }
@@ -307,7 +331,9 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
     }
     raw->copied_cv.notify_all();
   };
-  raw->copier = std::thread([this, raw, staging_bytes, finish_half] {
+  const bool direct = memory();  // written from the live state (see Save)
+  if (direct) raw->copied_segments = raw->segments.size();
+  if (!direct) raw->copier = std::thread([this, raw, staging_bytes, finish_half] {
     // Grown only when the state grows (zero-filled: the page faults are paid here, on this
     // thread, once), then reused across saves.
     if (staging_.size() < staging_bytes) staging_.resize(staging_bytes);
@@ -325,7 +351,8 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
     }
     finish_half(&Pending::memory_copied);
   });
-  raw->thread = std::thread([this, raw, finish_half] {
+  raw->thread = std::thread([this, raw, finish_half, direct, staging_bytes] {
+    if (direct && staging_.size() < staging_bytes) staging_.resize(staging_bytes);
     if (raw->last_streamed == 0) finish_half(&Pending::streamed_read);
     auto run = [&]() -> Status {
       ASSIGN_OR_RETURN(auto writer, ShardWriter::Create(raw->staging_dir, rank_, fs_));
@@ -337,7 +364,9 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
         const Pending::Segment& s = raw->segments[k];
         const std::string name = kSavedTensorKinds[s.tensor % 3] + decls_[s.tensor / 3].name;
         if (s.source != nullptr) {
-          RETURN_IF_ERROR(writer->Append(name, s.begin, s.end, DType::kF32, staging_.data() + s.offset));
+          RETURN_IF_ERROR(writer->Append(name, s.begin, s.end, DType::kF32,
+                                         direct ? static_cast<const void*>(s.source)
+                                                : staging_.data() + s.offset));
         } else {
           // On disk: through the stream buffer, read (verified), then appended.
           float* buf = reinterpret_cast<float*>(staging_.data() + raw->stream_offset);
@@ -349,13 +378,16 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
           if (k + 1 == raw->last_streamed) finish_half(&Pending::streamed_read);
         }
       }
+      if (direct) finish_half(&Pending::memory_copied);  // the live state is no longer read
       ASSIGN_OR_RETURN(raw->record, writer->Finish());
+      if (memory_) RETURN_IF_ERROR(memory_->Replicate(raw->step));
       return Status::Ok();
     };
     raw->status = run();
     finish_half(&Pending::streamed_read);  // also after a failure: nobody waits forever
+    if (direct) finish_half(&Pending::memory_copied);
     // Whatever happened, the copy finishes (the training thread may be waiting for it).
-    raw->copier.join();
+    if (raw->copier.joinable()) raw->copier.join();
     raw->write_seconds = Since(raw->write_start);
     raw->done.store(true, std::memory_order_release);
   });
@@ -415,12 +447,16 @@ Status Checkpointer::Complete() {
     outcome = p->status.ok() ? IoError("shard write failed on rank(s) " + RankList(failed_ranks) +
                                        " (see their messages)")
                              : p->status;
-  } else if (rank_ == 0) {
+  } else if (coordinates()) {
     outcome = CommitGathered(*p, all, width);
   }
-  // Rank 0's verdict for everyone (a failed commit counts like a failed write).
+  // The coordinators' verdict for everyone (a failed commit counts like a failed write): rank
+  // 0's on disk, every host leader's in memory.
   ASSIGN_OR_RETURN(std::vector<double> verdict, Gather({outcome.ok() ? 1.0 : 0.0}));
-  if (verdict[0] == 1.0 && failed_ranks.empty()) {
+  const bool committed = memory() ? std::find(verdict.begin(), verdict.end(), 0.0) == verdict.end()
+                                  : verdict[0] == 1.0;
+  if (committed && failed_ranks.empty()) {
+    if (memory() && sink_) sink_->NoteHeldInMemory(step);
     consecutive_failures_ = 0;
     ++stats_.committed;
     stats_.last_committed_step = step;
@@ -462,7 +498,7 @@ std::string Checkpointer::RankList(const std::vector<int>& ranks) {
 // committed checkpoint stays the newest, so retention cannot delete it) and the run stops.
 Status Checkpointer::RefuseNonFinite(const Pending& p, const std::vector<int>& ranks) {
   ++stats_.failed;
-  if (rank_ == 0) {
+  if (coordinates()) {
     (void)AbandonStaging(root_, p.step, fs_);
     RecordAttempt(p.step, CheckpointStatus::kFailed, "non-finite state");
   }
@@ -513,7 +549,7 @@ Status Checkpointer::CommitGathered(const Pending& p, const std::vector<double>&
 // cost (stall), its write time and the step time — each the maximum over the ranks, so every
 // rank schedules the same step — and the MTBF.
 Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width) {
-  if (config_.checkpoint.interval != CheckpointInterval::kAuto) return Status::Ok();
+  if (memory() || config_.checkpoint.interval != CheckpointInterval::kAuto) return Status::Ok();
   // Rank 0's MTBF for everyone: a rank whose environment differed must not schedule another step.
   ASSIGN_OR_RETURN(std::vector<double> mine,
                    Gather({step_seconds_, config_.checkpoint.measured_mtbf_s}));
@@ -540,15 +576,18 @@ Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& a
 Status Checkpointer::CountFailedSave(int64_t step, const Status& outcome) {
   ++stats_.failed;
   // Auto interval: nothing measured; try again as after the first save.
-  if (config_.checkpoint.interval == CheckpointInterval::kAuto) next_due_ = step + kFirstAutoSaveSteps;
+  if (!memory() && config_.checkpoint.interval == CheckpointInterval::kAuto) {
+    next_due_ = step + kFirstAutoSaveSteps;
+  }
   ++consecutive_failures_;
-  if (rank_ == 0) {
+  if (coordinates()) {
     if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());
     RecordAttempt(step, CheckpointStatus::kFailed, outcome.ToString());
     Event("save_failed", "save of step " + std::to_string(step) + " failed: " + outcome.ToString() +
                              " (" + std::to_string(consecutive_failures_) + " in a row; training goes on)");
   }
-  if (consecutive_failures_ >= config_.checkpoint.max_failures) {
+  // A failed snapshot in memory never stops the run: the disk tier is the safety.
+  if (!memory() && consecutive_failures_ >= config_.checkpoint.max_failures) {
     return IoError("checkpoint: " + std::to_string(consecutive_failures_) +
                    " consecutive saves failed (last: " + outcome.ToString() +
                    "); stopping rather than training on without checkpoints");
@@ -566,6 +605,7 @@ Status Checkpointer::Commit(Manifest m) {
   m.config_yaml = config_.resolved_yaml;
   if (auto env = ParseJson(EnvironmentFingerprintJson()); env.ok()) m.environment = *env;
   for (const ShardRecord& s : m.shards) m.total_bytes += s.bytes;
+  if (memory()) return CommitInMemory(std::move(m));
   if (Status c = CommitCheckpoint(root_, m, fs_); !c.ok()) {
     // After the final rename the checkpoint is committed, whatever failed later (the root's
     // fsync): the directory is the ground truth.
@@ -634,6 +674,38 @@ Status Checkpointer::Commit(Manifest m) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+// A host leader of the memory tier, every rank's shard and replica in place: the manifest and
+// the rename in this host's directory, then this host's retention (memory_keep newest).
+Status Checkpointer::CommitInMemory(Manifest m) {
+  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_));
+  stats_.last_bytes = m.total_bytes;
+  stats_.last_write_seconds = m.write_seconds;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %lld held: %.1f MiB in %d shard(s) on %d host(s), stall %.1f ms, write + "
+                "replicate %.2f s",
+                static_cast<long long>(m.step), m.total_bytes / 1048576.0,
+                static_cast<int>(m.shards.size()), memory_->ring().hosts, 1e3 * m.stall_seconds,
+                m.write_seconds);
+  // The first snapshot and every tenth are said (one every few steps would drown the log).
+  if (stats_.committed % 10 == 0) Event("commit", line);
+  auto listed = CommittedSteps(root_, fs_);
+  if (!listed.ok()) return Status::Ok();
+  RetentionPolicy policy;
+  policy.keep_last = config_.checkpoint.memory_keep;
+  std::erase_if(*listed, [&](int64_t step) { return step > m.step; });
+  for (int64_t old : StepsToDelete(*listed, policy)) (void)DeleteCheckpoint(root_, old, fs_);
+  return Status::Ok();
+}
+
+void Checkpointer::Discard() {
+  if (memory() && memory_->leader()) (void)fs_.RemoveTree(root_);
 }
 
 }  // namespace tessera

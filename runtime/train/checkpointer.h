@@ -41,6 +41,12 @@
 // checkpoints. init_from a checkpoint root falls back the same way but leaves damaged ones
 // where they are (the root is another run's). At start the coordinator sweeps what an earlier
 // run left half-written (step_<N>.tmp, .old, .deleting) and says so.
+// The memory tier (checkpoint.memory_interval; runtime/train/memory_tier.h) is a second
+// Checkpointer of kind CheckpointTier::kMemory over each host's tier directory: the same save,
+// written straight from the live state into the host's memory (no staging copy: the shard file
+// in tmpfs is the copy) and sent to the buddy; each host's leader prepares and commits the step
+// in its own directory; no catalog; a failed snapshot never stops the run (the disk tier is
+// the safety); ResumeFromMemory picks the newest step the survivors hold.
 // Retention after a commit only considers committed checkpoints up to the one just saved
 // that the catalog does not know to be corrupt (a relaying sink knows none: under a
 // supervisor, set-aside step_<N>.corrupt directories are what keeps them out).
@@ -99,6 +105,9 @@ struct LoadedCheckpoint {
   JsonValue state;  // as saved
 };
 
+class MemoryTier;
+enum class CheckpointTier { kDisk, kMemory };
+
 class Checkpointer {
  public:
   // `config` must outlive the Checkpointer (it is kept by reference). `dp`: every rank that
@@ -114,7 +123,8 @@ class Checkpointer {
   static Result<std::unique_ptr<Checkpointer>> Create(const Config& config, Communicator* dp,
                                                       FILE* log, FileSystem& fs = DefaultFileSystem(),
                                                       MemoryTracker* tracker = nullptr,
-                                                      CatalogSink* external_catalog = nullptr);
+                                                      CatalogSink* external_catalog = nullptr,
+                                                      CheckpointTier tier = CheckpointTier::kDisk);
   ~Checkpointer();  // waits for a writer thread still running (never leaves it detached)
 
   bool enabled() const { return !root_.empty(); }
@@ -146,12 +156,26 @@ class Checkpointer {
   Status InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,
                   const CandidateCheck& check);
 
+  // Memory tier: loads the newest step the hosts hold between them that is at least as new
+  // as `at_least` (the newest disk checkpoint; -1: none), fetching what this host lacks.
+  // nullopt when there is none or it cannot be loaded (the run says why; the disk tier is
+  // next). Collective.
+  Result<std::optional<LoadedCheckpoint>> ResumeFromMemory(ParamState& shards,
+                                                           const CandidateCheck& check,
+                                                           int64_t at_least);
+  // Memory tier, at the end of a run that finished: each host's leader frees the tier's memory.
+  void Discard();
+
   const CheckpointStats& stats() const { return stats_; }
 
  private:
   struct Pending;
   Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
-               MemoryTracker* tracker);
+               MemoryTracker* tracker, CheckpointTier tier);
+  bool memory() const { return tier_ == CheckpointTier::kMemory; }
+  // Whether this rank prepares, commits and prunes its root: rank 0 of the shared disk root,
+  // each host's leader of its own memory directory.
+  bool coordinates() const;
   // Save's steps (the .cc says what each does).
   Result<bool> PrepareSave(int64_t step);
   size_t PlanSegments(ParamState& shards, Pending& p) const;
@@ -164,6 +188,7 @@ class Checkpointer {
   Status CountFailedSave(int64_t step, const Status& outcome);
   static std::string RankList(const std::vector<int>& ranks);  // "0, 2"
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
+  Status CommitInMemory(Manifest m);  // Commit's memory tier part (a host leader)
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   // The candidates of a search for the newest usable checkpoint (checkpoint_load.cc).
   struct Candidates {
@@ -182,6 +207,8 @@ class Checkpointer {
   Result<std::vector<double>> Gather(const std::vector<double>& mine);
 
   const Config& config_;
+  CheckpointTier tier_;
+  std::unique_ptr<MemoryTier> memory_;  // kMemory only
   std::string root_;
   Communicator* dp_;
   int rank_ = 0, ranks_ = 1;

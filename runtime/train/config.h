@@ -181,6 +181,15 @@ struct CheckpointConfig {
                                 //   previous save is still writing when the next one is due
   int64_t max_failures = 3;     // checkpoint.max_failures: consecutive failed saves before the
                                 //   run stops, >= 1
+  // The tier in hosts' memory (runtime/train/memory_tier.h), in front of the disk tier.
+  int64_t memory_interval = 0;  // checkpoint.memory_interval: snapshot every N steps into host
+                                //   memory, replicated to the next host, >= 0 (0 = off)
+  std::string memory_dir = "/dev/shm/tessera";  // checkpoint.memory_dir: each host's directory
+                                //   for it (a tmpfs: memory that outlives the processes)
+  int64_t memory_keep = 2;      // checkpoint.memory_keep: snapshots each host keeps, >= 1
+  std::string route_toward;     // not a YAML key: tessera launch's control address (rank_env.h
+                                //   kEnvControlAddress); the memory tier publishes the local
+                                //   address that routes there
 };
 
 enum class ResumeMode { kNone, kAuto };

@@ -197,6 +197,9 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   Put(out, "async", ck.async);
   PutName(out, "on_busy", ck.on_busy == CheckpointOnBusy::kSkip ? "skip" : "wait");
   Put(out, "max_failures", ck.max_failures);
+  Put(out, "memory_interval", ck.memory_interval);
+  PutPath(out, "memory_dir", ck.memory_dir);
+  Put(out, "memory_keep", ck.memory_keep);
   out << YAML::EndMap;
   PutName(out, "resume", ResumeModeName(config.resume));
   PutPath(out, "init_from", config.init_from);

@@ -173,6 +173,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
                    Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
                                         ckpt_fs != nullptr ? *ckpt_fs : DefaultFileSystem(),
                                         &t->memory_, link != nullptr ? link->catalog() : nullptr));
+  if (t->checkpointer_->enabled() && config.checkpoint.memory_interval > 0) {
+    ASSIGN_OR_RETURN(t->memory_tier_,
+                     Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
+                                          DefaultFileSystem(), &t->memory_,
+                                          link != nullptr ? link->catalog() : nullptr,
+                                          CheckpointTier::kMemory));
+  }
   if (t->init_from_checkpoint_) {
     t->Phase(TrainPhase::kCheckpoint);
     RETURN_IF_ERROR(t->InitFromCheckpoint());
@@ -412,6 +419,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(float lr) {
   if (r.guard.verdict == StepGuard::Verdict::kStop) return r;  // nothing changed: the caller stops
   if (!r.skipped) {
     checkpointer_->WaitForStateCopy();  // a save in flight still reads the state Step changes
+    if (memory_tier_) memory_tier_->WaitForStateCopy();
     RETURN_IF_ERROR(shards_->Step(lr, clipped.grad_scale));
   }
   RETURN_IF_ERROR(FinishMoe(r));
@@ -639,6 +647,13 @@ Result<bool> Trainer::MaybeCheckpoint(int64_t done, bool last) {
     RETURN_IF_ERROR(last ? SaveNow(done) : checkpointer_->Save(done, *shards_, StateJson(done), LayoutJson()));
     saved_this_step = checkpointer_->stats().skipped == skipped;
   }
+  if (memory_tier_) {
+    RETURN_IF_ERROR(memory_tier_->Poll(/*block=*/false));
+    // Not at a step the disk tier saves: that one is as good and durable.
+    if (!saved_this_step && memory_tier_->Due(done, config_.train.steps)) {
+      RETURN_IF_ERROR(memory_tier_->Save(done, *shards_, StateJson(done), LayoutJson()));
+    }
+  }
   Phase(TrainPhase::kIdle);
   return saved_this_step;
 }
@@ -699,6 +714,7 @@ Status Trainer::FinishCheckpoints() {
   const int64_t steps = config_.train.steps;
   Phase(TrainPhase::kCheckpoint);
   RETURN_IF_ERROR(checkpointer_->Poll(/*block=*/true));
+  if (memory_tier_) RETURN_IF_ERROR(memory_tier_->Poll(/*block=*/true));
   Phase(TrainPhase::kIdle);
   const int64_t newest = checkpointer_->stats().last_committed_step;
   if (checkpointer_->Due(steps, steps) && start_step_ < steps && newest != steps) {
@@ -706,6 +722,8 @@ Status Trainer::FinishCheckpoints() {
                    "(see the checkpoint messages above); newest committed: " +
                    (newest >= 0 ? "step " + std::to_string(newest) : std::string("none this run")));
   }
+  // The run is over and on disk: the snapshots in memory (RAM on every host) are freed.
+  if (memory_tier_ && newest == steps) memory_tier_->Discard();
   return Status::Ok();
 }
 

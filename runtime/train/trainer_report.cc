@@ -272,6 +272,15 @@ void Trainer::PrintSummaryExtras(const std::vector<double>& idle, FILE* out) con
                  static_cast<long long>(cs.skipped), config_.checkpoint.dir.c_str(),
                  1e3 * cs.stall_seconds);
   }
+  if (memory_tier_) {
+    const CheckpointStats& ms = memory_tier_->stats();
+    std::fprintf(out,
+                 "  memory tier      %lld snapshots held (newest step %lld), %lld failed, %lld "
+                 "skipped; training stalled %.1f ms for them in all\n",
+                 static_cast<long long>(ms.committed), static_cast<long long>(ms.last_committed_step),
+                 static_cast<long long>(ms.failed), static_cast<long long>(ms.skipped),
+                 1e3 * ms.stall_seconds);
+  }
   if (!idle.empty() && pipeline_->stats().steps > 1) {
     double mean = 0;
     for (double v : idle) mean += v / static_cast<double>(idle.size());

@@ -23,7 +23,17 @@ Status Trainer::ResumeFromCheckpoint() {
     ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(m.state, m.step, where));
     return CheckStateFitsRun(saved, config_, windows, where);
   };
-  ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded, checkpointer_->Resume(*shards_, check));
+  // The memory tier first when it holds a step at least as new as the newest on disk (the
+  // disk tier sweeps its root when it is created, so the listing is of committed ones).
+  std::optional<LoadedCheckpoint> loaded;
+  if (memory_tier_) {
+    ASSIGN_OR_RETURN(const std::vector<int64_t> on_disk, CommittedSteps(config_.checkpoint.dir));
+    ASSIGN_OR_RETURN(loaded, memory_tier_->ResumeFromMemory(*shards_, check,
+                                                            on_disk.empty() ? -1 : on_disk.front()));
+  }
+  if (!loaded) {
+    ASSIGN_OR_RETURN(loaded, checkpointer_->Resume(*shards_, check));
+  }
   if (!loaded) return Status::Ok();
   const std::string where = ManifestPath(loaded->dir);
   ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(loaded->state, loaded->step, where));

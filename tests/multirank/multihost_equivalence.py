@@ -18,6 +18,9 @@ failure. The reduction order of every collective is fixed by rank, not by transp
   * losing a host with a spare (`--spares 1`, three hosts): after step 10 every process of host
     2 is killed and its link cut; the supervisor finds host 2 does not answer, restarts from the
     last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch;
+  * the same with the memory tier (checkpoint.memory_interval 2, each host's own /tmp, disk
+    only at the end): the restart resumes from the newest snapshot in memory, the spare
+    fetching host 2's shard from its replica on host 1; BIT-IDENTICAL to the fault-free launch;
   * elastic (`--elastic 1`, two hosts, no spare, 80 steps): the same loss; the job restarts on host 1
     alone with dp 2 -> 1 and grad_accum_steps 1 -> 2 (the global batch kept, the checkpoint
     resharded on load); then host 2's link comes back and host 1's rank is killed: at that
@@ -26,7 +29,7 @@ failure. The reduction order of every collective is fixed by rank, not by transp
     ranks reduce).
 Prints each run's wall time; exits non-zero with every failure listed.
 """
-import os, subprocess, sys, time
+import os, re, subprocess, sys, time
 
 import tessera_runs as tr
 from tessera_runs import Runner
@@ -167,6 +170,25 @@ try:
                     failures):
         print("\n".join(l for l in text.splitlines() if l.startswith("supervisor:"))[-4000:])
     tr.same_bits(ref_long, out, "lost host replaced by a spare vs the fault-free launch", failures)
+
+    # The same loss with the memory tier (a snapshot every 2 steps in each host's own /tmp, the
+    # disk tier only at the end): the restart resumes from the newest snapshot, host 2's shard
+    # fetched from its replica on host 1 into the spare.
+    subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
+    memory = longer[:-1] + ["checkpoint.interval_steps=100", "checkpoint.memory_interval=2",
+                            "checkpoint.memory_dir=/tmp/tier"]
+    out, text = launch("launch_lose_host_memory", three_hosts, memory, ["--spares", "1"],
+                       faults=[(after_step_10, lose_host_2)])
+    tr.check("on 2 host(s), each rank's shard also on the next host's ranks" in text,
+             "memory tier: a ring over the two hosts", failures)
+    held = [int(m) for m in re.findall(r"resuming from the memory tier: step (\d+)", text)]
+    if not tr.check(len(held) >= 1 and held[0] >= 10, f"memory tier: resumed from a snapshot at step >= 10 ({held})",
+                    failures):
+        print("\n".join(l for l in text.splitlines() if "memory" in l or l.startswith("supervisor:"))[-4000:])
+    fetched = re.search(r"resuming from the memory tier: step \d+ .*?, (\d+) file\(s\), ([\d.]+) MiB fetched", text)
+    tr.check(fetched is not None and int(fetched.group(1)) >= 2,
+             "memory tier: the spare fetched the lost host's shard and the manifest from host 1", failures)
+    tr.same_bits(ref_long, out, "lost host, memory tier, spare vs the fault-free launch", failures)
 
     # Losing host 2 with no spare: elastic restart on host 1 alone. Then host 2's link comes
     # back and the rank on host 1 is killed: at that restart host 2 rejoins, dp 2 again.

@@ -8,6 +8,9 @@ reference is that job under the supervisor with no fault. Each case injects one 
 the job runs and passes when the supervisor detects it with the expected kind, relaunches,
 and the run finishes with model.safetensors BIT-IDENTICAL to the reference:
   crash      SIGKILL of rank 2 (its control connection closes: connection_lost)
+  memory     the crash with the memory tier (a snapshot every 3 steps, disk only at the end):
+             the restart resumes from the newest snapshot in memory, not from step 0; the tier's
+             directory is emptied when the run finishes
   sigstop    SIGSTOP of rank 1 (heartbeats stop: heartbeat_timeout, --heartbeat-timeout 2)
   hang       rank 1 blocks before a collective in incarnation 0 (TESSERA_FAULT_HANG hook;
              heartbeats go on: stall, derived timeout with --stall-floor 3; the report names
@@ -50,7 +53,7 @@ import errno, json, os, pwd, re, shutil, signal, socket, stat, subprocess, sys, 
 from tessera_runs import same_bits
 
 tessera, config, work = sys.argv[1:4]
-cases = sys.argv[4:] or ["badconfig", "crash", "sigstop", "hang", "node", "preempt", "early",
+cases = sys.argv[4:] or ["badconfig", "crash", "memory", "sigstop", "hang", "node", "preempt", "early",
                          "corrupt", "manifest", "nonfinite", "ckptnow", "nockpt", "budget",
                          "crashloop", "flood"]
 STEPS = 48
@@ -328,6 +331,23 @@ if "crash" in cases:
     check(failure_kinds(out) == ["connection_lost"], "crash detected as connection_lost")
     same_bits(ref, out, "crash: final weights", failures)
     record("crash", out)
+
+if "memory" in cases:
+    tier = os.path.join(work, "memory_tier")
+    shutil.rmtree(tier, ignore_errors=True)
+    out, p, logname = start("memory", sets=["checkpoint.interval_steps=100", "checkpoint.memory_interval=3",
+                                            "checkpoint.memory_dir=" + tier])
+    signal_ranks("memory", out, p, [2], signal.SIGKILL, at_step=14)
+    text = finish("memory", p, logname)
+    # (said by rank 0 and echoed by the supervisor)
+    held = sorted({int(m) for m in re.findall(r"resuming from the memory tier: step (\d+)", text)})
+    check(len(held) == 1 and held[0] >= 12, f"memory: resumed from a snapshot at step >= 12 ({held})")
+    r = report(out)
+    check(bool(r["failures"]) and held[:1] == [r["failures"][0].get("resume_step")] and
+          "or memory step" in text, "memory: the supervisor's restart line and report name the memory step")
+    same_bits(ref, out, "memory: final weights", failures)
+    check(os.path.isdir(tier) and not os.listdir(tier), "memory: the tier's memory freed at the end")
+    record("memory", out)
 
 if "sigstop" in cases:
     out, p, logname = start("sigstop", extra=["--heartbeat-timeout", "2"])
