@@ -102,6 +102,14 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
+  if (c->enabled() && c->AutoInterval()) {
+    const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
+    c->Event("interval", std::string(c->memory() ? "memory_interval" : "checkpoint.interval") +
+                             " auto (Young/Daly): a first save " +
+                             std::to_string(kFirstAutoSaveSteps) +
+                             " steps in measures the cost; then every max(sqrt(2 x cost x MTBF), "
+                             "write time); MTBF " + FormatSeconds(mtbf.seconds) + ", " + mtbf.source);
+  }
   if (c->memory()) {
     // Each host's own directory, its leader its single writer: what a killed snapshot left
     // half-written there is swept as on disk.
@@ -111,13 +119,6 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     if (c->memory_->leader()) (void)SweepRoot(c->root_, fs);
     RETURN_IF_ERROR(c->Gather({1.0}).status());
     return c;
-  }
-  if (c->enabled() && config.checkpoint.interval == CheckpointInterval::kAuto) {
-    const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
-    c->Event("interval", "checkpoint.interval auto (Young/Daly): a first save " +
-                             std::to_string(kFirstAutoSaveSteps) +
-                             " steps in measures the cost; then every max(sqrt(2 x cost x MTBF), "
-                             "write time); MTBF " + FormatSeconds(mtbf.seconds) + ", " + mtbf.source);
   }
   if (c->enabled() && c->rank_ == 0) {
     RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
@@ -152,13 +153,19 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
 
 bool Checkpointer::coordinates() const { return memory() ? memory_->leader() : rank_ == 0; }
 
+bool Checkpointer::AutoInterval() const {
+  return (memory() ? config_.checkpoint.memory_interval : config_.checkpoint.interval) ==
+         CheckpointInterval::kAuto;
+}
+
 bool Checkpointer::Due(int64_t step, int64_t total) const {
   if (!enabled()) return false;
-  if (memory()) {  // the end of the run is the disk tier's
-    const int64_t every = config_.checkpoint.memory_interval;
-    return every > 0 && step % every == 0 && step != total;
+  if (memory() && step == total) return false;  // the end of the run is the disk tier's
+  if (memory() && !AutoInterval()) {
+    const int64_t every = config_.checkpoint.memory_interval_steps;
+    return every > 0 && step % every == 0;
   }
-  if (config_.checkpoint.interval == CheckpointInterval::kAuto) {
+  if (AutoInterval()) {
     if (step == total) return config_.checkpoint.at_end;  // the end is at_end's, as with steps
     if (next_due_ < 0) next_due_ = step - 1 + kFirstAutoSaveSteps;
     return step >= next_due_;
@@ -220,7 +227,7 @@ Status Checkpointer::Save(int64_t step, ParamState& shards, const JsonValue& sta
   ++stats_.saves;
   // Auto interval: no other save until this one's commit has measured what it cost (a save
   // that could not even be staged tries again as after the first).
-  const bool auto_interval = !memory() && config_.checkpoint.interval == CheckpointInterval::kAuto;
+  const bool auto_interval = AutoInterval();
   if (auto_interval) next_due_ = step + kFirstAutoSaveSteps;
   ASSIGN_OR_RETURN(const bool prepared, PrepareSave(step));
   if (!prepared) return Status::Ok();
@@ -549,7 +556,7 @@ Status Checkpointer::CommitGathered(const Pending& p, const std::vector<double>&
 // cost (stall), its write time and the step time — each the maximum over the ranks, so every
 // rank schedules the same step — and the MTBF.
 Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width) {
-  if (memory() || config_.checkpoint.interval != CheckpointInterval::kAuto) return Status::Ok();
+  if (!AutoInterval()) return Status::Ok();
   // Rank 0's MTBF for everyone: a rank whose environment differed must not schedule another step.
   ASSIGN_OR_RETURN(std::vector<double> mine,
                    Gather({step_seconds_, config_.checkpoint.measured_mtbf_s}));
@@ -564,7 +571,8 @@ Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& a
   const int64_t every = YoungDalySteps(in);
   next_due_ = step + every;
   if (every != last_interval_) {  // said when it changes, not at every save
-    Event("interval", "checkpoint.interval auto: next save at step " + std::to_string(next_due_) +
+    Event("interval", std::string(memory() ? "memory_interval" : "checkpoint.interval") +
+                          " auto: next save at step " + std::to_string(next_due_) +
                           ", " + DescribeAutoInterval(in, every) + "; MTBF " + mtbf.source);
     last_interval_ = every;
   }
@@ -576,9 +584,7 @@ Status Checkpointer::ScheduleNextSave(int64_t step, const std::vector<double>& a
 Status Checkpointer::CountFailedSave(int64_t step, const Status& outcome) {
   ++stats_.failed;
   // Auto interval: nothing measured; try again as after the first save.
-  if (!memory() && config_.checkpoint.interval == CheckpointInterval::kAuto) {
-    next_due_ = step + kFirstAutoSaveSteps;
-  }
+  if (AutoInterval()) next_due_ = step + kFirstAutoSaveSteps;
   ++consecutive_failures_;
   if (coordinates()) {
     if (Status s = AbandonStaging(root_, step, fs_); !s.ok()) Event("cleanup_failed", s.ToString());

@@ -41,7 +41,7 @@
 // checkpoints. init_from a checkpoint root falls back the same way but leaves damaged ones
 // where they are (the root is another run's). At start the coordinator sweeps what an earlier
 // run left half-written (step_<N>.tmp, .old, .deleting) and says so.
-// The memory tier (checkpoint.memory_interval; runtime/train/memory_tier.h) is a second
+// The memory tier (checkpoint.memory_interval_steps; runtime/train/memory_tier.h) is a second
 // Checkpointer of kind CheckpointTier::kMemory over each host's tier directory: the same save,
 // written straight from the live state into the host's memory (no staging copy: the shard file
 // in tmpfs is the copy) and sent to the buddy; each host's leader prepares and commits the step
@@ -173,6 +173,8 @@ class Checkpointer {
   Checkpointer(const Config& config, Communicator* dp, FILE* log, FileSystem& fs,
                MemoryTracker* tracker, CheckpointTier tier);
   bool memory() const { return tier_ == CheckpointTier::kMemory; }
+  // This tier's schedule is Young/Daly's (checkpoint.interval / memory_interval: auto).
+  bool AutoInterval() const;
   // Whether this rank prepares, commits and prunes its root: rank 0 of the shared disk root,
   // each host's leader of its own memory directory.
   bool coordinates() const;

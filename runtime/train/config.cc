@@ -222,7 +222,10 @@ Status ReadCheckpoint(YamlMap& s, CheckpointConfig* c) {
       "on_busy", {{"wait", CheckpointOnBusy::kWait}, {"skip", CheckpointOnBusy::kSkip}},
       &c->on_busy));
   RETURN_IF_ERROR(s.Int("max_failures", 1, kMaxSteps, &c->max_failures));
-  RETURN_IF_ERROR(s.Int("memory_interval", 0, kMaxSteps, &c->memory_interval));
+  RETURN_IF_ERROR(s.Int("memory_interval_steps", 0, kMaxSteps, &c->memory_interval_steps));
+  RETURN_IF_ERROR(s.Enum<CheckpointInterval>(
+      "memory_interval", {{"steps", CheckpointInterval::kSteps}, {"auto", CheckpointInterval::kAuto}},
+      &c->memory_interval));
   RETURN_IF_ERROR(s.String("memory_dir", &c->memory_dir));
   RETURN_IF_ERROR(s.Int("memory_keep", 1, kMaxSteps, &c->memory_keep));
   return s.Finish();
@@ -438,14 +441,16 @@ Status CheckOffload(const YamlContext& ctx, const Config& c) {
 }
 
 Status CheckRun(const YamlContext& ctx, const Config& c) {
-  if (c.checkpoint.memory_interval > 0 && c.checkpoint.dir.empty()) {
-    return ctx.CrossFieldError({"checkpoint.memory_interval", "checkpoint.dir"},
+  if (c.checkpoint.MemoryTierOn() && c.checkpoint.dir.empty()) {
+    return ctx.CrossFieldError({c.checkpoint.memory_interval_steps > 0 ? "checkpoint.memory_interval_steps"
+                                                                       : "checkpoint.memory_interval",
+                                "checkpoint.dir"},
                                "the memory tier needs checkpoint.dir (the disk tier behind it, and "
                                "the home of the run line id that names its snapshots)");
   }
-  if (c.checkpoint.memory_interval > 0 &&
+  if (c.checkpoint.MemoryTierOn() &&
       (c.checkpoint.memory_dir.empty() || c.checkpoint.memory_dir.front() != '/')) {
-    return ctx.CrossFieldError({"checkpoint.memory_dir", "checkpoint.memory_interval"},
+    return ctx.CrossFieldError({"checkpoint.memory_dir"},
                                "checkpoint.memory_dir must be an absolute path (each host's own "
                                "directory, /dev/shm/tessera by default)");
   }

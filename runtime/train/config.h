@@ -179,11 +179,18 @@ struct CheckpointConfig {
                                 //   goes on (false: the step waits until the save committed)
   CheckpointOnBusy on_busy = CheckpointOnBusy::kWait;  // checkpoint.on_busy: wait | skip — the
                                 //   previous save is still writing when the next one is due
+  bool MemoryTierOn() const {
+    return memory_interval_steps > 0 || memory_interval == CheckpointInterval::kAuto;
+  }
   int64_t max_failures = 3;     // checkpoint.max_failures: consecutive failed saves before the
                                 //   run stops, >= 1
   // The tier in hosts' memory (runtime/train/memory_tier.h), in front of the disk tier.
-  int64_t memory_interval = 0;  // checkpoint.memory_interval: snapshot every N steps into host
-                                //   memory, replicated to the next host, >= 0 (0 = off)
+  int64_t memory_interval_steps = 0;  // checkpoint.memory_interval_steps: snapshot every N
+                                //   steps into host memory, replicated to the next host, >= 0
+                                //   (0 = off unless memory_interval: auto)
+  CheckpointInterval memory_interval = CheckpointInterval::kSteps;  // checkpoint.memory_interval:
+                                //   steps | auto (Young/Daly from the tier's own measured cost;
+                                //   turns the tier on)
   std::string memory_dir = "/dev/shm/tessera";  // checkpoint.memory_dir: each host's directory
                                 //   for it (a tmpfs: memory that outlives the processes)
   int64_t memory_keep = 2;      // checkpoint.memory_keep: snapshots each host keeps, >= 1

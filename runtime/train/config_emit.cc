@@ -197,7 +197,8 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   Put(out, "async", ck.async);
   PutName(out, "on_busy", ck.on_busy == CheckpointOnBusy::kSkip ? "skip" : "wait");
   Put(out, "max_failures", ck.max_failures);
-  Put(out, "memory_interval", ck.memory_interval);
+  Put(out, "memory_interval_steps", ck.memory_interval_steps);
+  PutName(out, "memory_interval", ck.memory_interval == CheckpointInterval::kAuto ? "auto" : "steps");
   PutPath(out, "memory_dir", ck.memory_dir);
   Put(out, "memory_keep", ck.memory_keep);
   out << YAML::EndMap;

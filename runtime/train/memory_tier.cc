@@ -296,7 +296,7 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
   mine.push_back(line_status.ok() ? 1.0 : 0.0);
   ASSIGN_OR_RETURN(std::vector<double> head, gather(mine));
   if (head[4] != 1.0) {
-    return t->rank_ == 0 ? line_status.WithPrefix("checkpoint.memory_interval")
+    return t->rank_ == 0 ? line_status.WithPrefix("memory tier")
                          : FailedPrecondition("memory tier: rank 0 could not read the run line id");
   }
   line = Whole(head.data());
@@ -343,8 +343,10 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
         "make the host names resolve to reachable addresses");
   }
   if (t->rank_ == 0 && log != nullptr) {
-    std::fprintf(log, "checkpoint: memory tier every %lld steps in %s on %d host(s)%s\n",
-                 static_cast<long long>(config.checkpoint.memory_interval), t->root_.c_str(),
+    const std::string every = config.checkpoint.memory_interval == CheckpointInterval::kAuto
+                                  ? std::string("on its own Young/Daly schedule")
+                                  : "every " + std::to_string(config.checkpoint.memory_interval_steps) + " steps";
+    std::fprintf(log, "checkpoint: memory tier %s in %s on %d host(s)%s\n", every.c_str(), t->root_.c_str(),
                  t->ring_.hosts,
                  t->ring_.hosts > 1 ? ", each rank's shard also on the next host's ranks (a ring)"
                                     : "; one host, so no replicas: a lost host loses the tier");

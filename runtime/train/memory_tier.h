@@ -1,6 +1,6 @@
-// runtime/train/memory_tier.h — the checkpoint tier in hosts' memory (checkpoint.memory_interval).
+// runtime/train/memory_tier.h — the checkpoint tier in hosts' memory (checkpoint.memory_interval_steps).
 //
-// Every memory_interval steps each rank writes its shard of the state — the same bytes, format
+// Every memory_interval_steps steps each rank writes its shard of the state — the same bytes, format
 // and checksums as a disk checkpoint's shard — into its host's tier directory
 // (checkpoint.memory_dir, tmpfs by default: /dev/shm) and sends a copy to its buddy, a rank on
 // the next host of a ring of hosts, so that a lost host never held the only copy of anything.

@@ -173,7 +173,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
                    Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
                                         ckpt_fs != nullptr ? *ckpt_fs : DefaultFileSystem(),
                                         &t->memory_, link != nullptr ? link->catalog() : nullptr));
-  if (t->checkpointer_->enabled() && config.checkpoint.memory_interval > 0) {
+  if (t->checkpointer_->enabled() && config.checkpoint.MemoryTierOn()) {
     ASSIGN_OR_RETURN(t->memory_tier_,
                      Checkpointer::Create(t->config_, t->all_, t->is_root() ? stdout : nullptr,
                                           DefaultFileSystem(), &t->memory_,
@@ -596,6 +596,7 @@ Result<bool> Trainer::AfterStep(int64_t done, float lr, const StepResult& r, Clo
   const bool last = done == config_.train.steps;
   RETURN_IF_ERROR(MaybeEval(done, last, m, run.summary));
   checkpointer_->NoteStepSeconds(Seconds(t0, t1));
+  if (memory_tier_) memory_tier_->NoteStepSeconds(Seconds(t0, t1));
   ASSIGN_OR_RETURN(const bool saved_this_step, MaybeCheckpoint(done, last));
   if (is_root()) RETURN_IF_ERROR(Log(done, lr, r, Seconds(t0, t1), Seconds(run.start, t1), last, m, run, out));
   // The last step needs no agreement: the run ends (and saves, if at_end asks) anyway.

@@ -243,7 +243,7 @@ class Trainer {
   std::optional<StepGuard> guard_;          // non-finite and loss-spike policy (step_guard.h)
   bool init_from_checkpoint_ = false;       // init_from names a Tessera checkpoint
   std::unique_ptr<Checkpointer> checkpointer_;
-  std::unique_ptr<Checkpointer> memory_tier_;  // checkpoint.memory_interval > 0 only
+  std::unique_ptr<Checkpointer> memory_tier_;  // checkpoint.memory_interval_steps > 0 only
   RunLink* link_ = nullptr;             // null: standalone
   Communicator* agree_comm_ = nullptr;  // the world group the link's requests are agreed on
                                         //   (null: one rank, or no link)

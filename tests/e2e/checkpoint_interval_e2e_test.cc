@@ -43,5 +43,42 @@ TEST(CheckpointIntervalAuto, TwoRanksSaveOnTheMeasuredScheduleAndFinish) {
   EXPECT_GE(committed, 3) << r.output;
 }
 
+// The memory tier on its own Young/Daly schedule beside the disk tier's: both say their
+// schedule, the tier holds snapshots while the run goes, and a finished run frees it. Then a
+// second launch of the same line after the first one's rank crashed (and it gave up) resumes
+// from the memory tier.
+TEST(CheckpointIntervalAuto, TheMemoryTierKeepsItsOwnScheduleAndIsResumedFrom) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "ckpt_interval_memory";
+  fs::remove_all(dir);
+  const std::string run = std::string(TESSERA_BINARY) + " launch " + Repo("configs/tiny.yaml") +
+      " --set parallel.dp=2 --set train.seq_len=16 --set train.micro_batch_size=2"
+      " --set train.eval_interval=0 --set checkpoint.interval_steps=1000 --set checkpoint.at_end=false"
+      " --set checkpoint.memory_interval=auto --set checkpoint.mtbf_s=1 --set resume=auto"
+      " --set checkpoint.memory_dir=" + (dir / "shm").string() +
+      " --set checkpoint.dir=" + (dir / "ckpt").string() + " --set train.out_dir=" + (dir / "run").string() +
+      " --set train.steps=40";
+  // A crash at step 30 (the fault hook kills rank 1) and no restart allowed: the launch gives
+  // up (exit 8); the disk tier holds nothing yet.
+  CommandResult r = RunCommand("TESSERA_FAULT_CRASH=1:30 " + run + " --max-restarts 0");
+  ASSERT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("memory_interval auto (Young/Daly): a first save 10 steps in"),
+            std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("memory_interval auto: next save at step [0-9]+, "
+                                                     "every [0-9]+ steps")))
+      << r.output;
+  // The relaunch resumes from the newest snapshot in memory (step 10 at least) and finishes.
+  r = RunCommand(run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("resuming from the memory tier: step ([0-9]+) "
+                                                        "\\(the newest on disk: none\\)")))
+      << r.output;
+  EXPECT_GE(std::stoi(m[1]), 10);
+  EXPECT_LT(std::stoi(m[1]), 30);
+  EXPECT_NE(r.output.find("tessera: resumed at step " + m[1].str() + " of 40"), std::string::npos) << r.output;
+  // Finished without a final disk checkpoint (at_end: false): the snapshots stay.
+  EXPECT_FALSE(fs::is_empty(dir / "shm"));
+}
+
 }  // namespace
 }  // namespace tessera::testing

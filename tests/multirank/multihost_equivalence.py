@@ -18,7 +18,7 @@ failure. The reduction order of every collective is fixed by rank, not by transp
   * losing a host with a spare (`--spares 1`, three hosts): after step 10 every process of host
     2 is killed and its link cut; the supervisor finds host 2 does not answer, restarts from the
     last checkpoint with host 3 in its place and ends BIT-IDENTICAL to the fault-free launch;
-  * the same with the memory tier (checkpoint.memory_interval 2, each host's own /tmp, disk
+  * the same with the memory tier (checkpoint.memory_interval_steps 2, each host's own /tmp, disk
     only at the end): the restart resumes from the newest snapshot in memory, the spare
     fetching host 2's shard from its replica on host 1; BIT-IDENTICAL to the fault-free launch;
   * elastic (`--elastic 1`, two hosts, no spare, 80 steps): the same loss; the job restarts on host 1
@@ -175,7 +175,7 @@ try:
     # disk tier only at the end): the restart resumes from the newest snapshot, host 2's shard
     # fetched from its replica on host 1 into the spare.
     subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
-    memory = longer[:-1] + ["checkpoint.interval_steps=100", "checkpoint.memory_interval=2",
+    memory = longer[:-1] + ["checkpoint.interval_steps=100", "checkpoint.memory_interval_steps=2",
                             "checkpoint.memory_dir=/tmp/tier"]
     out, text = launch("launch_lose_host_memory", three_hosts, memory, ["--spares", "1"],
                        faults=[(after_step_10, lose_host_2)])

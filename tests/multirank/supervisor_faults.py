@@ -335,7 +335,7 @@ if "crash" in cases:
 if "memory" in cases:
     tier = os.path.join(work, "memory_tier")
     shutil.rmtree(tier, ignore_errors=True)
-    out, p, logname = start("memory", sets=["checkpoint.interval_steps=100", "checkpoint.memory_interval=3",
+    out, p, logname = start("memory", sets=["checkpoint.interval_steps=100", "checkpoint.memory_interval_steps=3",
                                             "checkpoint.memory_dir=" + tier])
     signal_ranks("memory", out, p, [2], signal.SIGKILL, at_step=14)
     text = finish("memory", p, logname)

@@ -824,13 +824,15 @@ TEST(ConfigCheckpoint, BadValuesAreNamed) {
   EXPECT_EQ(ErrorAt("checkpoint: {intervall_steps: 5}\n"),
             "F:1:14: checkpoint.intervall_steps: unknown key (did you mean \"interval_steps\"?)");
   // The memory tier: behind a disk tier, in an absolute directory.
-  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {memory_interval: 5}\n"),
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {memory_interval_steps: 5}\n"),
+                     "F:1:37: checkpoint.memory_interval_steps: the memory tier needs checkpoint.dir");
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {memory_interval: auto}\n"),
                      "F:1:31: checkpoint.memory_interval: the memory tier needs checkpoint.dir");
-  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {dir: /ck, memory_interval: 5, memory_dir: shm}\n"),
-                     "F:1:56: checkpoint.memory_dir: checkpoint.memory_dir must be an absolute path");
+  EXPECT_STARTS_WITH(ErrorAt("checkpoint: {dir: /ck, memory_interval_steps: 5, memory_dir: shm}\n"),
+                     "F:1:62: checkpoint.memory_dir: checkpoint.memory_dir must be an absolute path");
   EXPECT_EQ(ErrorAt("checkpoint: {memory_keep: 0}\n"), "F:1:27: checkpoint.memory_keep: must be >= 1, got 0");
-  const Config c = LoadOk("checkpoint: {dir: /ck, memory_interval: 5}\n");
-  EXPECT_EQ(c.checkpoint.memory_interval, 5);
+  const Config c = LoadOk("checkpoint: {dir: /ck, memory_interval_steps: 5}\n");
+  EXPECT_EQ(c.checkpoint.memory_interval_steps, 5);
   EXPECT_EQ(c.checkpoint.memory_dir, "/dev/shm/tessera");
   EXPECT_EQ(c.checkpoint.memory_keep, 2);
 }
