@@ -60,7 +60,7 @@ class CatalogSink {
   // what must be on record before an irreversible step, such as deleting a directory.
   // An error when that cannot be known. Local sinks write synchronously.
   virtual Status Flush() { return Status::Ok(); }
-  // A step the memory tier holds on every host (runtime/train/memory_tier.h). Not a catalog
+  // A step the memory tier holds on every host (runtime/train/host_tier.h). Not a catalog
   // entry (nothing is on disk); a relaying sink tells the supervisor, whose crash-loop guard
   // counts it as progress.
   virtual void NoteHeldInMemory(int64_t step) { (void)step; }

@@ -117,7 +117,8 @@ Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs) {
   return fs.MakeDir(Join(root, StagingDirName(step)));
 }
 
-Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& fs) {
+Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& fs,
+                        const std::vector<bool>* here) {
   if (m.step < 0) return InvalidArgument("checkpoint step " + std::to_string(m.step) + " < 0");
   const std::string step_name = StepDirName(m.step);
   const std::string staging = Join(root, StagingDirName(m.step));
@@ -129,7 +130,9 @@ Status CommitCheckpoint(const std::string& root, const Manifest& m, FileSystem& 
   // ValidateCoverage) and every shard must be there with the size the manifest states.
   const std::string text = SerializeManifest(m);
   RETURN_IF_ERROR(ParseManifest(text, manifest_path).status().WithPrefix("refusing to commit"));
-  for (const ShardRecord& sh : m.shards) {
+  for (size_t k = 0; k < m.shards.size(); ++k) {
+    if (here != nullptr && (k >= here->size() || !(*here)[k])) continue;
+    const ShardRecord& sh = m.shards[k];
     const std::string path = Join(staging, sh.file);
     Result<int> fd = fs.OpenForRead(path);
     if (!fd.ok()) return fd.status().WithPrefix("refusing to commit");

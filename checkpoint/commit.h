@@ -58,8 +58,12 @@ Status PrepareStaging(const std::string& root, int64_t step, FileSystem& fs = De
 
 // The commit sequence above for manifest `m` (m.step names the directories). On error nothing
 // committed is damaged; the .tmp may remain (removed by the next PrepareStaging or AbandonStaging).
+// `here` (null: every shard): which of m.shards this root holds — a root on one host's own
+// storage holds its host's shards (and replicas), not all (runtime/train/host_tier.h); only
+// those are checked.
 Status CommitCheckpoint(const std::string& root, const Manifest& m,
-                        FileSystem& fs = DefaultFileSystem());
+                        FileSystem& fs = DefaultFileSystem(),
+                        const std::vector<bool>* here = nullptr);
 
 // Removes <root>/step_<N>.tmp (a failed save).
 Status AbandonStaging(const std::string& root, int64_t step, FileSystem& fs = DefaultFileSystem());

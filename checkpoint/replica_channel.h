@@ -1,5 +1,5 @@
 // checkpoint/replica_channel.h — moving checkpoint files between hosts over TCP: the wire of
-// the in-memory checkpoint tier (runtime/train/memory_tier.h).
+// the in-memory checkpoint tier (runtime/train/host_tier.h).
 //
 // Every rank of a job with the memory tier runs a ReplicaServer over its host's tier directory.
 // A rank Puts its snapshot's shard file to its buddy on another host (so a lost host never holds

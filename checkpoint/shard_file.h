@@ -64,7 +64,7 @@ class CheckpointReader {
   // kDataLoss for anything malformed, missing or truncated, naming the file.
   // lazy_shards: each shard file is opened (and its size checked) at the first read that needs
   // it, so a reader that loads part of the state touches only the shards holding that part (the
-  // memory tier fetches a file from a peer when it is first opened: memory_tier.h).
+  // memory tier fetches a file from a peer when it is first opened: host_tier.h).
   static Result<std::unique_ptr<CheckpointReader>> Open(const std::string& dir,
                                                          FileSystem& fs = DefaultFileSystem(),
                                                          bool lazy_shards = false);

@@ -273,6 +273,7 @@ int RunLaunch(const Args& raw) {
     o.program_args.push_back(s);
   }
   o.checkpoint_root = config->checkpoint.dir;
+  o.checkpoint_local = config->checkpoint.local;
   o.target_steps = config->train.steps;
   o.bind_address = p.Get("--bind", "127.0.0.1");
   o.advertise_address = p.Get("--advertise");

@@ -90,7 +90,7 @@ struct HeartbeatMsg {
 
 struct CommitMsg {
   int64_t step = 0;  // >= 0: step of the checkpoint that was committed
-  bool memory = false;  // "tier": "memory" — held by the memory tier (memory_tier.h), not on disk
+  bool memory = false;  // "tier": "memory" — held by the memory tier (host_tier.h), not on disk
 };
 
 struct ByeMsg {

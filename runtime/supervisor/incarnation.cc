@@ -554,7 +554,11 @@ Result<IncarnationEnd> Watch::Run() {
   run_.step_samples_s.insert(run_.step_samples_s.end(), samples.begin(), samples.end());
   // The directories are the ground truth: a commit whose report died with the job (rank 0
   // killed right after its rename) still counts. The job is stopped: nothing commits now.
-  if (!o_.checkpoint_root.empty()) run_.newest_committed = NewestCommittedStep(o_.checkpoint_root);
+  if (!o_.checkpoint_root.empty()) {
+    // With checkpoint.local this host's root is one host's part: the reports count as well.
+    const int64_t here = NewestCommittedStep(o_.checkpoint_root);
+    run_.newest_committed = o_.checkpoint_local ? std::max(run_.newest_committed, here) : here;
+  }
   end_.record.ended_s = log_.Now();
   end_.record.last_step = max_step_;
   return std::move(end_);

@@ -61,6 +61,7 @@ struct SupervisorOptions {
   std::vector<std::string> program_args;  // e.g. {"train", CONFIG, "--set", "resume=auto"}
   std::string run_dir;          // required: events, report, logs
   std::string checkpoint_root;  // the ranks' checkpoint.dir; empty: restarts start from step 0
+  bool checkpoint_local = false;  // checkpoint.local: the root here is this host's part only
   int64_t target_steps = 0;     // train.steps, for the report
   std::string bind_address = "127.0.0.1";
   // The address the ranks connect to: empty = bind_address (which must then not be a

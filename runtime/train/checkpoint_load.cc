@@ -22,7 +22,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
 #include "runtime/train/checkpointer.h"
-#include "runtime/train/memory_tier.h"
+#include "runtime/train/host_tier.h"
 #include "runtime/train/rank_layout.h"
 
 namespace tessera {
@@ -167,23 +167,14 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::Resume(ParamState& shards,
                           shards);
 }
 
-Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromMemory(ParamState& shards,
-                                                                       const CandidateCheck& check,
-                                                                       int64_t at_least) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> skipped;
-  ASSIGN_OR_RETURN(std::optional<MemoryChoice> choice, memory_->Choose(at_least, &skipped));
-  for (const std::string& why : skipped) Event("resume", "passed over " + why);
-  const std::string disk = at_least >= 0 ? "step " + std::to_string(at_least) : "none";
-  if (!choice) {  // said only when something was there (a fresh start is silent)
-    if (!skipped.empty()) Event("resume", "nothing usable in memory (the newest on disk: " + disk + "): the disk tier resumes");
-    return std::optional<LoadedCheckpoint>();
-  }
-  // Opened through a file system that fetches what this host lacks from a host that has it,
-  // and only the shards this rank's part of the state needs (lazy_shards).
-  std::unique_ptr<FetchingFileSystem> fetching = memory_->FetchingFor(*choice, fs_);
-  const std::string dir = root_ + "/" + StepDirName(choice->step);
-  LoadedCheckpoint loaded;
+// One candidate held on the hosts, loaded through a file system that fetches what this host
+// lacks from a host that has it, opening only the shards this rank's part of the state needs
+// (lazy_shards). Every rank's verdict comes back (collective), with the files and bytes fetched.
+Result<Checkpointer::HostLoad> Checkpointer::LoadHeld(const HeldChoice& choice, ParamState& shards,
+                                                      const CandidateCheck& check) {
+  HostLoad out;
+  std::unique_ptr<FetchingFileSystem> fetching = host_->FetchingFor(choice, fs_);
+  const std::string dir = root_ + "/" + StepDirName(choice.step);
   Status st = Status::Ok();
   {
     auto reader = CheckpointReader::Open(dir, *fetching, /*lazy_shards=*/true);
@@ -193,33 +184,78 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromMemory(ParamStat
       const Manifest& m = (*reader)->manifest();
       if (check) st = check(m, ManifestPath(dir));
       if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, /*with_optimizer=*/true);
-      loaded = {m.step, dir, m.state};
+      out.loaded = {m.step, dir, m.state};
     }
   }
   ASSIGN_OR_RETURN(std::vector<double> flags,
                    Gather({static_cast<double>(VerdictOf(st)), static_cast<double>(fetching->files_fetched()),
                            static_cast<double>(fetching->bytes_fetched())}));
-  std::string who;
-  double files = 0, bytes = 0;
   for (int r = 0; r < ranks_; ++r) {
-    if (flags[3 * r] != static_cast<double>(kLoaded)) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    files += flags[3 * r + 1];
-    bytes += flags[3 * r + 2];
+    if (flags[3 * r] != static_cast<double>(kLoaded)) {
+      out.failed_ranks += (out.failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+    out.files += flags[3 * r + 1];
+    out.bytes += flags[3 * r + 2];
   }
-  if (!st.ok()) std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
-  if (!who.empty()) {
-    Event("resume", "memory step " + std::to_string(choice->step) + " could not be loaded on rank(s) " +
-                        who + " (see their messages): the disk tier resumes");
+  if (!st.ok()) {
+    std::fprintf(stderr, "tessera: rank %d: %s: %s\n", rank_, dir.c_str(), st.ToString().c_str());
+    out.why = st.ToString();
+  }
+  return out;
+}
+
+Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromHosts(ParamState& shards,
+                                                                      const CandidateCheck& check,
+                                                                      int64_t at_least) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> passed_over;
+  bool held_any = false;
+  ASSIGN_OR_RETURN(std::vector<HeldChoice> candidates, host_->Choose(at_least, &passed_over, &held_any));
+  const std::string tier = memory() ? "the memory tier" : "the hosts' local checkpoints";
+  for (const HeldChoice& choice : candidates) {
+    ASSIGN_OR_RETURN(HostLoad load, LoadHeld(choice, shards, check));
+    if (load.failed_ranks.empty()) {
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "resuming from %s: step %lld%s, %.0f file(s), %.1f MiB fetched from other hosts, "
+                    "loaded in %.2f s",
+                    tier.c_str(), static_cast<long long>(choice.step),
+                    memory() ? (" (the newest on disk: " +
+                                (at_least >= 0 ? "step " + std::to_string(at_least) : std::string("none")) + ")").c_str()
+                             : "",
+                    load.files, load.bytes / 1048576.0,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      // "memory_resume": the supervisor reads the step from it (incarnation.cc).
+      Event(memory() ? "memory_resume" : "resume", line);
+      return std::optional<LoadedCheckpoint>(std::move(load.loaded));
+    }
+    const std::string why = "step " + std::to_string(choice.step) + ": could not be loaded on rank(s) " +
+                            load.failed_ranks + (load.why.empty() ? " (see their messages)" : " (" + load.why + ")");
+    passed_over.push_back(why);
+    Event("resume", "passed over " + why);
+  }
+  for (const std::string& why : passed_over) {
+    if (why.find("could not be loaded") == std::string::npos) Event("resume", "passed over " + why);
+  }
+  if (memory()) {  // the disk tier is next; said only when something was there
+    if (held_any && !passed_over.empty()) Event("resume", "nothing usable in memory: the disk tier resumes");
     return std::optional<LoadedCheckpoint>();
   }
-  char line[320];
-  std::snprintf(line, sizeof line,
-                "resuming from the memory tier: step %lld (the newest on disk: %s), %.0f file(s), "
-                "%.1f MiB fetched from other hosts, loaded in %.2f s",
-                static_cast<long long>(choice->step), disk.c_str(), files, bytes / 1048576.0,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  Event("memory_resume", line);  // the supervisor reads the step from it (incarnation.cc)
-  return std::optional<LoadedCheckpoint>(std::move(loaded));
+  if (!held_any) {
+    Event("resume", "no committed checkpoint under " + root_ + " on any host: starting from step 0");
+    return std::optional<LoadedCheckpoint>();
+  }
+  std::string list;
+  for (const std::string& why : passed_over) list += (list.empty() ? "" : "; ") + why;
+  return CorruptCheckpoint("no usable checkpoint under " + root_ + " on the hosts of this run (" + list +
+                           "): a lost host's shards are gone with it (checkpoint.local keeps no "
+                           "replica); run on hosts that hold them, or set resume: none with another "
+                           "checkpoint.dir to start from scratch");
+}
+
+Result<int64_t> Checkpointer::NewestHeld() {
+  ASSIGN_OR_RETURN(std::vector<HeldChoice> c, host_->Choose(-1, nullptr));
+  return c.empty() ? int64_t{-1} : c.front().step;
 }
 
 Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,

@@ -14,7 +14,7 @@
 #include "runtime/train/checkpoint_interval.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/grad_sync.h"
-#include "runtime/train/memory_tier.h"
+#include "runtime/train/host_tier.h"
 #include "runtime/train/rank_layout.h"
 
 namespace tessera {
@@ -113,15 +113,22 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   if (c->memory()) {
     // Each host's own directory, its leader its single writer: what a killed snapshot left
     // half-written there is swept as on disk.
-    ASSIGN_OR_RETURN(c->memory_, MemoryTier::Start(config, dp, log));
-    c->root_ = c->memory_->root();
+    ASSIGN_OR_RETURN(c->host_, HostTier::Start(config, dp, log, HostTierKind::kMemory));
+    c->root_ = c->host_->root();
     if (c->rank_ == 0) c->sink_ = external_catalog;  // events, and steps held (no entries)
-    if (c->memory_->leader()) (void)SweepRoot(c->root_, fs);
+    if (c->host_->leader()) (void)SweepRoot(c->root_, fs);
     RETURN_IF_ERROR(c->Gather({1.0}).status());
     return c;
   }
-  if (c->enabled() && c->rank_ == 0) {
+  if (c->enabled() && config.checkpoint.local) {
+    // Every host's own root, made durable before the server would create it plainly.
+    RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));
+    ASSIGN_OR_RETURN(c->host_, HostTier::Start(config, dp, log, HostTierKind::kLocalDisk));
+  }
+  if (c->enabled() && c->coordinates()) {
     RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
+  }
+  if (c->enabled() && c->rank_ == 0) {
     if (external_catalog != nullptr) {
       // Under a supervisor, the catalog's single writer: opening ours would contend for its
       // lock, and repairing a damaged one is the owner's job.
@@ -133,7 +140,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
       c->sink_ = c->owned_catalog_.get();
       if (!opened.recreated.empty()) c->Event("catalog_recreated", opened.recreated);
     }
-    // The single writer's sweep (commit.h SweepRoot): what an earlier run left half-written (a
+  }
+  if (c->enabled() && c->coordinates()) {
+    // The single writer's sweep (each host's leader, of its own root, with checkpoint.local) (commit.h SweepRoot): what an earlier run left half-written (a
     // save killed or failed midway) never lingers, and the log says it was there; a crash
     // between the two renames of a re-run's commit leaves that committed checkpoint as
     // step_<N>.old, which a resume listing would otherwise skip for an older one.
@@ -151,7 +160,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   return c;
 }
 
-bool Checkpointer::coordinates() const { return memory() ? memory_->leader() : rank_ == 0; }
+bool Checkpointer::coordinates() const { return host_ ? host_->leader() : rank_ == 0; }
 
 bool Checkpointer::AutoInterval() const {
   return (memory() ? config_.checkpoint.memory_interval : config_.checkpoint.interval) ==
@@ -387,7 +396,7 @@ void Checkpointer::StartCopyAndWrite(Pending& pending, size_t staging_bytes) {
       }
       if (direct) finish_half(&Pending::memory_copied);  // the live state is no longer read
       ASSIGN_OR_RETURN(raw->record, writer->Finish());
-      if (memory_) RETURN_IF_ERROR(memory_->Replicate(raw->step));
+      if (memory()) RETURN_IF_ERROR(host_->Replicate(raw->step));
       return Status::Ok();
     };
     raw->status = run();
@@ -460,8 +469,8 @@ Status Checkpointer::Complete() {
   // The coordinators' verdict for everyone (a failed commit counts like a failed write): rank
   // 0's on disk, every host leader's in memory.
   ASSIGN_OR_RETURN(std::vector<double> verdict, Gather({outcome.ok() ? 1.0 : 0.0}));
-  const bool committed = memory() ? std::find(verdict.begin(), verdict.end(), 0.0) == verdict.end()
-                                  : verdict[0] == 1.0;
+  const bool committed = host_ ? std::find(verdict.begin(), verdict.end(), 0.0) == verdict.end()
+                                : verdict[0] == 1.0;
   if (committed && failed_ranks.empty()) {
     if (memory() && sink_) sink_->NoteHeldInMemory(step);
     consecutive_failures_ = 0;
@@ -612,7 +621,8 @@ Status Checkpointer::Commit(Manifest m) {
   if (auto env = ParseJson(EnvironmentFingerprintJson()); env.ok()) m.environment = *env;
   for (const ShardRecord& s : m.shards) m.total_bytes += s.bytes;
   if (memory()) return CommitInMemory(std::move(m));
-  if (Status c = CommitCheckpoint(root_, m, fs_); !c.ok()) {
+  const std::vector<bool> here = host_ ? host_->ShardsHere(/*with_replicas=*/false) : std::vector<bool>();
+  if (Status c = CommitCheckpoint(root_, m, fs_, host_ ? &here : nullptr); !c.ok()) {
     // After the final rename the checkpoint is committed, whatever failed later (the root's
     // fsync): the directory is the ground truth.
     auto fd = fs_.OpenForRead(ManifestPath(root_ + "/" + StepDirName(m.step)));
@@ -689,7 +699,8 @@ namespace tessera {
 // A host leader of the memory tier, every rank's shard and replica in place: the manifest and
 // the rename in this host's directory, then this host's retention (memory_keep newest).
 Status Checkpointer::CommitInMemory(Manifest m) {
-  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_));
+  const std::vector<bool> here = host_->ShardsHere(/*with_replicas=*/true);
+  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_, &here));
   stats_.last_bytes = m.total_bytes;
   stats_.last_write_seconds = m.write_seconds;
   char line[256];
@@ -697,7 +708,7 @@ Status Checkpointer::CommitInMemory(Manifest m) {
                 "step %lld held: %.1f MiB in %d shard(s) on %d host(s), stall %.1f ms, write + "
                 "replicate %.2f s",
                 static_cast<long long>(m.step), m.total_bytes / 1048576.0,
-                static_cast<int>(m.shards.size()), memory_->ring().hosts, 1e3 * m.stall_seconds,
+                static_cast<int>(m.shards.size()), host_->ring().hosts, 1e3 * m.stall_seconds,
                 m.write_seconds);
   // The first snapshot and every tenth are said (one every few steps would drown the log).
   if (stats_.committed % 10 == 0) Event("commit", line);
@@ -711,7 +722,7 @@ Status Checkpointer::CommitInMemory(Manifest m) {
 }
 
 void Checkpointer::Discard() {
-  if (memory() && memory_->leader()) (void)fs_.RemoveTree(root_);
+  if (memory() && host_->leader()) (void)fs_.RemoveTree(root_);
 }
 
 }  // namespace tessera

@@ -41,12 +41,17 @@
 // checkpoints. init_from a checkpoint root falls back the same way but leaves damaged ones
 // where they are (the root is another run's). At start the coordinator sweeps what an earlier
 // run left half-written (step_<N>.tmp, .old, .deleting) and says so.
-// The memory tier (checkpoint.memory_interval_steps; runtime/train/memory_tier.h) is a second
+// The memory tier (checkpoint.memory_interval_steps; runtime/train/host_tier.h) is a second
 // Checkpointer of kind CheckpointTier::kMemory over each host's tier directory: the same save,
 // written straight from the live state into the host's memory (no staging copy: the shard file
 // in tmpfs is the copy) and sent to the buddy; each host's leader prepares and commits the step
 // in its own directory; no catalog; a failed snapshot never stops the run (the disk tier is
-// the safety); ResumeFromMemory picks the newest step the survivors hold.
+// the safety); ResumeFromHosts picks the newest step the survivors hold.
+// checkpoint.local (each host's own disk under checkpoint.dir) uses the same host-tier
+// machinery for the disk tier: each host's leader prepares and commits its own root (a
+// commit needs every rank's shard; the manifest lands on every host), rank 0 keeps the
+// catalog, and a resume goes through ResumeFromHosts (gathering missing shards from the hosts
+// that hold them, falling back past steps a lost host took with it, and saying so).
 // Retention after a commit only considers committed checkpoints up to the one just saved
 // that the catalog does not know to be corrupt (a relaying sink knows none: under a
 // supervisor, set-aside step_<N>.corrupt directories are what keeps them out).
@@ -105,7 +110,8 @@ struct LoadedCheckpoint {
   JsonValue state;  // as saved
 };
 
-class MemoryTier;
+class HostTier;
+struct HeldChoice;
 enum class CheckpointTier { kDisk, kMemory };
 
 class Checkpointer {
@@ -156,13 +162,16 @@ class Checkpointer {
   Status InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,
                   const CandidateCheck& check);
 
-  // Memory tier: loads the newest step the hosts hold between them that is at least as new
-  // as `at_least` (the newest disk checkpoint; -1: none), fetching what this host lacks.
-  // nullopt when there is none or it cannot be loaded (the run says why; the disk tier is
-  // next). Collective.
-  Result<std::optional<LoadedCheckpoint>> ResumeFromMemory(ParamState& shards,
-                                                           const CandidateCheck& check,
-                                                           int64_t at_least);
+  // A tier kept on each host (the memory tier, or checkpoint.local): loads the newest step the
+  // hosts hold whole between them that is at least as new as `at_least` (-1: any), fetching
+  // what this host lacks, falling back past ones that do not load. nullopt when none was held
+  // (memory: also when none loaded: the disk tier is next); checkpoint.local with steps held
+  // but none usable is kCorruptCheckpoint naming why each was passed over. Collective.
+  Result<std::optional<LoadedCheckpoint>> ResumeFromHosts(ParamState& shards,
+                                                          const CandidateCheck& check,
+                                                          int64_t at_least);
+  // The newest step the hosts hold whole (-1: none). Collective; host tiers only.
+  Result<int64_t> NewestHeld();
   // Memory tier, at the end of a run that finished: each host's leader frees the tier's memory.
   void Discard();
 
@@ -191,6 +200,12 @@ class Checkpointer {
   static std::string RankList(const std::vector<int>& ranks);  // "0, 2"
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
   Status CommitInMemory(Manifest m);  // Commit's memory tier part (a host leader)
+  struct HostLoad {
+    LoadedCheckpoint loaded;
+    std::string failed_ranks, why;  // "" when every rank loaded it; this rank's error
+    double files = 0, bytes = 0;    // fetched, over all ranks
+  };
+  Result<HostLoad> LoadHeld(const HeldChoice& choice, ParamState& shards, const CandidateCheck& check);
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   // The candidates of a search for the newest usable checkpoint (checkpoint_load.cc).
   struct Candidates {
@@ -210,7 +225,8 @@ class Checkpointer {
 
   const Config& config_;
   CheckpointTier tier_;
-  std::unique_ptr<MemoryTier> memory_;  // kMemory only
+  // The memory tier's, or the disk tier's with checkpoint.local; else null (a shared root).
+  std::unique_ptr<HostTier> host_;
   std::string root_;
   Communicator* dp_;
   int rank_ = 0, ranks_ = 1;

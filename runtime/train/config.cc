@@ -228,6 +228,7 @@ Status ReadCheckpoint(YamlMap& s, CheckpointConfig* c) {
       &c->memory_interval));
   RETURN_IF_ERROR(s.String("memory_dir", &c->memory_dir));
   RETURN_IF_ERROR(s.Int("memory_keep", 1, kMaxSteps, &c->memory_keep));
+  RETURN_IF_ERROR(s.Bool("local", &c->local));
   return s.Finish();
 }
 

@@ -179,12 +179,14 @@ struct CheckpointConfig {
                                 //   goes on (false: the step waits until the save committed)
   CheckpointOnBusy on_busy = CheckpointOnBusy::kWait;  // checkpoint.on_busy: wait | skip — the
                                 //   previous save is still writing when the next one is due
+  bool local = false;           // checkpoint.local: dir is on each host's own disk; each host
+                                //   keeps its own ranks' shards (runtime/train/host_tier.h)
   bool MemoryTierOn() const {
     return memory_interval_steps > 0 || memory_interval == CheckpointInterval::kAuto;
   }
   int64_t max_failures = 3;     // checkpoint.max_failures: consecutive failed saves before the
                                 //   run stops, >= 1
-  // The tier in hosts' memory (runtime/train/memory_tier.h), in front of the disk tier.
+  // The tier in hosts' memory (runtime/train/host_tier.h), in front of the disk tier.
   int64_t memory_interval_steps = 0;  // checkpoint.memory_interval_steps: snapshot every N
                                 //   steps into host memory, replicated to the next host, >= 0
                                 //   (0 = off unless memory_interval: auto)

@@ -201,6 +201,7 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   PutName(out, "memory_interval", ck.memory_interval == CheckpointInterval::kAuto ? "auto" : "steps");
   PutPath(out, "memory_dir", ck.memory_dir);
   Put(out, "memory_keep", ck.memory_keep);
+  Put(out, "local", ck.local);
   out << YAML::EndMap;
   PutName(out, "resume", ResumeModeName(config.resume));
   PutPath(out, "init_from", config.init_from);

@@ -24,14 +24,23 @@ Status Trainer::ResumeFromCheckpoint() {
     return CheckStateFitsRun(saved, config_, windows, where);
   };
   // The memory tier first when it holds a step at least as new as the newest on disk (the
-  // disk tier sweeps its root when it is created, so the listing is of committed ones).
+  // disk tier sweeps its root when it is created, so the listing is of committed ones; with
+  // checkpoint.local, the newest step the hosts hold whole between them).
   std::optional<LoadedCheckpoint> loaded;
+  const bool local = config_.checkpoint.local;
   if (memory_tier_) {
-    ASSIGN_OR_RETURN(const std::vector<int64_t> on_disk, CommittedSteps(config_.checkpoint.dir));
-    ASSIGN_OR_RETURN(loaded, memory_tier_->ResumeFromMemory(*shards_, check,
-                                                            on_disk.empty() ? -1 : on_disk.front()));
+    int64_t on_disk = -1;
+    if (local) {
+      ASSIGN_OR_RETURN(on_disk, checkpointer_->NewestHeld());
+    } else {
+      ASSIGN_OR_RETURN(const std::vector<int64_t> steps, CommittedSteps(config_.checkpoint.dir));
+      on_disk = steps.empty() ? -1 : steps.front();
+    }
+    ASSIGN_OR_RETURN(loaded, memory_tier_->ResumeFromHosts(*shards_, check, on_disk));
   }
-  if (!loaded) {
+  if (!loaded && local) {
+    ASSIGN_OR_RETURN(loaded, checkpointer_->ResumeFromHosts(*shards_, check, -1));
+  } else if (!loaded) {
     ASSIGN_OR_RETURN(loaded, checkpointer_->Resume(*shards_, check));
   }
   if (!loaded) return Status::Ok();

@@ -21,6 +21,9 @@ failure. The reduction order of every collective is fixed by rank, not by transp
   * the same with the memory tier (checkpoint.memory_interval_steps 2, each host's own /tmp, disk
     only at the end): the restart resumes from the newest snapshot in memory, the spare
     fetching host 2's shard from its replica on host 1; BIT-IDENTICAL to the fault-free launch;
+  * host-local disks (checkpoint.local): half the run, then the rest on the hosts reversed,
+    gathering the other host's shard: BIT-IDENTICAL; a lost host's shards are gone (exit 5,
+    naming the shard);
   * elastic (`--elastic 1`, two hosts, no spare, 80 steps): the same loss; the job restarts on host 1
     alone with dp 2 -> 1 and grad_accum_steps 1 -> 2 (the global batch kept, the checkpoint
     resharded on load); then host 2's link comes back and host 1's rank is killed: at that
@@ -122,9 +125,9 @@ try:
     def after_step_10(done, log):
         return done >= 10
 
-    def launch(name, hostfile, sets, extra=(), faults=()):
+    def launch(name, hostfile, sets, extra=(), faults=(), ckpt=None, expect=0):
         """tessera launch on HOSTFILE; FAULTS: (when(metrics lines, log), action), in order."""
-        out, cmd = runner.command(name, 1, sets + [f"checkpoint.dir={runner.work}/{name}_ckpt"])
+        out, cmd = runner.command(name, 1, sets + [f"checkpoint.dir={ckpt or runner.work + '/' + name + '_ckpt'}"])
         argv = [runner.tessera, "launch", "-n", "2", "--hostfile", hostfile, "--bind",
                 "10.231.0.1", "--backoff", "0.2"] + list(extra) + cmd[2:]
         t0 = time.time()
@@ -147,9 +150,9 @@ try:
             rc = p.wait()
         text = open(log).read()
         print(f"{name}: exit {rc} in {time.time() - t0:.2f} s")
-        if rc != 0:
+        if rc != expect:
             print(text[-6000:])
-            failures.append(f"{name} exited {rc}")
+            failures.append(f"{name} exited {rc}, expected {expect}")
         return out, text
 
     out, text = launch("dp2_launch_two_hosts", two_hosts, dp)
@@ -182,13 +185,35 @@ try:
     tr.check("on 2 host(s), each rank's shard also on the next host's ranks" in text,
              "memory tier: a ring over the two hosts", failures)
     held = [int(m) for m in re.findall(r"resuming from the memory tier: step (\d+)", text)]
-    if not tr.check(len(held) >= 1 and held[0] >= 10, f"memory tier: resumed from a snapshot at step >= 10 ({held})",
+    # (the snapshot of step 10 may still be in flight when the host goes: any snapshot, not step 0)
+    if not tr.check(len(held) >= 1 and held[0] >= 2, f"memory tier: resumed from a snapshot ({held})",
                     failures):
         print("\n".join(l for l in text.splitlines() if "memory" in l or l.startswith("supervisor:"))[-4000:])
     fetched = re.search(r"resuming from the memory tier: step \d+ .*?, (\d+) file\(s\), ([\d.]+) MiB fetched", text)
     tr.check(fetched is not None and int(fetched.group(1)) >= 2,
              "memory tier: the spare fetched the lost host's shard and the manifest from host 1", failures)
     tr.same_bits(ref_long, out, "lost host, memory tier, spare vs the fault-free launch", failures)
+
+    # Host-local disks (checkpoint.local, the root in each host's own /tmp): 12 of the 24 steps,
+    # then the rest with the hosts' order reversed — each rank now on the other host gathers
+    # the shards it lacks from the host that holds them; BIT-IDENTICAL to the fault-free launch.
+    subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
+    local = longer + ["checkpoint.local=true"]
+    launch("local_first_half", two_hosts, local + ["train.steps=12"], ckpt="/tmp/local_ckpt")
+    reversed_hosts = os.path.join(state, "hosts21")
+    open(reversed_hosts, "w").write("\n".join([lines[1], lines[0]]) + "\n")
+    out, text = launch("local_second_half", reversed_hosts, local, ckpt="/tmp/local_ckpt")
+    tr.check("resuming from the hosts' local checkpoints: step 12, 2 file(s)" in text,
+             "checkpoint.local: resumed from step 12, each rank fetching the other host's shard", failures)
+    tr.same_bits(ref_long, out, "checkpoint.local, resumed on the hosts reversed vs the fault-free launch",
+                 failures)
+    # Losing a host takes its shards with it (no replica): the restart on the spare finds no
+    # step whole, says which shard is gone, and the job ends with exit 5 (no restart loop).
+    out, text = launch("local_lose_host", three_hosts, local, ["--spares", "1"],
+                       faults=[(after_step_10, lose_host_2)], ckpt="/tmp/local_lost_ckpt", expect=5)
+    tr.check("shard 1 is on no surviving host" in text and "a lost host's shards are gone with it" in text,
+             "checkpoint.local: a lost host's shards named as gone, exit 5", failures)
+    subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
 
     # Losing host 2 with no spare: elastic restart on host 1 alone. Then host 2's link comes
     # back and the rank on host 1 is killed: at that restart host 2 rejoins, dp 2 again.

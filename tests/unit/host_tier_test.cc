@@ -1,4 +1,4 @@
-// tests/unit/memory_tier_test.cc — the memory tier's parts on their own: the replica channel
+// tests/unit/host_tier_test.cc — the memory tier's parts on their own: the replica channel
 // over real loopback TCP (put, get, refusals, a transfer cut midway, a silent peer as a named
 // timeout), buddy placement, the inventory and the choice of the step to resume, and a lazy
 // CheckpointReader over a FetchingFileSystem that fetches only the shards a read needs.
@@ -21,7 +21,7 @@
 
 #include "checkpoint/replica_channel.h"
 #include "checkpoint/shard_file.h"
-#include "runtime/train/memory_tier.h"
+#include "runtime/train/host_tier.h"
 #include "tests/testing/temp_dir.h"
 
 namespace tessera {
@@ -129,7 +129,7 @@ TEST(ReplicaChannel, ASilentPeerIsANamedTimeout) {
   EXPECT_LT(waited, 10.0);
 }
 
-TEST(MemoryTier, BuddiesLiveOnTheNextHost) {
+TEST(HostTier, BuddiesLiveOnTheNextHost) {
   // Ranks 0, 1 on host A; 2, 3 on host B; 4 on host C.
   const HostRing ring = PlaceBuddies({7, 7, 9, 9, 11});
   EXPECT_EQ(ring.hosts, 3);
@@ -144,7 +144,7 @@ TEST(MemoryTier, BuddiesLiveOnTheNextHost) {
   EXPECT_EQ(one.buddy, (std::vector<int>{-1, -1}));
 }
 
-TEST(MemoryTier, ChoosesTheNewestStepTheSurvivorsHoldWhole) {
+TEST(HostTier, ChoosesTheNewestStepTheSurvivorsHoldWhole) {
   // Rank 0's host: steps 8 (shards 0, 1) and 6 (all three); rank 1's host (a spare: nothing);
   // rank 2's host: step 10 (shard 2 only) and 8 (shard 2).
   std::vector<std::vector<HeldStep>> held = {
@@ -161,20 +161,21 @@ TEST(MemoryTier, ChoosesTheNewestStepTheSurvivorsHoldWhole) {
   auto decoded = DecodeHeld(all, width, 3);
   ASSERT_TRUE(decoded.ok());
   std::vector<std::string> skipped;
-  auto c = ChooseMemoryStep(*decoded, -1, &skipped);
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->step, 8);
-  EXPECT_EQ(c->manifest_holders, (std::vector<int>{0, 2}));
-  EXPECT_EQ(c->shard_holders, (std::vector<std::vector<int>>{{0}, {0}, {2}}));
+  std::vector<HeldChoice> c = CompleteSteps(*decoded, -1, &skipped);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].step, 8);
+  EXPECT_EQ(c[0].manifest_holders, (std::vector<int>{0, 2}));
+  EXPECT_EQ(c[0].shard_holders, (std::vector<std::vector<int>>{{0}, {0}, {2}}));
+  EXPECT_EQ(c[1].step, 6);  // the fallback
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_EQ(skipped[0], "step 10: shard 0 is on no surviving host");
   // The disk has step 9: nothing in memory is as new.
-  EXPECT_FALSE(ChooseMemoryStep(*decoded, 9, nullptr).has_value());
+  EXPECT_TRUE(CompleteSteps(*decoded, 9, nullptr).empty());
   // Hosts that disagree on a step's shard count: that step is not trusted.
   held[2][1].shards = 4;
-  c = ChooseMemoryStep(held, -1, &skipped);
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->step, 6);
+  c = CompleteSteps(held, -1, &skipped);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].step, 6);
 }
 
 // A two-shard checkpoint: tensor "param/a" on shard 0, "param/b" on shard 1.
@@ -193,7 +194,7 @@ void WriteTwoShards(const std::string& dir) {
   ASSERT_TRUE(WriteFileAtomic(dir + "/manifest.json", SerializeManifest(m)).ok());
 }
 
-TEST(MemoryTier, FetchesOnlyTheShardsAReadNeeds) {
+TEST(HostTier, FetchesOnlyTheShardsAReadNeeds) {
   ScopedTempDir peer_root("tier_peer"), here("tier_here");
   WriteTwoShards(peer_root.str() + "/step_00000004");
   auto server = ReplicaServer::Start(peer_root.str(), kLoopback, kSecret, 5);
@@ -214,7 +215,7 @@ TEST(MemoryTier, FetchesOnlyTheShardsAReadNeeds) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/shard_0.bin")) << "a shard no read needed was fetched";
 }
 
-TEST(MemoryTier, AFetchedShardIsVerifiedLikeAnyOther) {
+TEST(HostTier, AFetchedShardIsVerifiedLikeAnyOther) {
   ScopedTempDir peer_root("tier_peer"), here("tier_here");
   const std::string src = peer_root.str() + "/step_00000004";
   WriteTwoShards(src);

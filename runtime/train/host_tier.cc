@@ -1,6 +1,6 @@
-// runtime/train/memory_tier.cc — placement, inventory, choice and fetching of the in-memory
-// checkpoint tier (contract in memory_tier.h).
-#include "runtime/train/memory_tier.h"
+// runtime/train/host_tier.cc — placement, inventory, choice and fetching of the in-memory
+// checkpoint tier (contract in host_tier.h).
+#include "runtime/train/host_tier.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -149,8 +149,9 @@ Result<std::vector<std::vector<HeldStep>>> DecodeHeld(const std::vector<double>&
   return by_rank;
 }
 
-std::optional<MemoryChoice> ChooseMemoryStep(const std::vector<std::vector<HeldStep>>& by_rank,
-                                             int64_t at_least, std::vector<std::string>* skipped) {
+std::vector<HeldChoice> CompleteSteps(const std::vector<std::vector<HeldStep>>& by_rank,
+                                      int64_t at_least, std::vector<std::string>* skipped) {
+  std::vector<HeldChoice> complete;
   std::vector<int64_t> steps;
   for (const auto& held : by_rank) {
     for (const HeldStep& h : held) steps.push_back(h.step);
@@ -159,7 +160,7 @@ std::optional<MemoryChoice> ChooseMemoryStep(const std::vector<std::vector<HeldS
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
   for (int64_t step : steps) {
     if (step < at_least) break;
-    MemoryChoice c;
+    HeldChoice c;
     c.step = step;
     int64_t shards = -1;
     bool agree = true;
@@ -180,10 +181,13 @@ std::optional<MemoryChoice> ChooseMemoryStep(const std::vector<std::vector<HeldS
     for (int64_t k = 0; why.empty() && k < shards; ++k) {
       if (c.shard_holders[k].empty()) why = "shard " + std::to_string(k) + " is on no surviving host";
     }
-    if (why.empty()) return c;
-    if (skipped != nullptr) skipped->push_back("step " + std::to_string(step) + ": " + why);
+    if (why.empty()) {
+      complete.push_back(std::move(c));
+    } else if (skipped != nullptr) {
+      skipped->push_back("step " + std::to_string(step) + ": " + why);
+    }
   }
-  return std::nullopt;
+  return complete;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,7 +241,7 @@ Result<FileKind> FetchingFileSystem::Kind(const std::string& p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// MemoryTier
+// HostTier
 
 uint32_t ReachableIpv4(const std::string& toward) {
   if (!toward.empty()) {
@@ -271,9 +275,9 @@ uint32_t ReachableIpv4(const std::string& toward) {
   return 0x7f000001;
 }
 
-Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Communicator* comm,
-                                                      FILE* log) {
-  std::unique_ptr<MemoryTier> t(new MemoryTier());
+Result<std::unique_ptr<HostTier>> HostTier::Start(const Config& config, Communicator* comm,
+                                                  FILE* log, HostTierKind kind) {
+  std::unique_ptr<HostTier> t(new HostTier());
   t->comm_ = comm;
   t->rank_ = comm != nullptr ? comm->rank() : 0;
   t->ranks_ = comm != nullptr ? comm->size() : 1;
@@ -285,7 +289,8 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
   // Rank 0's run line and secret for everyone (an error there is everyone's error).
   uint64_t line = 0;
   Status line_status = Status::Ok();
-  if (t->rank_ == 0) {
+  const bool memory = kind == HostTierKind::kMemory;
+  if (t->rank_ == 0 && memory) {
     Result<uint64_t> id = ReadOrCreateRunLine(config.checkpoint.dir);
     line_status = id.status();
     if (id.ok()) line = *id;
@@ -303,7 +308,7 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
   t->secret_ = Whole(head.data() + 2);
   char name[40];
   std::snprintf(name, sizeof name, "run-%016llx", static_cast<unsigned long long>(line));
-  t->root_ = config.checkpoint.memory_dir + "/" + name;
+  t->root_ = memory ? config.checkpoint.memory_dir + "/" + name : config.checkpoint.dir;
 
   // This host's address and a host key: the address, unless it is loopback — then the host
   // name, so that hosts whose names resolve to loopback are still told apart.
@@ -337,12 +342,17 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
   for (int r = 0; r < t->ranks_ && t->ring_.hosts > 1; ++r) unreachable |= IsLoopback(t->peers_[r].ipv4);
   if (unreachable) {
     return FailedPrecondition(
-        "memory tier: the ranks run on " + std::to_string(t->ring_.hosts) +
+        std::string(memory ? "memory tier" : "checkpoint.local") + ": the ranks run on " + std::to_string(t->ring_.hosts) +
         " hosts, but some host knows itself only by a loopback address, so the others cannot "
         "reach it for replicas: run under tessera launch (which names a reachable address) or "
         "make the host names resolve to reachable addresses");
   }
-  if (t->rank_ == 0 && log != nullptr) {
+  if (t->rank_ == 0 && log != nullptr && !memory) {
+    std::fprintf(log, "checkpoint: host-local: each of the %d host(s) keeps its own ranks' shards "
+                 "under %s (no replica: a lost host's shards are gone with it)\n",
+                 t->ring_.hosts, t->root_.c_str());
+    std::fflush(log);
+  } else if (t->rank_ == 0 && log != nullptr) {
     const std::string every = config.checkpoint.memory_interval == CheckpointInterval::kAuto
                                   ? std::string("on its own Young/Daly schedule")
                                   : "every " + std::to_string(config.checkpoint.memory_interval_steps) + " steps";
@@ -355,7 +365,17 @@ Result<std::unique_ptr<MemoryTier>> MemoryTier::Start(const Config& config, Comm
   return t;
 }
 
-Status MemoryTier::Replicate(int64_t step) const {
+std::vector<bool> HostTier::ShardsHere(bool with_replicas) const {
+  std::vector<bool> here(ranks_, false);
+  const int mine = ring_.host_of[rank_];
+  for (int r = 0; r < ranks_; ++r) {
+    here[r] = ring_.host_of[r] == mine ||
+              (with_replicas && ring_.buddy[r] >= 0 && ring_.host_of[ring_.buddy[r]] == mine);
+  }
+  return here;
+}
+
+Status HostTier::Replicate(int64_t step) const {
   const int buddy = ring_.buddy[rank_];
   if (buddy < 0) return Status::Ok();
   const std::string file = ShardFileName(rank_);
@@ -364,7 +384,8 @@ Status MemoryTier::Replicate(int64_t step) const {
       .WithPrefix("replica of rank " + std::to_string(rank_) + " to rank " + std::to_string(buddy));
 }
 
-Result<std::optional<MemoryChoice>> MemoryTier::Choose(int64_t at_least, std::vector<std::string>* skipped) {
+Result<std::vector<HeldChoice>> HostTier::Choose(int64_t at_least, std::vector<std::string>* skipped,
+                                                 bool* held_any) {
   std::vector<double> mine = EncodeHeld(ListHeldSteps(root_, DefaultFileSystem()));
   auto gather = [&](const std::vector<double>& v) -> Result<std::vector<double>> {
     if (comm_ == nullptr) return v;
@@ -375,10 +396,13 @@ Result<std::optional<MemoryChoice>> MemoryTier::Choose(int64_t at_least, std::ve
   mine.resize(width, 0.0);
   ASSIGN_OR_RETURN(std::vector<double> all, gather(mine));
   ASSIGN_OR_RETURN(auto by_rank, DecodeHeld(all, width, ranks_));
-  return ChooseMemoryStep(by_rank, at_least, skipped);
+  if (held_any != nullptr) {
+    *held_any = std::any_of(by_rank.begin(), by_rank.end(), [](const auto& h) { return !h.empty(); });
+  }
+  return CompleteSteps(by_rank, at_least, skipped);
 }
 
-std::unique_ptr<FetchingFileSystem> MemoryTier::FetchingFor(const MemoryChoice& c, FileSystem& base) const {
+std::unique_ptr<FetchingFileSystem> HostTier::FetchingFor(const HeldChoice& c, FileSystem& base) const {
   // Holders on this rank's own host are not asked (the file would be here already); the
   // others in rank order.
   std::map<std::string, std::vector<PeerAddress>> sources;

@@ -1,4 +1,4 @@
-// runtime/train/memory_tier.h — the checkpoint tier in hosts' memory (checkpoint.memory_interval_steps).
+// runtime/train/host_tier.h — the checkpoint tier in hosts' memory (checkpoint.memory_interval_steps).
 //
 // Every memory_interval_steps steps each rank writes its shard of the state — the same bytes, format
 // and checksums as a disk checkpoint's shard — into its host's tier directory
@@ -20,7 +20,7 @@
 // everything. Every byte read is verified as on disk; a damaged or incomplete memory step is
 // passed over for the disk tier, and the run says so.
 //
-// Thread-safety: MemoryTier's methods are called by the trainer's thread, Replicate also by the
+// Thread-safety: HostTier's methods are called by the trainer's thread, Replicate also by the
 // checkpointer's writer thread (it only reads immutable fields). The server has its own threads.
 #pragma once
 
@@ -67,17 +67,17 @@ std::vector<double> EncodeHeld(const std::vector<HeldStep>& held);
 Result<std::vector<std::vector<HeldStep>>> DecodeHeld(const std::vector<double>& all, size_t width,
                                                      int ranks);
 
-// The step a resume takes from memory and who can serve each file of it.
-struct MemoryChoice {
+// A step the hosts hold whole between them, and who can serve each file of it.
+struct HeldChoice {
   int64_t step = -1;
   std::vector<int> manifest_holders;             // ranks whose host committed it
   std::vector<std::vector<int>> shard_holders;   // per shard: ranks whose host has the file
 };
-// The newest step with a manifest somewhere and every shard somewhere, not older than
-// `at_least` (the newest disk checkpoint; -1: none). nullopt: nothing usable in memory.
-// `skipped` (may be null) gets "step N: shard K is on no surviving host" for newer ones passed over.
-std::optional<MemoryChoice> ChooseMemoryStep(const std::vector<std::vector<HeldStep>>& by_rank,
-                                             int64_t at_least, std::vector<std::string>* skipped);
+// The steps with a manifest somewhere and every shard somewhere, not older than `at_least`
+// (-1: any), newest first. `skipped` (may be null) gets "step N: shard K is on no surviving
+// host" for each step passed over.
+std::vector<HeldChoice> CompleteSteps(const std::vector<std::vector<HeldStep>>& by_rank,
+                                      int64_t at_least, std::vector<std::string>* skipped);
 
 // A FileSystem over `base` that, when a file directly inside `dir` is missing, first fetches
 // it from one of its sources (tried in order) and then answers from the local copy.
@@ -123,28 +123,40 @@ class FetchingFileSystem : public FileSystem {
   uint64_t fetched_bytes_ = 0;
 };
 
-// The memory tier of one rank: its server, the ring, the run line's directory on this host.
-class MemoryTier {
- public:
-  // Collective over `comm` (null: one process). Reads (rank 0: creates) the run line id in the
-  // disk root, finds an address the other hosts reach, starts this rank's server and exchanges
-  // the addresses. `log`: rank 0's event lines.
-  static Result<std::unique_ptr<MemoryTier>> Start(const Config& config, Communicator* comm,
-                                                   FILE* log);
+// What a tier kept on each host's own storage needs: the memory tier, and the disk tier when
+// checkpoint.dir is on each host's local disk (checkpoint.local: true — each host keeps only
+// its own ranks' shards, no replica; a resume gathers what it lacks from the hosts that hold
+// it, or falls back).
+enum class HostTierKind { kMemory, kLocalDisk };
 
-  const std::string& root() const { return root_; }  // <memory_dir>/<run line id>
+// One rank's view of such a tier: its server, the ring of hosts, this host's directory.
+class HostTier {
+ public:
+  // Collective over `comm` (null: one process). Memory: reads (rank 0: creates) the run line
+  // id in the disk root. Finds an address the other hosts reach, starts this rank's server and
+  // exchanges the addresses. `log`: rank 0's event lines.
+  static Result<std::unique_ptr<HostTier>> Start(const Config& config, Communicator* comm,
+                                                 FILE* log, HostTierKind kind);
+
+  // <memory_dir>/<run line id> (memory), checkpoint.dir (local disk)
+  const std::string& root() const { return root_; }
   bool leader() const { return ring_.leader[rank_]; }
   const HostRing& ring() const { return ring_; }
+  // Which ranks' shard files this host's directory holds: its own ranks', and with replicas
+  // (the memory tier) those whose buddy lives here.
+  std::vector<bool> ShardsHere(bool with_replicas) const;
   // Sends this rank's finished shard file of `step` (in <root>/<staging name>) to its buddy.
   // OK without a buddy (one host).
   Status Replicate(int64_t step) const;
-  // What every rank's host holds (collective), and the choice (ChooseMemoryStep).
-  Result<std::optional<MemoryChoice>> Choose(int64_t at_least, std::vector<std::string>* skipped);
+  // What every rank's host holds (collective), and the steps held whole (CompleteSteps).
+  // `held_any` (may be null): whether any host holds any committed step at all.
+  Result<std::vector<HeldChoice>> Choose(int64_t at_least, std::vector<std::string>* skipped,
+                                         bool* held_any = nullptr);
   // A file system that fetches the chosen step's missing files from their holders.
-  std::unique_ptr<FetchingFileSystem> FetchingFor(const MemoryChoice& c, FileSystem& base) const;
+  std::unique_ptr<FetchingFileSystem> FetchingFor(const HeldChoice& c, FileSystem& base) const;
 
  private:
-  MemoryTier() = default;
+  HostTier() = default;
   Communicator* comm_ = nullptr;
   int rank_ = 0, ranks_ = 1;
   std::string root_;
