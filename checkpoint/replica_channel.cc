@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace tessera {
 namespace {
@@ -22,6 +23,7 @@ namespace {
 constexpr uint32_t kMagic = 0x50525354;  // "TSRP" little-endian
 constexpr uint8_t kVersion = 1;
 constexpr size_t kChunk = size_t{4} << 20;
+constexpr size_t kMaxConnections = 256;  // served at once; a job needs a few per rank
 enum Code : uint8_t { kOkCode = 0, kNotFoundCode = 1, kRefusedCode = 2, kIoCode = 3 };
 
 // A socket with an idle timeout per wait; every error names the peer.
@@ -260,8 +262,18 @@ void ReplicaServer::AcceptLoop() {
     if (stopping_ || (p[1].revents & POLLIN)) return;
     if (!(p[0].revents & POLLIN)) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors: the listening socket stays readable, so wait rather than spin.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    if (open_fds_.size() >= kMaxConnections) {  // a flood, not a job's ranks: refused unread
+      ::close(fd);
+      continue;
+    }
     // Threads that finished are joined here, so a long run does not pile them up.
     std::erase_if(workers_, [](Worker& w) {
       if (!w.done->load()) return false;
@@ -299,6 +311,15 @@ void ReplicaServer::Serve(int fd) {
   if (version != kVersion || secret != secret_ || !ValidReplicaPath(rel) || (op != 'P' && op != 'G')) {
     (void)c.SendResponse(kRefusedCode, secret != secret_ ? "wrong secret (another job's request?)"
                                                          : "bad request for \"" + rel + "\"");
+    // Unread request bytes would turn the close into a reset that can overtake the answer:
+    // stop sending, then read (a bounded amount) until the client closes.
+    ::shutdown(fd, SHUT_WR);
+    char sink[4096];
+    for (size_t drained = 0; drained < (size_t{64} << 20) && c.WaitFor(POLLIN).ok();) {
+      const ssize_t r = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) break;
+      if (r > 0) drained += static_cast<size_t>(r);
+    }
     return;
   }
   const std::string path = root_ + "/" + rel;
@@ -319,7 +340,8 @@ void ReplicaServer::Serve(int fd) {
     (void)c.SendResponse(kOkCode, "");
     return;
   }
-  Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  // O_NONBLOCK: a FIFO planted under the root must not block this worker in open().
+  Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)};
   struct stat sb {};
   if (file.fd < 0 || ::fstat(file.fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     (void)c.SendResponse(errno == ENOENT ? kNotFoundCode : kIoCode, rel + ": " +

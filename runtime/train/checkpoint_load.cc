@@ -80,6 +80,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
                                                                        ParamState& shards) {
   std::vector<std::string> passed_over;  // "step N: why", for the final error
   int damaged = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (size_t k = 0; k < c.steps.size(); ++k) {
     const std::string dir = c.root + "/" + StepDirName(c.steps[k]);
     LoadedCheckpoint loaded;
@@ -101,8 +102,11 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
       return std::find(flags.begin(), flags.end(), static_cast<double>(v)) != flags.end();
     };
     if (!any(kDamaged) && !any(kOtherError) && !any(kUnfit)) {
+      char took[48];
+      std::snprintf(took, sizeof took, ", loaded in %.2f s",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       Event(c.purpose, (c.purpose == "resume" ? "resuming from " : "init_from: weights from ") +
-                           dir + " (step " + std::to_string(loaded.step) + ")");
+                           dir + " (step " + std::to_string(loaded.step) + took + ")");
       return std::optional<LoadedCheckpoint>(std::move(loaded));
     }
     std::string who;
@@ -193,6 +197,7 @@ Result<Checkpointer::HostLoad> Checkpointer::LoadHeld(const HeldChoice& choice, 
   for (int r = 0; r < ranks_; ++r) {
     if (flags[3 * r] != static_cast<double>(kLoaded)) {
       out.failed_ranks += (out.failed_ranks.empty() ? "" : ", ") + std::to_string(r);
+      ++out.failed;
     }
     out.files += flags[3 * r + 1];
     out.bytes += flags[3 * r + 2];
@@ -206,11 +211,12 @@ Result<Checkpointer::HostLoad> Checkpointer::LoadHeld(const HeldChoice& choice, 
 
 Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromHosts(ParamState& shards,
                                                                       const CandidateCheck& check,
-                                                                      int64_t at_least) {
+                                                                      int64_t at_least, bool* dirtied) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> passed_over;
-  bool held_any = false;
-  ASSIGN_OR_RETURN(std::vector<HeldChoice> candidates, host_->Choose(at_least, &passed_over, &held_any));
+  int64_t newest_any = -1;
+  ASSIGN_OR_RETURN(std::vector<HeldChoice> candidates, host_->Choose(at_least, &passed_over, &newest_any));
+  const bool held_any = newest_any >= 0;
   const std::string tier = memory() ? "the memory tier" : "the hosts' local checkpoints";
   for (const HeldChoice& choice : candidates) {
     ASSIGN_OR_RETURN(HostLoad load, LoadHeld(choice, shards, check));
@@ -233,6 +239,12 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromHosts(ParamState
                             load.failed_ranks + (load.why.empty() ? " (see their messages)" : " (" + load.why + ")");
     passed_over.push_back(why);
     Event("resume", "passed over " + why);
+    if (load.failed < ranks_ && dirtied != nullptr) {
+      // Loaded somewhere: the state is mixed now. A snapshot that does not load is scratch:
+      // removed everywhere, so no later restart tries it again.
+      *dirtied = true;
+    }
+    if (memory() && coordinates()) (void)DeleteCheckpoint(root_, choice.step, fs_);
   }
   for (const std::string& why : passed_over) {
     if (why.find("could not be loaded") == std::string::npos) Event("resume", "passed over " + why);
@@ -253,9 +265,20 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::ResumeFromHosts(ParamState
                            "checkpoint.dir to start from scratch");
 }
 
-Result<int64_t> Checkpointer::NewestHeld() {
-  ASSIGN_OR_RETURN(std::vector<HeldChoice> c, host_->Choose(-1, nullptr));
-  return c.empty() ? int64_t{-1} : c.front().step;
+Result<int64_t> Checkpointer::NewestCommitted(bool any) {
+  if (host_) {
+    int64_t newest_any = -1;
+    ASSIGN_OR_RETURN(std::vector<HeldChoice> c, host_->Choose(-1, nullptr, &newest_any));
+    if (any) return newest_any;
+    return c.empty() ? int64_t{-1} : c.front().step;
+  }
+  Result<std::vector<int64_t>> steps = CommittedSteps(root_, fs_);
+  const double mine = !steps.ok() ? -2.0 : steps->empty() ? -1.0 : static_cast<double>(steps->front());
+  ASSIGN_OR_RETURN(std::vector<double> all, Gather({mine}));
+  if (all[0] == -2.0) {
+    return rank_ == 0 ? steps.status() : IoError(root_ + ": rank 0 could not list the checkpoints");
+  }
+  return static_cast<int64_t>(all[0]);
 }
 
 Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool with_optimizer,

@@ -121,8 +121,15 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     return c;
   }
   if (c->enabled() && config.checkpoint.local) {
-    // Every host's own root, made durable before the server would create it plainly.
-    RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));
+    // Every host's own root, made durable before the server would create it plainly; every
+    // rank learns whether all could (one failing alone would leave the others in a collective).
+    const Status made = MakeDirsDurably(c->root_, fs);
+    ASSIGN_OR_RETURN(const std::vector<double> made_all, c->Gather({made.ok() ? 1.0 : 0.0}));
+    if (!made.ok()) return made;
+    if (std::find(made_all.begin(), made_all.end(), 0.0) != made_all.end()) {
+      return FailedPrecondition("checkpoint.local: another host could not create " + c->root_ +
+                                " (see its messages)");
+    }
     ASSIGN_OR_RETURN(c->host_, HostTier::Start(config, dp, log, HostTierKind::kLocalDisk));
   }
   if (c->enabled() && c->coordinates()) {
@@ -277,7 +284,7 @@ Result<bool> Checkpointer::PrepareSave(int64_t step) {
   }
   ASSIGN_OR_RETURN(std::vector<double> prepared, Gather({prep.ok() ? 1.0 : 0.0}));
   if (std::find(prepared.begin(), prepared.end(), 0.0) == prepared.end()) return true;
-  if (prep.ok()) prep = IoError("the memory tier directory could not be prepared on another host (see its messages)");
+  if (prep.ok()) prep = IoError("the save could not be prepared on another host (see its messages)");
   ++stats_.failed;
   ++consecutive_failures_;
   RecordAttempt(step, CheckpointStatus::kFailed, prep.ToString());
@@ -466,11 +473,21 @@ Status Checkpointer::Complete() {
   } else if (coordinates()) {
     outcome = CommitGathered(*p, all, width);
   }
+  // Host tiers: every host leader's verdict decides (below); nothing is published before it.
   // The coordinators' verdict for everyone (a failed commit counts like a failed write): rank
   // 0's on disk, every host leader's in memory.
   ASSIGN_OR_RETURN(std::vector<double> verdict, Gather({outcome.ok() ? 1.0 : 0.0}));
   const bool committed = host_ ? std::find(verdict.begin(), verdict.end(), 0.0) == verdict.end()
                                 : verdict[0] == 1.0;
+  if (renamed_) {  // a host leader whose part is in place
+    Manifest m = std::move(*renamed_);
+    renamed_.reset();
+    if (committed && failed_ranks.empty()) {
+      (void)(memory() ? PublishInMemory(m) : Publish(m));
+    } else if (Status d = DeleteCheckpoint(root_, step, fs_); !d.ok()) {
+      Event("cleanup_failed", d.ToString());
+    }
+  }
   if (committed && failed_ranks.empty()) {
     if (memory() && sink_) sink_->NoteHeldInMemory(step);
     consecutive_failures_ = 0;
@@ -620,9 +637,15 @@ Status Checkpointer::Commit(Manifest m) {
   m.config_yaml = config_.resolved_yaml;
   if (auto env = ParseJson(EnvironmentFingerprintJson()); env.ok()) m.environment = *env;
   for (const ShardRecord& s : m.shards) m.total_bytes += s.bytes;
-  if (memory()) return CommitInMemory(std::move(m));
-  const std::vector<bool> here = host_ ? host_->ShardsHere(/*with_replicas=*/false) : std::vector<bool>();
-  if (Status c = CommitCheckpoint(root_, m, fs_, host_ ? &here : nullptr); !c.ok()) {
+  if (host_) {
+    // Each host's part now; the rest (catalog, retention) once every host has committed its
+    // part (Complete), else this part is taken back: no host keeps a step the others lack.
+    const std::vector<bool> here = host_->ShardsHere(/*with_replicas=*/memory());
+    RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_, &here));
+    renamed_ = std::move(m);
+    return Status::Ok();
+  }
+  if (Status c = CommitCheckpoint(root_, m, fs_); !c.ok()) {
     // After the final rename the checkpoint is committed, whatever failed later (the root's
     // fsync): the directory is the ground truth.
     auto fd = fs_.OpenForRead(ManifestPath(root_ + "/" + StepDirName(m.step)));
@@ -630,6 +653,11 @@ Status Checkpointer::Commit(Manifest m) {
     (void)fs_.Close(*fd, root_);
     Event("commit_warning", "step " + std::to_string(m.step) + " is committed, but: " + c.ToString());
   }
+  return Publish(m);
+}
+
+// A committed step's record: stats, the log line, the catalog entry, then retention.
+Status Checkpointer::Publish(const Manifest& m) {
   stats_.last_bytes = m.total_bytes;
   stats_.last_write_seconds = m.write_seconds;
   char line[256];
@@ -696,11 +724,9 @@ Status Checkpointer::Commit(Manifest m) {
 
 namespace tessera {
 
-// A host leader of the memory tier, every rank's shard and replica in place: the manifest and
-// the rename in this host's directory, then this host's retention (memory_keep newest).
-Status Checkpointer::CommitInMemory(Manifest m) {
-  const std::vector<bool> here = host_->ShardsHere(/*with_replicas=*/true);
-  RETURN_IF_ERROR(CommitCheckpoint(root_, m, fs_, &here));
+// A host leader of the memory tier, the step in place on every host: the log line, then this
+// host's retention (memory_keep newest).
+Status Checkpointer::PublishInMemory(const Manifest& m) {
   stats_.last_bytes = m.total_bytes;
   stats_.last_write_seconds = m.write_seconds;
   char line[256];

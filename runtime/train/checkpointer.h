@@ -167,11 +167,15 @@ class Checkpointer {
   // what this host lacks, falling back past ones that do not load. nullopt when none was held
   // (memory: also when none loaded: the disk tier is next); checkpoint.local with steps held
   // but none usable is kCorruptCheckpoint naming why each was passed over. Collective.
+  // `dirtied` (may be null): set when a step loaded on some ranks and not on others, the step
+  // then removed from every host (the state is mixed until something else loads).
   Result<std::optional<LoadedCheckpoint>> ResumeFromHosts(ParamState& shards,
                                                           const CandidateCheck& check,
-                                                          int64_t at_least);
-  // The newest step the hosts hold whole (-1: none). Collective; host tiers only.
-  Result<int64_t> NewestHeld();
+                                                          int64_t at_least, bool* dirtied = nullptr);
+  // The newest committed step on disk (-1: none), the same on every rank: rank 0's listing of
+  // a shared root; with checkpoint.local the newest step the hosts hold whole, or with `any`
+  // the newest any host holds. Collective.
+  Result<int64_t> NewestCommitted(bool any);
   // Memory tier, at the end of a run that finished: each host's leader frees the tier's memory.
   void Discard();
 
@@ -199,10 +203,12 @@ class Checkpointer {
   Status CountFailedSave(int64_t step, const Status& outcome);
   static std::string RankList(const std::vector<int>& ranks);  // "0, 2"
   Status Commit(Manifest m);  // rank 0: tensors, manifest, rename, catalog, retention
-  Status CommitInMemory(Manifest m);  // Commit's memory tier part (a host leader)
+  Status Publish(const Manifest& m);          // Commit's part after the rename
+  Status PublishInMemory(const Manifest& m);  // the memory tier's (a host leader)
   struct HostLoad {
     LoadedCheckpoint loaded;
     std::string failed_ranks, why;  // "" when every rank loaded it; this rank's error
+    int failed = 0;                 // ranks that did not load it
     double files = 0, bytes = 0;    // fetched, over all ranks
   };
   Result<HostLoad> LoadHeld(const HeldChoice& choice, ParamState& shards, const CandidateCheck& check);
@@ -227,6 +233,8 @@ class Checkpointer {
   CheckpointTier tier_;
   // The memory tier's, or the disk tier's with checkpoint.local; else null (a shared root).
   std::unique_ptr<HostTier> host_;
+  std::optional<Manifest> renamed_;  // host tiers: this host's part of the save in flight is in
+                                     //   place, waiting for every host's verdict
   std::string root_;
   Communicator* dp_;
   int rank_ = 0, ranks_ = 1;

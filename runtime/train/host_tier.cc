@@ -45,25 +45,21 @@ uint64_t Whole(const double* halves) {
   return (static_cast<uint64_t>(halves[0]) << 32) | static_cast<uint64_t>(halves[1]);
 }
 
-// The run line's id in the disk root, created on first use (rank 0 only; durably: a later
-// incarnation must find the same id).
-Result<uint64_t> ReadOrCreateRunLine(const std::string& disk_root) {
-  const std::string path = disk_root + "/" + kRunLineFile;
-  Result<std::string> text = ReadFileToString(path, 64);
-  if (text.ok()) {
-    char* end = nullptr;
-    const uint64_t id = std::strtoull(text->c_str(), &end, 16);
-    if (end != text->c_str() && id != 0) return id;
-    // Damaged: a new line of snapshots (the old ones are unreachable, never misread).
-  } else if (text.status().code() != StatusCode::kNotFound) {
-    return text.status();
-  }
-  const uint64_t id = RandomU64() | 1;
+// The run line's id in a disk root; 0 when there is none (or it is damaged: a new line of
+// snapshots, the old ones unreachable, never misread).
+uint64_t ReadRunLine(const std::string& disk_root) {
+  Result<std::string> text = ReadFileToString(disk_root + "/" + kRunLineFile, 64);
+  if (!text.ok()) return 0;
+  char* end = nullptr;
+  const uint64_t id = std::strtoull(text->c_str(), &end, 16);
+  return end != text->c_str() ? id : 0;
+}
+
+Status WriteRunLine(const std::string& disk_root, uint64_t id) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%016llx\n", static_cast<unsigned long long>(id));
   RETURN_IF_ERROR(MakeDirsDurably(disk_root));
-  RETURN_IF_ERROR(WriteFileAtomic(path, buf));
-  return id;
+  return WriteFileAtomic(disk_root + "/" + kRunLineFile, buf);
 }
 
 }  // namespace
@@ -286,26 +282,27 @@ Result<std::unique_ptr<HostTier>> HostTier::Start(const Config& config, Communic
     if (comm == nullptr) return mine;
     return AllGatherDoubles(comm, mine);
   };
-  // Rank 0's run line and secret for everyone (an error there is everyone's error).
-  uint64_t line = 0;
-  Status line_status = Status::Ok();
+  // The run line: what the disk roots say (with checkpoint.local each host keeps its own copy:
+  // the most common id wins, so losing rank 0's host loses nothing), else rank 0's new one.
+  // The secret: rank 0's.
   const bool memory = kind == HostTierKind::kMemory;
-  if (t->rank_ == 0 && memory) {
-    Result<uint64_t> id = ReadOrCreateRunLine(config.checkpoint.dir);
-    line_status = id.status();
-    if (id.ok()) line = *id;
+  const uint64_t here_id = memory ? ReadRunLine(config.checkpoint.dir) : 0;
+  std::vector<double> mine = Halves(here_id);
+  for (uint64_t v : {RandomU64() | 1, RandomU64()}) {
+    const std::vector<double> h = Halves(v);
+    mine.insert(mine.end(), h.begin(), h.end());
   }
-  std::vector<double> mine = Halves(line);
-  const std::vector<double> secret = Halves(RandomU64());
-  mine.insert(mine.end(), secret.begin(), secret.end());
-  mine.push_back(line_status.ok() ? 1.0 : 0.0);
   ASSIGN_OR_RETURN(std::vector<double> head, gather(mine));
-  if (head[4] != 1.0) {
-    return t->rank_ == 0 ? line_status.WithPrefix("memory tier")
-                         : FailedPrecondition("memory tier: rank 0 could not read the run line id");
+  std::map<uint64_t, int> votes;
+  for (int r = 0; r < t->ranks_; ++r) {
+    if (const uint64_t id = Whole(head.data() + 6 * r); id != 0) ++votes[id];
   }
-  line = Whole(head.data());
-  t->secret_ = Whole(head.data() + 2);
+  uint64_t line = Whole(head.data() + 2);
+  int best = 0;
+  for (const auto& [id, n] : votes) {
+    if (n > best) line = id, best = n;
+  }
+  t->secret_ = Whole(head.data() + 4);
   char name[40];
   std::snprintf(name, sizeof name, "run-%016llx", static_cast<unsigned long long>(line));
   t->root_ = memory ? config.checkpoint.memory_dir + "/" + name : config.checkpoint.dir;
@@ -338,6 +335,16 @@ Result<std::unique_ptr<HostTier>> HostTier::Start(const Config& config, Communic
               : server.status().WithPrefix("memory tier");
   }
   t->ring_ = PlaceBuddies(keys);
+  if (memory) {
+    // A root that lacks the id (or holds another) gets it: rank 0's shared one, or each host's.
+    const bool writer = config.checkpoint.local ? t->ring_.leader[t->rank_] : t->rank_ == 0;
+    Status wrote = writer && here_id != line ? WriteRunLine(config.checkpoint.dir, line) : Status::Ok();
+    ASSIGN_OR_RETURN(std::vector<double> ok, gather({wrote.ok() ? 1.0 : 0.0}));
+    if (!wrote.ok()) return wrote.WithPrefix("memory tier: the run line id");
+    if (std::find(ok.begin(), ok.end(), 0.0) != ok.end()) {
+      return FailedPrecondition("memory tier: another rank could not write the run line id (see its messages)");
+    }
+  }
   bool unreachable = false;
   for (int r = 0; r < t->ranks_ && t->ring_.hosts > 1; ++r) unreachable |= IsLoopback(t->peers_[r].ipv4);
   if (unreachable) {
@@ -385,7 +392,7 @@ Status HostTier::Replicate(int64_t step) const {
 }
 
 Result<std::vector<HeldChoice>> HostTier::Choose(int64_t at_least, std::vector<std::string>* skipped,
-                                                 bool* held_any) {
+                                                 int64_t* newest_any) {
   std::vector<double> mine = EncodeHeld(ListHeldSteps(root_, DefaultFileSystem()));
   auto gather = [&](const std::vector<double>& v) -> Result<std::vector<double>> {
     if (comm_ == nullptr) return v;
@@ -396,8 +403,11 @@ Result<std::vector<HeldChoice>> HostTier::Choose(int64_t at_least, std::vector<s
   mine.resize(width, 0.0);
   ASSIGN_OR_RETURN(std::vector<double> all, gather(mine));
   ASSIGN_OR_RETURN(auto by_rank, DecodeHeld(all, width, ranks_));
-  if (held_any != nullptr) {
-    *held_any = std::any_of(by_rank.begin(), by_rank.end(), [](const auto& h) { return !h.empty(); });
+  if (newest_any != nullptr) {
+    *newest_any = -1;
+    for (const auto& held : by_rank) {
+      for (const HeldStep& h : held) *newest_any = std::max(*newest_any, h.step);
+    }
   }
   return CompleteSteps(by_rank, at_least, skipped);
 }

@@ -149,9 +149,9 @@ class HostTier {
   // OK without a buddy (one host).
   Status Replicate(int64_t step) const;
   // What every rank's host holds (collective), and the steps held whole (CompleteSteps).
-  // `held_any` (may be null): whether any host holds any committed step at all.
+  // `newest_any` (may be null): the newest step any host holds, whole or not (-1: none).
   Result<std::vector<HeldChoice>> Choose(int64_t at_least, std::vector<std::string>* skipped,
-                                         bool* held_any = nullptr);
+                                         int64_t* newest_any = nullptr);
   // A file system that fetches the chosen step's missing files from their holders.
   std::unique_ptr<FetchingFileSystem> FetchingFor(const HeldChoice& c, FileSystem& base) const;
 

@@ -192,11 +192,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   } else if (t->checkpointer_->enabled()) {
     // A fresh run must not mix its checkpoints with another run's: a later resume would pick
     // whichever has the highest step number.
-    auto steps = CommittedSteps(config.checkpoint.dir);
-    if (steps.ok() && !steps->empty()) {
+    // Every rank decides together (with checkpoint.local each host sees only its own root).
+    ASSIGN_OR_RETURN(const int64_t newest, t->checkpointer_->NewestCommitted(/*any=*/true));
+    if (newest >= 0) {
       return InvalidArgument("checkpoint.dir " + config.checkpoint.dir +
                              " already holds committed checkpoints (newest: step " +
-                             std::to_string(steps->front()) +
+                             std::to_string(newest) +
                              "): set resume: auto to continue from them, or use another "
                              "checkpoint.dir for a fresh run");
     }

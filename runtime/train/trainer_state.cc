@@ -28,20 +28,22 @@ Status Trainer::ResumeFromCheckpoint() {
   // checkpoint.local, the newest step the hosts hold whole between them).
   std::optional<LoadedCheckpoint> loaded;
   const bool local = config_.checkpoint.local;
+  bool dirtied = false;  // a memory step loaded on some ranks, not on all
   if (memory_tier_) {
-    int64_t on_disk = -1;
-    if (local) {
-      ASSIGN_OR_RETURN(on_disk, checkpointer_->NewestHeld());
-    } else {
-      ASSIGN_OR_RETURN(const std::vector<int64_t> steps, CommittedSteps(config_.checkpoint.dir));
-      on_disk = steps.empty() ? -1 : steps.front();
-    }
-    ASSIGN_OR_RETURN(loaded, memory_tier_->ResumeFromHosts(*shards_, check, on_disk));
+    ASSIGN_OR_RETURN(const int64_t on_disk, checkpointer_->NewestCommitted(/*any=*/false));
+    ASSIGN_OR_RETURN(loaded, memory_tier_->ResumeFromHosts(*shards_, check, on_disk, &dirtied));
   }
   if (!loaded && local) {
     ASSIGN_OR_RETURN(loaded, checkpointer_->ResumeFromHosts(*shards_, check, -1));
   } else if (!loaded) {
     ASSIGN_OR_RETURN(loaded, checkpointer_->Resume(*shards_, check));
+  }
+  if (!loaded && dirtied) {
+    // Some ranks hold the memory step's state, the others the initial one, and no checkpoint
+    // overwrote both: not a state to train from. The failed snapshot is gone (ResumeFromHosts
+    // removed it), so the restart starts clean from step 0.
+    return IoError("the memory tier's snapshot loaded on some ranks only and the disk holds no "
+                   "checkpoint: stopping so that a restart starts from a clean state");
   }
   if (!loaded) return Status::Ok();
   const std::string where = ManifestPath(loaded->dir);

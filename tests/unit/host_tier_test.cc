@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -78,6 +79,16 @@ TEST(ReplicaChannel, RefusesWhatItMustNotServe) {
     EXPECT_EQ(GetFile(peer, kSecret, bad, local.str() + "/x", 5).code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_TRUE(ValidReplicaPath("step_00000004.tmp/shard_12.bin"));
+  // A refused put of a large file still gets the refusal, not a reset of the connection.
+  Spit(local.str() + "/big.bin", std::string(3 << 20, 'x'));
+  st = PutFile(peer, kSecret + 1, "step_1.tmp/shard_0.bin", local.str() + "/big.bin", 5);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_FALSE(std::filesystem::exists(server_root.str() + "/step_1.tmp/shard_0.bin"));
+  // A FIFO under the root does not block the server (opened non-blocking, refused as not a file).
+  ASSERT_EQ(::mkfifo((server_root.str() + "/step_1/fifo.bin").c_str(), 0644), 0);
+  st = GetFile(peer, kSecret, "step_1/fifo.bin", local.str() + "/x", 5);
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("not a regular file"), std::string::npos) << st.ToString();
 }
 
 TEST(ReplicaChannel, APutCutMidwayLeavesNoFile) {
