@@ -10,7 +10,8 @@
 // Rank -> supervisor, every body has "type":
 //   hello     {run_id, incarnation, rank, world_size, pid, host, secret}  first frame, once
 //   heartbeat {step, phase, collective_seq, compute_ms, unix_ms}          from a side thread
-//   commit    {step}                                                      a checkpoint committed
+//   commit    {step, tier: "disk" | "memory"}                               a checkpoint committed, or a
+//                                                                         snapshot held in memory
 //   catalog   {op, ...}: a catalog write the supervisor performs for the coordinator, which
 //             does not open the catalog itself under a supervisor (single writer):
 //             op "put"    {entry: CheckpointEntry as CheckpointEntryToJson writes it}

@@ -21,6 +21,8 @@ failure. The reduction order of every collective is fixed by rank, not by transp
   * the same with the memory tier (checkpoint.memory_interval_steps 2, each host's own /tmp, disk
     only at the end): the restart resumes from the newest snapshot in memory, the spare
     fetching host 2's shard from its replica on host 1; BIT-IDENTICAL to the fault-free launch;
+    and with no spare (elastic), host 1 alone resumes from its own shard and the replica at
+    dp 1: BIT-IDENTICAL;
   * host-local disks (checkpoint.local): half the run, then the rest on the hosts reversed,
     gathering the other host's shard: BIT-IDENTICAL; a lost host's shards are gone (exit 5,
     naming the shard);
@@ -193,6 +195,14 @@ try:
     tr.check(fetched is not None and int(fetched.group(1)) >= 2,
              "memory tier: the spare fetched the lost host's shard and the manifest from host 1", failures)
     tr.same_bits(ref_long, out, "lost host, memory tier, spare vs the fault-free launch", failures)
+    # The same loss with no spare (--elastic 1): host 1 holds its own shard and host 2's replica,
+    # so the shrunk job (dp 2 -> 1) resumes from memory, resharded on load.
+    subprocess.run(["ip", "-n", "tsh2", "link", "set", "eth0", "up"])
+    out, text = launch("elastic_memory", two_hosts, memory, ["--elastic", "1"],
+                       faults=[(after_step_10, lose_host_2)])
+    tr.check("dp 2 -> 1" in text and "resuming from the memory tier: step " in text,
+             "memory tier, elastic: the survivor resumes from its snapshots at dp 1", failures)
+    tr.same_bits(ref_long, out, "elastic restart from the memory tier vs the fault-free launch", failures)
 
     # Host-local disks (checkpoint.local, the root in each host's own /tmp): 12 of the 24 steps,
     # then the rest with the hosts' order reversed — each rank now on the other host gathers
