@@ -17,10 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(comm_fake_test comm_mpi_driver control_transport_test control_plane_test launcher_test
-         checkpointer_test)
+         checkpointer_test host_tier_test)
 # The GoogleTest suites of those files, and the MPI communicator's two CTest entries.
 suites='FakeComm|FakeRanks|Reduce|ControlTransport|ControlPlane|ControlProtocol|MpirunCommandTest'
 suites+='|MpirunSessionTest|ProcessSessionTest|Checkpointer|CheckpointerFaults|CheckpointerResume'
+suites+='|ReplicaChannel|HostTier'
 tests="^((${suites})\\.|comm_mpi_singleton\$|comm_mpi_collectives_np2\$)"
 bash tools/dev/install-deps.sh
 launcher=()
