@@ -132,7 +132,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     }
     ASSIGN_OR_RETURN(c->host_, HostTier::Start(config, dp, log, HostTierKind::kLocalDisk));
   }
-  if (c->enabled() && c->coordinates()) {
+  if (c->enabled() && c->rank_ == 0 && !c->host_) {
     RETURN_IF_ERROR(MakeDirsDurably(c->root_, fs));  // a new root must survive a power loss
   }
   if (c->enabled() && c->rank_ == 0) {
@@ -149,8 +149,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
     }
   }
   if (c->enabled() && c->coordinates()) {
-    // The single writer's sweep (each host's leader, of its own root, with checkpoint.local) (commit.h SweepRoot): what an earlier run left half-written (a
-    // save killed or failed midway) never lingers, and the log says it was there; a crash
+    // The single writer's sweep (commit.h SweepRoot; with checkpoint.local each host's leader
+    // sweeps its own root): what an earlier run left half-written (a save killed or failed
+    // midway) never lingers, and the log says it was there; a crash
     // between the two renames of a re-run's commit leaves that committed checkpoint as
     // step_<N>.old, which a resume listing would otherwise skip for an older one.
     Result<std::vector<std::string>> swept = SweepRoot(c->root_, fs);
