@@ -9,8 +9,8 @@
 // The backward is the dual: the outputs' gradients are dispatched like the inputs and the
 // inputs' gradients returned like the outputs (models/moe.cc).
 // Rows arrive grouped by source rank, then by the receiver's local expert (the order the
-// sender's plan put them in): segment (source, local expert) is contiguous, and the experts
-// run one GEMM per segment.
+// sender's plan put them in); models/moe.cc regroups them by local expert, so each expert
+// runs one GEMM over all its rows.
 // Failures: as tensor_parallel.h — every wait is bounded by the group's comm.timeout_s (a hung
 // ep peer is a named timeout); the first failure is kept in status(), aborts the group and
 // turns every later exchange into a no-op; the trainer checks status() after each

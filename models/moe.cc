@@ -80,24 +80,22 @@ float* MoeLayer::Activation(const StepContext& step, const Tensor& act_out, cons
 }
 
 // The routed experts on their rows x (fp32, x_rows's values; s.segment): fc, activation,
-// out projection, one GEMM per segment (a local expert's rows from one source). Fills fc_out
-// and act_out; writes the outputs, fp32, to y.
+// out projection, one GEMM per local expert over all its rows (s.segment). Fills fc_out and
+// act_out; writes the outputs, fp32, to y.
 void MoeLayer::Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w,
                        const float* x, float* y) const {
   Backend& be = *step.backend;
   const ActivationStore store(d_.act_dtype);
-  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim(), El = d_.local_experts();
+  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim();
   const int64_t rows = s.segment.empty() ? 0 : s.segment.back();
   float* fc = store.Working(step, s.fc_out);
-  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
-    const int64_t e = i % El;
+  ForEachExpertRows(s.segment, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearForward(fc + b * FC, x + b * C, ExpertSlice(w.fc_w, e, FC * C),
                      ExpertSlice(w.fc_b, e, Fe), n, C, FC);
   });
   store.CommitRows(step, s.fc_out, fc, rows);
   const float* act = Activation(step, s.act_out, fc, rows, Fe);
-  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
-    const int64_t e = i % El;
+  ForEachExpertRows(s.segment, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearForward(y + b * C, act + b * Fe, ExpertSlice(w.out_w, e, C * Fe),
                      ExpertSlice(w.out_b, e, C), n, Fe, C);
   });
@@ -116,17 +114,34 @@ void MoeLayer::PlanExchange(MoeSaved& s) const {
   if (!d_.ep->status().ok()) std::fill(recv.begin(), recv.end(), 0);
   s.rows_to.assign(static_cast<size_t>(P), 0);
   s.rows_from.assign(static_cast<size_t>(P), 0);
-  s.segment.assign(1, 0);
+  // recv[p * El + le]: rows source p sends local expert le, arriving in that order.
+  s.segment.assign(static_cast<size_t>(El + 1), 0);
   for (int p = 0; p < P; ++p) {
     for (int64_t le = 0; le < El; ++le) {
-      const size_t i = static_cast<size_t>(p * El + le);
-      s.rows_to[static_cast<size_t>(p)] += send[i];
-      s.rows_from[static_cast<size_t>(p)] += recv[i];
-      s.segment.push_back(s.segment.back() + recv[i]);
+      const int32_t n = recv[static_cast<size_t>(p * El + le)];
+      s.rows_to[static_cast<size_t>(p)] += send[static_cast<size_t>(p * El + le)];
+      s.rows_from[static_cast<size_t>(p)] += n;
+      s.segment[static_cast<size_t>(le + 1)] += n;
     }
   }
+  for (int64_t le = 0; le < El; ++le) s.segment[le + 1] += s.segment[le];
+  const int64_t rows = s.segment.back();
   // Peers run the same config, so no rank can be sent more than the worst case.
-  TESSERA_CHECK(s.segment.back() <= d_.max_expert_rows());
+  TESSERA_CHECK(rows <= d_.max_expert_rows());
+  // Regrouped: expert le's rows from source 0, then 1, ...
+  s.by_expert.resize(static_cast<size_t>(rows));
+  s.by_source.resize(static_cast<size_t>(rows));
+  std::vector<int64_t> next(s.segment.begin(), s.segment.end() - 1);
+  int32_t arrived = 0;
+  for (int p = 0; p < P; ++p) {
+    for (int64_t le = 0; le < El; ++le) {
+      for (int32_t j = 0; j < recv[static_cast<size_t>(p * El + le)]; ++j, ++arrived) {
+        const int64_t r = next[static_cast<size_t>(le)]++;
+        s.by_expert[static_cast<size_t>(r)] = arrived;
+        s.by_source[static_cast<size_t>(arrived)] = static_cast<int32_t>(r);
+      }
+    }
+  }
 }
 
 void MoeLayer::RunExperts(StepContext& step, MoeSaved& s, const MoeWeights& w, const float* x,
@@ -141,12 +156,16 @@ void MoeLayer::RunExperts(StepContext& step, MoeSaved& s, const MoeWeights& w, c
   }
   Arena& ws = *step.workspace;
   PlanExchange(s);
+  const int64_t Mx = d_.max_expert_rows(), rows = s.segment.back();
+  float* arrived = ws.Allocate(DType::kF32, {Mx, C}).f32();
+  d_.ep->ExchangeRows(x, s.rows_to, arrived, s.rows_from, C);
   float* x_in = store.Working(step, s.x_rows);
-  d_.ep->ExchangeRows(x, s.rows_to, x_in, s.rows_from, C);
-  store.CommitRows(step, s.x_rows, x_in, s.segment.back());
-  float* y_out = ws.Allocate(DType::kF32, {d_.max_expert_rows(), C}).f32();
+  step.backend->MoeGather(x_in, arrived, s.by_expert.data(), rows, C);
+  store.CommitRows(step, s.x_rows, x_in, rows);
+  float* y_out = ws.Allocate(DType::kF32, {Mx, C}).f32();
   Experts(step, s, w, x_in, y_out);
-  d_.ep->ExchangeRows(y_out, s.rows_from, y, s.rows_to, C);
+  step.backend->MoeGather(arrived, y_out, s.by_source.data(), rows, C);
+  d_.ep->ExchangeRows(arrived, s.rows_from, y, s.rows_to, C);
 }
 
 // out += shared(h): fc, activation, out projection over all R tokens (the projection's output
@@ -197,7 +216,7 @@ void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const flo
               s.scores.f32(), s.expert.i32(), s.gate.f32(), R);
   s.offset.assign(static_cast<size_t>(E + 1), 0);
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);
-  const int64_t rows = be.MoePlan(s.expert.i32(), s.gate.f32(), R, k, E, d_.capacity(),
+  const int64_t rows = be.MoePlan(s.expert.i32(), s.scores.f32(), R, k, E, d_.capacity(),
                                   s.row_of.i32(), s.token_of_row.i32(), s.offset.data(),
                                   counts.data());
   if (record) {
@@ -351,29 +370,31 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
 
 // The experts' backward on their rows (dispatched there and back under ep), dual of
 // RunExperts: d_x (this rank's rows) from d_y (this rank's rows); weight gradients accumulate
-// segment by segment.
+// one GEMM per local expert.
 void MoeLayer::ExpertsBackward(StepContext& step, const MoeSaved& s, const Tensor& act_out,
                                const MoeWeights& w, const MoeGrads& g, const float* d_y,
                                float* d_x) const {
   Backend& be = *step.backend;
   Arena& ws = *step.workspace;
   const ActivationStore store(d_.act_dtype);
-  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim(), El = d_.local_experts();
+  const int64_t C = d_.C, Fe = d_.Fe, FC = d_.fc_dim();
   const int64_t Mx = d_.max_expert_rows();
   const int64_t rows = s.segment.empty() ? 0 : s.segment.back();
   const float* dy = d_y;
   float* dx = d_x;
+  float* arrived = nullptr;  // under ep: rows in the order they arrive (by source)
   if (d_.ep != nullptr) {
-    float* in = ws.Allocate(DType::kF32, {Mx, C}).f32();
-    d_.ep->ExchangeRows(d_y, s.rows_to, in, s.rows_from, C);
-    dy = in;
+    arrived = ws.Allocate(DType::kF32, {Mx, C}).f32();
+    d_.ep->ExchangeRows(d_y, s.rows_to, arrived, s.rows_from, C);
+    float* by_expert = ws.Allocate(DType::kF32, {Mx, C}).f32();
+    be.MoeGather(by_expert, arrived, s.by_expert.data(), rows, C);
+    dy = by_expert;
     dx = ws.Allocate(DType::kF32, {Mx, C}).f32();
   }
   // y_e = out_e(act_e)
   Tensor d_act = ws.Allocate(DType::kF32, {Mx, Fe});
   const float* act = store.ReadRows(step, act_out, rows);
-  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
-    const int64_t e = i % El;
+  ForEachExpertRows(s.segment, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearBackward(d_act.f32() + b * Fe, ExpertSlice(g.out_w, e, C * Fe),
                       ExpertSlice(g.out_b, e, C), dy + b * C, act + b * Fe,
                       ExpertSlice(w.out_w, e, C * Fe), n, Fe, C);
@@ -388,12 +409,14 @@ void MoeLayer::ExpertsBackward(StepContext& step, const MoeSaved& s, const Tenso
   }
   // fc_out_e = fc_e(x_e)
   const float* x = store.ReadRows(step, s.x_rows, rows);
-  ForEachExpertRows(s.segment, [&](int64_t i, int64_t b, int64_t n) {
-    const int64_t e = i % El;
+  ForEachExpertRows(s.segment, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearBackward(dx + b * C, ExpertSlice(g.fc_w, e, FC * C), ExpertSlice(g.fc_b, e, Fe),
                       d_fc.f32() + b * FC, x + b * C, ExpertSlice(w.fc_w, e, FC * C), n, C, FC);
   });
-  if (d_.ep != nullptr) d_.ep->ExchangeRows(dx, s.rows_from, d_x, s.rows_to, C);
+  if (d_.ep != nullptr) {
+    be.MoeGather(arrived, dx, s.by_source.data(), rows, C);
+    d_.ep->ExchangeRows(arrived, s.rows_from, d_x, s.rows_to, C);
+  }
 }
 
 }  // namespace tessera

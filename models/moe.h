@@ -6,7 +6,8 @@
 //                                         selection biased by the layer's routing bias (zero
 //                                         unless balancing moved it or a file set it)
 //   plan                                  dropless, or each expert keeps its ceil(R*k/E*factor)
-//                                         assignments of largest gate; a dropped assignment
+//                                         assignments of highest score s_t[e] (the router
+//                                         probability); a dropped assignment
 //                                         adds nothing (the token keeps its residual)
 //   x_rows = h gathered in expert order   (rows, C)
 //   per expert e: y_e = out_e(act(fc_e(x_e)))   one GEMM per expert over its rows (grouped)
@@ -33,10 +34,11 @@
 // sequence parallelism with experts is refused by the config.
 // Expert parallelism (MoeDims::ep): the rank holds E/ep of the experts. It routes and plans
 // its own tokens over all E experts as above; the planned rows (in expert order, so each
-// peer's are contiguous) are dispatched to the experts' ranks (expert_parallel.h), the
-// experts run one GEMM per (source rank, local expert) segment of what arrived, and the
-// outputs return to their tokens' rank for the combine. The backward is the dual. A row's
-// values are those ep = 1 computes; weight gradients add the sources' segments in rank order.
+// peer's are contiguous) are dispatched to the experts' ranks (expert_parallel.h). What
+// arrives (by source rank, then local expert) is regrouped by local expert, sources in rank
+// order, so each local expert runs one GEMM over all its rows: the rows and their order are
+// those one rank computes for the same global batch. The outputs go back to source order and
+// return to their tokens' rank for the combine. The backward is the dual.
 // Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
 #pragma once
 
@@ -142,10 +144,13 @@ struct MoeSaved {
   Tensor shared_act_out;  // (R, S)           [selective: recomputed]
   std::vector<int64_t> offset;  // (E + 1) each expert's first row of this rank's (host)
   // The rows the experts compute, in segments of one local expert each (segment i is local
-  // expert i % local_experts): = offset without ep; under ep (ep * E/ep + 1) offsets over
-  // (source rank, local expert), and the rows exchanged with each peer.
+  // expert i): = offset without ep; under ep (E/ep + 1) offsets, each expert's rows from
+  // every source in rank order, and the rows exchanged with each peer.
   std::vector<int64_t> segment;
   std::vector<int64_t> rows_to, rows_from;
+  // Under ep, the regrouping of what arrived: expert-ordered row r is arrived row
+  // by_expert[r]; arrived row a is expert-ordered row by_source[a] (both (rows) i32, host).
+  std::vector<int32_t> by_expert, by_source;
   // The auxiliary losses' gradient, unscaled (the backward multiplies by the step's scale).
   std::vector<float> switch_coef;  // (E) or empty
   std::vector<float> seq_coef;     // (B, E) or empty
@@ -194,7 +199,8 @@ class MoeLayer {
  private:
   void Experts(StepContext& step, const MoeSaved& s, const MoeWeights& w, const float* x,
                float* y) const;
-  // Under ep: the counts exchange and the segments, rows_to and rows_from it gives.
+  // Under ep: the counts exchange and the segments, rows_to, rows_from and the regrouping
+  // it gives.
   void PlanExchange(MoeSaved& s) const;
   // x (the gathered rows, fp32) through the experts into y's working copy (fp32, returned
   // committed to s.y's storage by the caller): locally, or dispatched and returned under ep.

@@ -67,6 +67,8 @@ Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_p
     }
     params += M * (E * C + 3 * S * C + El * 3 * Fe * C);
     acts += M * (tokens * (k * C + 2 * E + 3 * S) + expert_rows * (C + 3 * Fe));
+    // Under ep, one block at a time: the arrived rows and their regrouped copies (workspace).
+    if (ep > 1) acts += expert_rows * 3 * C;
   }
   const double bytes = 4.0 * ((owns_params ? 2 * params : 0.0) + acts) + 4.0 * kLogitsScratchFloats;
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);

@@ -66,15 +66,14 @@ void Pass(const MoeLayer& layer, Backend& be, Arena& act, Arena& ws, const float
   layer.Backward(step, h, d_out, d_h, saved, saved.act_out, saved.shared_act_out, w.w(), w.g());
 }
 
-// The grouped GEMMs of one forward + backward with the plan's row counts: per expert
-// segment (s.segment: a local expert's rows, from one source under ep), fc and out projections
-// and their backward (input and weight gradients).
+// The grouped GEMMs of one forward + backward with the plan's row counts: per local expert
+// (s.segment: its rows, from every source under ep), fc and out projections and their backward
+// (input and weight gradients).
 void GroupedGemms(Backend& be, const MoeDims& d, const std::vector<int64_t>& segment,
                   std::vector<float>& x, std::vector<float>& fc, std::vector<float>& act,
                   std::vector<float>& y, Weights& w) {
-  const int64_t C = d.C, Fe = d.Fe, FC = d.fc_dim(), El = d.local_experts();
-  ForEachExpertRows(segment, [&](int64_t i, int64_t b, int64_t n) {
-    const int64_t e = i % El;
+  const int64_t C = d.C, Fe = d.Fe, FC = d.fc_dim();
+  ForEachExpertRows(segment, [&](int64_t e, int64_t b, int64_t n) {
     be.LinearForward(fc.data() + b * FC, x.data() + b * C, w.fc.data() + e * FC * C, nullptr, n, C, FC);
     be.LinearForward(y.data() + b * C, act.data() + b * Fe, w.out.data() + e * C * Fe, nullptr, n, Fe, C);
     be.LinearBackward(act.data() + b * Fe, w.g_out.data() + e * C * Fe, nullptr, y.data() + b * C,

@@ -156,7 +156,7 @@ class Backend {
   // The plan's offset(E + 1) and counts(E) are host memory the caller reads to loop over the
   // experts (a device backend copies them back); a measuring backend writes an empty plan
   // (offsets 0, counts unchanged) and returns 0.
-  virtual int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k,
+  virtual int64_t MoePlan(const int32_t* expert, const float* scores, int64_t R, int64_t k,
                           int64_t E, int64_t capacity, int32_t* row_of, int32_t* token_of_row,
                           int64_t* offset, int64_t* counts) = 0;
   virtual void MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,

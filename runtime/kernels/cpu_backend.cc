@@ -193,10 +193,10 @@ void CpuBackend::MoeRouteBackward(const MoeRouterSpec& spec, const float* scores
                                   int64_t R) {
   cpu::MoeRouteBackward(spec, scores, expert, d_gate, d_logits, R);
 }
-int64_t CpuBackend::MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k,
+int64_t CpuBackend::MoePlan(const int32_t* expert, const float* scores, int64_t R, int64_t k,
                             int64_t E, int64_t capacity, int32_t* row_of, int32_t* token_of_row,
                             int64_t* offset, int64_t* counts) {
-  return cpu::MoePlan(expert, gate, R, k, E, capacity, row_of, token_of_row, offset, counts);
+  return cpu::MoePlan(expert, scores, R, k, E, capacity, row_of, token_of_row, offset, counts);
 }
 void CpuBackend::MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,
                            int64_t C) {

@@ -92,7 +92,7 @@ class MeasuringBackend final : public Backend {
                 int32_t* expert, float* gate, int64_t R) override;
   void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores, const int32_t* expert,
                         const float* d_gate, float* d_logits, int64_t R) override;
-  int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k, int64_t E,
+  int64_t MoePlan(const int32_t* expert, const float* scores, int64_t R, int64_t k, int64_t E,
                   int64_t capacity, int32_t* row_of, int32_t* token_of_row, int64_t* offset,
                   int64_t* counts) override;
   void MoeGather(float* rows, const float* x, const int32_t* token_of_row, int64_t n,

@@ -220,13 +220,21 @@ TEST_P(EpModel, MatchesOneRankOnTheSameMicroBatches) {
     const Outcome got = RunEp(config, k.ep, skew);
     for (const Status& s : got.status) ASSERT_TRUE(s.ok()) << s.ToString();
     const Outcome want = RunOne(config, k.ep, skew);
+    double worst_loss = 0.0;
     for (int r = 0; r < k.ep; ++r) {
-      // A row's values do not depend on where its expert runs.
-      EXPECT_EQ(got.loss[r], want.loss[r]) << "rank " << r;
+      // An ep expert's GEMM runs over every source's rows, the one rank's over one
+      // micro-batch's: sgemm's rows may round differently with the row count (observed: the
+      // last bit or two), never enough to move a routing decision here.
+      worst_loss = std::max(worst_loss, std::abs(got.loss[r] - want.loss[r]) / want.loss[r]);
       EXPECT_EQ(got.counts[r], want.counts[r]) << "rank " << r;
     }
-    // Expert gradients add the sources' rows segment by segment instead of one GEMM over
-    // all of them: close, not always the same bits.
+    EXPECT_LT(worst_loss, 1e-6);
+    char loss_figure[32];
+    std::snprintf(loss_figure, sizeof loss_figure, "%.3g", worst_loss);
+    RecordProperty(skew ? "worst_loss_skewed" : "worst_loss", loss_figure);
+    // An ep expert's weight gradient is one GEMM over every source's rows; the one rank
+    // here runs the micro-batches one after the other and adds their GEMMs: close, not
+    // always the same bits.
     const double worst = CompareGrads(config, k.ep, got, want);
     EXPECT_LT(worst, 1e-6);
     char figure[32];

@@ -137,10 +137,10 @@ TEST(MoeRoute, BackwardMatchesFiniteDifferences) {
 TEST(MoePlan, DroplessGroupsByExpertInTokenOrder) {
   // Three tokens, k = 2, three experts.
   const std::vector<int32_t> expert = {2, 0, 0, 1, 2, 1};
-  const std::vector<float> gate = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f};
+  const std::vector<float> scores(9, 0.3f);
   std::vector<int32_t> row_of(6), token_of_row(6);
   std::vector<int64_t> offset(4), counts(3, 0);
-  EXPECT_EQ(cpu::MoePlan(expert.data(), gate.data(), 3, 2, 3, -1, row_of.data(),
+  EXPECT_EQ(cpu::MoePlan(expert.data(), scores.data(), 3, 2, 3, -1, row_of.data(),
                          token_of_row.data(), offset.data(), counts.data()),
             6);
   EXPECT_EQ(offset, (std::vector<int64_t>{0, 2, 4, 6}));
@@ -149,32 +149,57 @@ TEST(MoePlan, DroplessGroupsByExpertInTokenOrder) {
   EXPECT_EQ(row_of, (std::vector<int32_t>{4, 0, 1, 2, 5, 3}));
 }
 
-TEST(MoePlan, CapacityKeepsTheLargestGatesAndCountsBeforeDropping) {
-  // Four tokens all choose expert 0 first; capacity 2 keeps tokens 1 and 3 (gates 0.9, 0.8).
-  const std::vector<int32_t> expert = {0, 1, 0, 1, 0, 1, 0, 1};
-  const std::vector<float> gate = {0.5f, 0.5f, 0.9f, 0.1f, 0.5f, 0.5f, 0.8f, 0.2f};
+TEST(MoePlan, CapacityKeepsTheHighestProbabilitiesAndCountsBeforeDropping) {
+  // Four tokens choose experts 0 and 1 (k = 2 of E = 3); capacity 2. Scores (R, E):
+  //   token 0: 0.60 0.30 0.10   gates after normalisation 0.67 0.33
+  //   token 1: 0.45 0.05 0.50   (its top two are 2 and 0; it does not choose expert 1)
+  //   token 2: 0.20 0.10 0.70
+  //   token 3: 0.50 0.40 0.10
+  const std::vector<float> scores = {0.60f, 0.30f, 0.10f, 0.45f, 0.05f, 0.50f,
+                                     0.20f, 0.10f, 0.70f, 0.50f, 0.40f, 0.10f};
+  const std::vector<int32_t> expert = {0, 1, 2, 0, 2, 0, 0, 1};
   std::vector<int32_t> row_of(8), token_of_row(8);
-  std::vector<int64_t> offset(3), counts(2, 0);
-  const int64_t rows = cpu::MoePlan(expert.data(), gate.data(), 4, 2, 2, 2, row_of.data(),
+  std::vector<int64_t> offset(4), counts(3, 0);
+  const int64_t rows = cpu::MoePlan(expert.data(), scores.data(), 4, 2, 3, 2, row_of.data(),
                                     token_of_row.data(), offset.data(), counts.data());
-  EXPECT_EQ(rows, 4);
-  EXPECT_EQ(counts, (std::vector<int64_t>{4, 4}));
-  EXPECT_EQ(row_of[0], -1);
-  EXPECT_EQ(row_of[2], 0);
-  EXPECT_EQ(row_of[6], 1);
-  // Expert 1: gates 0.5, 0.1, 0.5, 0.2: the two 0.5s (tokens 0 and 2), in token order.
-  EXPECT_EQ(row_of[1], 2);
-  EXPECT_EQ(row_of[5], 3);
+  // Expert 0 is chosen by all four tokens (probabilities 0.60, 0.45, 0.20, 0.50): tokens 0
+  // and 3 stay, tokens 1 and 2 are dropped; the counts are taken before dropping.
+  EXPECT_EQ(counts, (std::vector<int64_t>{4, 2, 2}));
+  EXPECT_EQ(rows, 6);
+  EXPECT_EQ(offset, (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(row_of[0], 0);   // token 0, expert 0
+  EXPECT_EQ(row_of[3], -1);  // token 1, expert 0: dropped
+  EXPECT_EQ(row_of[5], -1);  // token 2, expert 0: dropped
+  EXPECT_EQ(row_of[6], 1);   // token 3, expert 0
+  EXPECT_EQ(row_of[1], 2);   // expert 1: tokens 0 and 3, both kept
+  EXPECT_EQ(row_of[7], 3);
+  EXPECT_EQ(row_of[2], 4);   // expert 2: tokens 1 and 2
+  EXPECT_EQ(row_of[4], 5);
+}
+
+TEST(MoePlan, CapacityRanksByProbabilityNotByNormalisedGate) {
+  // Two tokens on expert 0 with capacity 1. Token 0's probability is higher (0.6 > 0.45),
+  // token 1's normalised gate is higher (0.45 / 0.5 = 0.9 > 0.6 / 0.9 = 0.67): token 0 stays.
+  const std::vector<float> scores = {0.60f, 0.30f, 0.45f, 0.05f};
+  const std::vector<int32_t> expert = {0, 1, 0, 1};
+  std::vector<int32_t> row_of(4), token_of_row(4);
+  std::vector<int64_t> offset(3), counts(2, 0);
+  cpu::MoePlan(expert.data(), scores.data(), 2, 2, 2, 1, row_of.data(), token_of_row.data(),
+               offset.data(), counts.data());
+  EXPECT_EQ(row_of[0], 0);
+  EXPECT_EQ(row_of[2], -1);
+  // Expert 1: probabilities 0.30 and 0.05: token 0 stays.
+  EXPECT_EQ(row_of[1], 1);
   EXPECT_EQ(row_of[3], -1);
 }
 
 TEST(MoeCombine, BackwardsAreTheDuals) {
   const int64_t R = 4, k = 2, C = 3, E = 3;
   const std::vector<int32_t> expert = {0, 1, 2, 0, 1, 2, 0, 2};
-  const std::vector<float> gate = Random(R * k, 5);
+  const std::vector<float> gate = Random(R * k, 5), scores = Random(R * E, 9);
   std::vector<int32_t> row_of(R * k), token_of_row(R * k);
   std::vector<int64_t> offset(E + 1), counts(E, 0);
-  const int64_t rows = cpu::MoePlan(expert.data(), gate.data(), R, k, E, 2, row_of.data(),
+  const int64_t rows = cpu::MoePlan(expert.data(), scores.data(), R, k, E, 2, row_of.data(),
                                     token_of_row.data(), offset.data(), counts.data());
   const std::vector<float> x = Random(R * C, 6), y = Random(rows * C, 7), d_out = Random(R * C, 8);
   // <d_out, combine(y)> = <d_y, y> + ...: check d_y and d_gate against the definitions.

@@ -14,8 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "models/block.h"
+#include "models/moe.h"
 #include "models/param_layout.h"
 #include "models/transformer.h"
+#include "runtime/kernels/cpu_backend.h"
+#include "runtime/kernels/measuring_backend.h"
 
 namespace tessera {
 namespace {
@@ -88,19 +92,37 @@ struct Case {
   ModelFamily family;
   Router router;
   RecomputePolicy policy;
+  float capacity_factor = 0.0f;  // 0: dropless
+  int64_t layer_interval = 1;    // > 1: three blocks, MoE blocks 0 and 2 (a dense one between)
 };
+
+ModelConfig CaseConfig(const Case& c) {
+  ModelConfig config = TinyMoe(c.family, c.router, c.policy);
+  config.moe.capacity_factor = c.capacity_factor;
+  if (c.layer_interval > 1) {
+    config.num_layers = 3;
+    config.moe.first_dense_layers = 0;
+    config.moe.layer_interval = c.layer_interval;
+  }
+  return config;
+}
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return std::string(ModelFamilyName(info.param.family)) +
          (info.param.router == Router::kMixtral ? "_mixtral_" : "_deepseek_") +
-         RecomputePolicyName(info.param.policy);
+         RecomputePolicyName(info.param.policy) +
+         (info.param.capacity_factor > 0 ? "_capacity" : "") +
+         (info.param.layer_interval > 1 ? "_interval" : "");
 }
 
 class MoeGradCheck : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLosses) {
   const Case c = GetParam();
-  const ModelConfig config = TinyMoe(c.family, c.router, c.policy);
+  const ModelConfig config = CaseConfig(c);
+  if (c.layer_interval > 1) {
+    ASSERT_TRUE(config.is_moe_layer(0) && !config.is_moe_layer(1) && config.is_moe_layer(2));
+  }
   auto m = Make(config);
   m->InitRandom(7);
   // A non-zero balancing bias, as after some training: selection then differs from scores.
@@ -179,7 +201,9 @@ TEST_P(MoeGradCheck, EveryPolicyGivesBitIdenticalGradients) {
   std::vector<float> reference;
   double reference_loss = 0;
   for (RecomputePolicy p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
-    auto m = Make(TinyMoe(c.family, c.router, p));
+    Case with_policy = c;
+    with_policy.policy = p;
+    auto m = Make(CaseConfig(with_policy));
     m->InitRandom(5);
     m->ZeroGrads();
     const double loss = m->ForwardBackward(in.data(), tg.data(), 0.5f);
@@ -204,7 +228,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone},
                       Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kFull},
                       Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kNone},
-                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kSelective}),
+                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kSelective},
+                      // capacity 0.75: ceil(16 * 2 / 4 * 0.75) = 6 of ~8 rows per expert kept
+                      Case{ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone, 0.75f},
+                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kFull, 0.75f},
+                      Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone, 0.0f, 2}),
     CaseName);
 
 TEST(MoeModel, TrainingForwardsRecordStatisticsAndEvaluationDoesNot) {
@@ -230,7 +258,7 @@ TEST(MoeModel, TrainingForwardsRecordStatisticsAndEvaluationDoesNot) {
   EXPECT_EQ(m->moe_layers()[0].counts, before);
 }
 
-TEST(MoeModel, CapacityDropsTheLowestGatesAndDroppedTokensKeepTheirResidual) {
+TEST(MoeModel, CapacityDropsAssignmentsAndCountsThemBeforeDropping) {
   ModelConfig c = TinyMoe(ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone);
   c.moe.capacity_factor = 0.5f;  // ceil(16 * 2 / 4 * 0.5) = 4 of ~8 per expert
   auto m = Make(c);
@@ -243,6 +271,56 @@ TEST(MoeModel, CapacityDropsTheLowestGatesAndDroppedTokensKeepTheirResidual) {
     EXPECT_LE(s.kept, 4 * 4);
     EXPECT_LT(s.kept, s.assigned);
   }
+}
+
+// The sublayer alone (no shared experts) at capacity 2 per expert: a token whose every
+// assignment was dropped gets an output row of exact zeros, so its block passes on its
+// residual unchanged; a kept token gets its experts' output.
+TEST(MoeLayer, ATokenWithEveryAssignmentDroppedKeepsItsResidual) {
+  ModelConfig c = TinyMoe(ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone);
+  c.moe.capacity_factor = 0.25f;  // ceil(16 * 2 / 4 * 0.25) = 2 rows per expert, 8 of 32
+  const MoeDims d = MoeDims::Of(c, kB, kT, DType::kF32);
+  ASSERT_EQ(d.capacity(), 2);
+  const MoeLayer layer(d);
+  const int64_t R = d.R(), C = d.C, E = d.E();
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(gen);
+    return v;
+  };
+  const std::vector<float> router = random(E * C), fc = random(E * d.fc_dim() * C),
+                           out_w = random(E * C * d.Fe), h = random(R * C);
+  MoeWeights w;
+  w.router = router.data();
+  w.fc_w = fc.data();
+  w.out_w = out_w.data();
+  MoeLayerState state(E);
+  MoeSaved saved;
+  MeasuringBackend measuring;
+  Arena m_act = measuring.MakeArena(MemoryKind::kActivations, 0, nullptr);
+  Arena m_ws = measuring.MakeArena(MemoryKind::kWorkspace, 0, nullptr);
+  StepContext measure{&measuring, &m_act, &m_ws, 1.0f};
+  layer.Forward(measure, m_act, m_act, nullptr, nullptr, saved, w, state, false);
+  CpuBackend be;
+  Arena act = be.MakeArena(MemoryKind::kActivations, m_act.peak(), nullptr);
+  Arena ws = be.MakeArena(MemoryKind::kWorkspace, m_ws.peak(), nullptr);
+  StepContext step{&be, &act, &ws, 1.0f};
+  std::vector<float> out(static_cast<size_t>(R * C), 1.0f);
+  layer.Forward(step, act, act, h.data(), out.data(), saved, w, state, true);
+  EXPECT_EQ(state.kept, 8);
+  int dropped = 0, kept = 0;
+  for (int64_t t = 0; t < R; ++t) {
+    const int32_t* rows = saved.row_of.i32() + t * d.k();
+    const bool all_dropped = std::all_of(rows, rows + d.k(), [](int32_t r) { return r < 0; });
+    const float* o = out.data() + t * C;
+    const bool zero = std::all_of(o, o + C, [](float x) { return x == 0.0f; });
+    EXPECT_EQ(zero, all_dropped) << "token " << t;
+    (all_dropped ? dropped : kept) += 1;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(kept, 0);
 }
 
 TEST(MoeModel, CapacityIsTheWrittenFactorsCeilingNotTheFloatsNeighbour) {

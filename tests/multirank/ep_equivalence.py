@@ -60,8 +60,10 @@ for zero in (0, 1, 2, 3):
     close(ref2, out, f"ep=2 zero {zero}")
 out = run("ep4", 4, ["parallel.ep=4"])
 close(ref4, out, "ep=4")
-out = run("ep2_dp2_zero2", 4, ["parallel.ep=2", "parallel.dp=2", "parallel.zero=2"])
-close(ref4, out, "ep=2 x dp=2 zero 2")
+# dp = 2: every expert's state is sharded over its expert-data-parallel group of two ranks.
+for zero in (1, 2, 3):
+    out = run(f"ep2_dp2_zero{zero}", 4, ["parallel.ep=2", "parallel.dp=2", f"parallel.zero={zero}"])
+    close(ref4, out, f"ep=2 x dp=2 zero {zero}")
 
 cap = ["model.moe.capacity_factor=1.0"]
 cap_ref = run("ref_accum2_capacity", 1, ["train.grad_accum_steps=2"] + cap)

@@ -159,6 +159,87 @@ TEST(HfMoe, EitherDialectLoadsAndAMissingExpertIsNamed) {
   EXPECT_EQ(bigger.buffers, before);
 }
 
+// Rewrites the safetensors file at `in` into `out`, every tensor as read (f32), with `edit`
+// applied to the list first (tensors may be changed, removed or added).
+template <typename Edit>
+void Rewrite(const std::string& in, const std::string& out, Edit edit) {
+  auto file = SafetensorsFile::Open(in);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  std::vector<std::vector<float>> data;
+  std::vector<SafetensorsTensorOut> tensors;
+  for (const SafetensorsTensorInfo& t : (*file)->tensors()) {
+    data.emplace_back(static_cast<size_t>(t.numel()));
+    ASSERT_TRUE((*file)->ReadAsF32(t, data.back().data()).ok());
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    const SafetensorsTensorInfo& t = (*file)->tensors()[i];
+    tensors.push_back({t.name, t.shape, data[i].data(), DType::kF32, DType::kF32});
+  }
+  std::vector<float> extra(4096, 0.5f);
+  edit(tensors, extra.data());
+  ASSERT_TRUE(WriteSafetensors(out, tensors, {{"format", "pt"}}).ok());
+}
+
+TEST(HfMoe, QwenMoesGatedSharedExpertIsRefusedByName) {
+  testing::ScopedTempDir dir("hf_moe_qwen_shared");
+  ModelConfig c = Moe(false);  // sigmoid, one shared expert: Qwen / DeepSeek names
+  Params out(c, 1.0f);
+  const std::string path = dir / "m.safetensors", qwen = dir / "qwen.safetensors";
+  ASSERT_TRUE(ExportHfWeights(path, c, out.params).ok());
+  // Qwen2-MoE's layout: a singular shared_expert whose output a sigmoid gate scales.
+  Rewrite(path, qwen, [&](std::vector<SafetensorsTensorOut>& t, const float* extra) {
+    for (SafetensorsTensorOut& x : t) {
+      const size_t at = x.name.find("mlp.shared_experts.");
+      if (at != std::string::npos) x.name.replace(at, 19, "mlp.shared_expert.");
+    }
+    t.push_back({"model.layers.1.mlp.shared_expert_gate.weight", Shape({1, c.hidden_size}), extra,
+                 DType::kF32, DType::kF32});
+  });
+  Params in(c, 9.0f);
+  const std::vector<std::vector<float>> before = in.buffers;
+  Status s = LoadHfWeights(qwen, c, in.params);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model.layers.1.mlp.shared_expert_gate.weight"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(in.buffers, before);
+}
+
+TEST(HfMoe, AnExpertOfTheWrongShapeOrDtypeIsNamedAndNothingLoads) {
+  testing::ScopedTempDir dir("hf_moe_shape");
+  ModelConfig c = Moe(true);
+  Params out(c, 1.0f);
+  const std::string path = dir / "m.safetensors";
+  ASSERT_TRUE(ExportHfWeights(path, c, out.params).ok());
+  const std::string expert = "model.layers.1.block_sparse_moe.experts.2.w3.weight";
+  // One expert's up projection one row short.
+  const std::string shape = dir / "shape.safetensors";
+  Rewrite(path, shape, [&](std::vector<SafetensorsTensorOut>& t, const float*) {
+    for (SafetensorsTensorOut& x : t) {
+      if (x.name == expert) x.shape = Shape({x.shape[0] - 1, x.shape[1]});
+    }
+  });
+  Params in(c, 9.0f);
+  const std::vector<std::vector<float>> before = in.buffers;
+  Status s = LoadHfWeights(shape, c, in.params);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(expert), std::string::npos) << s.message();
+  EXPECT_EQ(in.buffers, before);
+  // The same expert stored as int32: a dtype the weights cannot take.
+  const std::string dtype = dir / "dtype.safetensors";
+  std::vector<int32_t> ints(64, 1);
+  Rewrite(path, dtype, [&](std::vector<SafetensorsTensorOut>& t, const float*) {
+    for (SafetensorsTensorOut& x : t) {
+      if (x.name != expert) continue;
+      x.data = ints.data();
+      x.source_dtype = x.dtype = DType::kI32;
+    }
+  });
+  s = LoadHfWeights(dtype, c, in.params);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(expert), std::string::npos) << s.message();
+  EXPECT_EQ(in.buffers, before);
+}
+
 TEST(HfMoe, MixtralsNamesOnlyForWhatMixtralComputes) {
   ModelConfig c = Moe(true);
   EXPECT_EQ(DefaultHfMoeNames(c), HfMoeNames::kMixtral);

@@ -144,7 +144,7 @@ void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores, const int3
   }
 }
 
-int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k, int64_t E,
+int64_t MoePlan(const int32_t* expert, const float* scores, int64_t R, int64_t k, int64_t E,
                 int64_t capacity, int32_t* row_of, int32_t* token_of_row, int64_t* offset,
                 int64_t* counts) {
   // Each expert's assignments (flat index t * k + j), in token order.
@@ -157,9 +157,11 @@ int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k, 
     counts[e] += static_cast<int64_t>(list.size());
     offset[e] = row;
     if (capacity >= 0 && static_cast<int64_t>(list.size()) > capacity) {
-      // Keep the largest gates (stable: equal gates keep token order), then back to token order.
+      // Keep the highest probabilities (stable: equal ones keep token order), then back to
+      // token order. Assignment a is token a / k's choice of expert e.
+      auto prob = [&](int64_t a) { return scores[(a / k) * E + e]; };
       std::stable_sort(list.begin(), list.end(),
-                       [&](int64_t a, int64_t b) { return gate[a] > gate[b]; });
+                       [&](int64_t a, int64_t b) { return prob(a) > prob(b); });
       list.resize(static_cast<size_t>(capacity));
       std::sort(list.begin(), list.end());
     }

@@ -28,9 +28,10 @@ void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores, const int3
                       const float* d_gate, float* d_logits, int64_t R);
 
 // The dispatch plan of expert(R,k) (see the file comment). capacity < 0: dropless; else each
-// expert keeps its `capacity` assignments of largest gate (ties: lower token first) and drops
-// the rest. counts(E) += assignments per expert before dropping. Returns the rows kept.
-int64_t MoePlan(const int32_t* expert, const float* gate, int64_t R, int64_t k, int64_t E,
+// expert keeps its `capacity` assignments of highest router probability scores(R,E) (the
+// score, before normalisation, scaling or the balancing bias; ties: lower token first) and
+// drops the rest. counts(E) += assignments per expert before dropping. Returns the rows kept.
+int64_t MoePlan(const int32_t* expert, const float* scores, int64_t R, int64_t k, int64_t E,
                 int64_t capacity, int32_t* row_of, int32_t* token_of_row, int64_t* offset,
                 int64_t* counts);
 
