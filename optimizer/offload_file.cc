@@ -86,6 +86,10 @@ OffloadFile::OffloadFile(const OffloadFileOptions& options) : options_(options) 
 OffloadFile::~OffloadFile() {
   Drain();
   ring_.reset();
+  // Scratch: the file goes with the object that locked it (a crash leaves it, and the next
+  // Create replaces it). Unlinked before the lock is released, so no other process's file is
+  // ever removed.
+  if (locked_) ::unlink(options_.path.c_str());
   if (fd_ >= 0) ::close(fd_);  // also releases the flock
   if (read_fd_ >= 0) ::close(read_fd_);
   if (!slots_.empty() && !slots_[0].buf.empty()) std::free(slots_[0].buf[0]);  // one block
@@ -152,7 +156,11 @@ Result<std::unique_ptr<OffloadFile>> OffloadFile::Create(const OffloadFileOption
   }
   // Every chunk starts as zeros with a known checksum: nothing of an earlier file survives.
   f->crc_.assign(static_cast<size_t>(o.streams * f->chunks_), 0);
-  RETURN_IF_ERROR(f->Run(Pass::kWrite, 0, [](int64_t, int64_t, float* const*) {}));
+  Status zeroed = f->Run(Pass::kWrite, 0, [](int64_t, int64_t, float* const*) {});
+  if (!zeroed.ok() && zeroed.message().find(std::strerror(ENOSPC)) != std::string::npos) {
+    return f->NoSpace("could not write", f->AvailableBytes());
+  }
+  RETURN_IF_ERROR(zeroed);
   return f;
 }
 
@@ -183,12 +191,39 @@ Status OffloadFile::Open() {
   return opened;
 }
 
+uint64_t OffloadFile::AvailableBytes() const {
+  struct statvfs vfs {};
+  if (::fstatvfs(fd_, &vfs) != 0) return ~uint64_t{0};  // unknown: the reservation decides
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+// "optimizer.offload_dir D: this rank's optimizer state <verb> N bytes (G GiB) on disk but
+// only A bytes (G GiB) are available there", with what the host's ranks need together.
+Status OffloadFile::NoSpace(const char* verb, uint64_t avail) const {
+  const uint64_t need = file_bytes();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "optimizer.offload_dir %s: this rank's optimizer state %s %llu bytes (%.2f GiB) "
+                "on disk but only %llu bytes (%.2f GiB) are available there",
+                DirOf(options_.path).c_str(), verb, static_cast<unsigned long long>(need),
+                need / 1073741824.0, static_cast<unsigned long long>(avail), avail / 1073741824.0);
+  std::string msg = buf;
+  if (options_.host_ranks > 1) {
+    std::snprintf(buf, sizeof buf,
+                  "; the %d ranks of this host offload there, about %.2f GiB together",
+                  options_.host_ranks, static_cast<double>(need) * options_.host_ranks / 1073741824.0);
+    msg += buf;
+  }
+  return InvalidArgument(msg + " (free space, or set optimizer.offload_dir to a larger disk)");
+}
+
 // Open's part once the path is known to be free or a regular file of old_bytes.
 Status OffloadFile::OpenChecked(uint64_t old_bytes) {
   const std::string& path = options_.path;
   const std::string dir = DirOf(path);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
-  if (fd_ < 0 && errno == EINVAL) {
+  direct_ = options_.direct;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (direct_ ? O_DIRECT : 0), 0600);
+  if (fd_ < 0 && errno == EINVAL && direct_) {
     direct_ = false;
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   }
@@ -199,6 +234,7 @@ Status OffloadFile::OpenChecked(uint64_t old_bytes) {
                            "or jobs share optimizer.offload_dir files (give each job its own "
                            "offload_dir)");
   }
+  locked_ = true;
   char* header = static_cast<char*>(std::aligned_alloc(kBlock, kBlock));
   std::unique_ptr<char, decltype(&std::free)> header_owner(header, &std::free);
   std::memset(header, 0, kBlock);
@@ -216,25 +252,14 @@ Status OffloadFile::OpenChecked(uint64_t old_bytes) {
                      "its initial weights)");
   }
   const uint64_t need = file_bytes();
-  struct statvfs vfs {};
-  if (::fstatvfs(fd_, &vfs) == 0) {
-    const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize + old_bytes;
-    if (need > avail) {
-      char buf[320];
-      std::snprintf(buf, sizeof buf,
-                    "optimizer.offload_dir %s: this rank's optimizer state needs %llu bytes "
-                    "(%.2f GiB) on disk but only %llu bytes (%.2f GiB) are available there",
-                    dir.c_str(), static_cast<unsigned long long>(need), need / 1073741824.0,
-                    static_cast<unsigned long long>(avail), avail / 1073741824.0);
-      return InvalidArgument(buf);
-    }
+  if (const uint64_t avail = AvailableBytes() + old_bytes; need > avail) {
+    return NoSpace("needs", avail);
   }
   if (::ftruncate(fd_, 0) != 0) return IoError("offload file " + path + ": truncate failed: " + Errno(errno));
+  // Reserved now, so a full disk is a refusal at start, never a failed step. A file system
+  // without fallocate gets a sized file whose blocks Create's first pass writes (zeros).
   if (int r = ::posix_fallocate(fd_, 0, static_cast<off_t>(need)); r != 0) {
-    if (r == ENOSPC) {
-      return InvalidArgument("optimizer.offload_dir " + dir + ": no space for this rank's " +
-                             std::to_string(need) + " bytes of optimizer state");
-    }
+    if (r == ENOSPC) return NoSpace("could not reserve", AvailableBytes());
     if (::ftruncate(fd_, static_cast<off_t>(need)) != 0) {
       return IoError("offload file " + path + ": cannot size it: " + Errno(errno));
     }
@@ -251,8 +276,9 @@ Status OffloadFile::OpenChecked(uint64_t old_bytes) {
   }
   RETURN_IF_ERROR(wrote);
   if (!direct_) {
-    notes_.push_back("optimizer.offload_dir " + dir + " does not support O_DIRECT: buffered I/O "
-                     "with fdatasync after every pass");
+    notes_.push_back("optimizer.offload_dir " + dir +
+                     (options_.direct ? " does not support O_DIRECT" : ": O_DIRECT off") +
+                     ": buffered I/O with fdatasync after every pass");
   }
   read_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct_ ? O_DIRECT : 0));
   if (read_fd_ < 0) return IoError("offload file " + path + ": cannot open for reading: " + Errno(errno));

@@ -2,7 +2,8 @@
 // of equal length (AdamW's m and v, the fp32 master weights under mixed precision) in one
 // per-rank file, streamed through a small pool of aligned buffers with io_uring.
 //
-// Owns: the file (created or replaced, never reused: see Scratch), its two descriptors (the
+// Owns: the file (created or replaced, never reused: see Scratch; removed by the destructor,
+// left only by a crash), its two descriptors (the
 // pass's, the checkpoint reader's), an io_uring, the buffer pool (`depth` chunk sets of
 // `streams` buffers of chunk_elems floats, accounted as kOptimizerState: the state's resident
 // memory, whatever the model size), one reader buffer per stream, and the CRC-32C of every
@@ -67,10 +68,14 @@ struct OffloadFileOptions {
   int64_t chunk_elems = kOffloadAlignElems;  // per transfer, a multiple of kOffloadAlignElems
   int depth = 4;             // chunk sets in the pool, >= 3
   OffloadFaults* faults = nullptr;
+  int host_ranks = 1;        // ranks of this host offloading there (for the space message)
   MemoryTracker* tracker = nullptr;  // pool + reader buffers: kOptimizerState; file: kOffloaded
   // false: blocking pread/pwrite instead of io_uring — what a kernel or container without
   // io_uring gets (said in notes()); tests run both paths.
   bool io_uring = true;
+  // false: buffered I/O as on a file system that refuses O_DIRECT (said in notes()); tests
+  // run both paths.
+  bool direct = true;
 };
 
 struct OffloadIoStats {
@@ -130,6 +135,8 @@ class OffloadFile {
   Status Verify(int stream, int64_t chunk, const float* data) const;
   uint64_t Offset(int stream, int64_t chunk) const;
   Status Fail(Status s);
+  uint64_t AvailableBytes() const;  // free to this process on the file's file system
+  Status NoSpace(const char* verb, uint64_t avail) const;  // the refusal of a disk too small
 
   OffloadFileOptions options_;
   int64_t chunks_ = 0;
@@ -137,6 +144,7 @@ class OffloadFile {
   int fd_ = -1, read_fd_ = -1;
   bool direct_ = true;
   bool lock_refused_ = false;  // another live process holds the file
+  bool locked_ = false;        // this object holds it (and removes it when it goes)
   std::unique_ptr<Ring> ring_;
   std::vector<Slot> slots_;
   std::vector<float*> reader_;        // per stream: one chunk

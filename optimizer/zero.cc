@@ -61,6 +61,7 @@ Result<std::unique_ptr<ShardedAdamW>> ShardedAdamW::CreateOnDisk(
   o.chunk_elems = std::clamp<int64_t>(per_chunk / kOffloadAlignElems * kOffloadAlignElems,
                                       kOffloadAlignElems, whole);
   o.faults = disk.faults;
+  o.host_ranks = disk.host_ranks;
   o.tracker = tracker;
   ASSIGN_OR_RETURN(a->disk_, OffloadFile::Create(o));
   return a;

@@ -40,6 +40,7 @@ struct ShardedAdamWDisk {
   std::string run;               // for its header and messages
   int64_t pool_bytes = 64 << 20; // optimizer.offload_buffer_mb: the whole buffer pool
   OffloadFaults* faults = nullptr;
+  int host_ranks = 1;            // ranks of this host offloading to the same directory
 };
 
 class ShardedAdamW {

@@ -87,8 +87,8 @@ const char* TypeName(const JsonValue& v) {
 Result<ChaosHook> ParseHook(const JsonValue& v, const std::string& path, const std::string& at) {
   if (!v.is_object()) return PlanError(path, at, std::string("expected an object, got ") + TypeName(v));
   for (const auto& [key, value] : v.members()) {
-    if (key != "id" && key != "kind" && key != "rank" && key != "errno") {
-      return PlanError(path, at + "." + key, "unknown key (expected id, kind, rank, errno)");
+    if (key != "id" && key != "kind" && key != "rank" && key != "errno" && key != "at") {
+      return PlanError(path, at + "." + key, "unknown key (expected id, kind, rank, errno, at)");
     }
   }
   ChaosHook h;
@@ -125,6 +125,19 @@ Result<ChaosHook> ParseHook(const JsonValue& v, const std::string& path, const s
                          (min_rank == 0 ? " (-1, every rank, is for the io_error kinds only)" : " (-1 = every rank)"));
   }
   h.rank = static_cast<int>(rank->as_int());
+  const bool offload = h.kind == ChaosHookKind::kKillInOffload || h.kind == ChaosHookKind::kOffloadIoError;
+  if (const JsonValue* where = v.Find("at"); where != nullptr) {
+    if (!offload) return PlanError(path, at + ".at", "only kill_in_offload and offload_io_error take at");
+    const bool known_at = where->is_string() &&
+                          (where->as_string() == "update_write" || where->as_string() == "update_read" ||
+                           where->as_string() == "checkpoint_read");
+    if (!known_at) {
+      return PlanError(path, at + ".at",
+                       std::string("expected \"update_write\", \"update_read\" or \"checkpoint_read\", got ") +
+                           (where->is_string() ? "\"" + where->as_string() + "\"" : TypeName(*where)));
+    }
+    h.at = where->as_string();
+  }
   const JsonValue* err = v.Find("errno");
   if (!io) {
     if (err != nullptr) return PlanError(path, at + ".errno", "only the io_error kinds take an errno");
@@ -254,24 +267,25 @@ ChaosOffloadFaults::ChaosOffloadFaults(const ChaosPlan& plan, int rank) : plan_(
 
 Status ChaosOffloadFaults::Before(const char* op, const char* pass, const std::string& path,
                                   int64_t chunk) {
-  // A write of an optimizer step past its first chunk: the step is half on disk.
-  if (hooks_.empty() || std::strcmp(op, "write") != 0 || std::strcmp(pass, "update") != 0 ||
-      chunk < 1) {
-    return Status::Ok();
-  }
+  // Past the file's first chunk: the step (or the save) is half done.
+  if (hooks_.empty() || chunk < 1) return Status::Ok();
+  const std::string at = std::string(std::strcmp(pass, "checkpoint") == 0 ? "checkpoint" : pass) +
+                         "_" + op;
   for (const ChaosHook* h : hooks_) {
-    if (!HookArmed(plan_, *h)) continue;
-    const std::string what = "write of chunk " + std::to_string(chunk) + " of " + path;
+    if (h->at != at || !HookArmed(plan_, *h)) continue;
+    const std::string what = std::string(op) + " of chunk " + std::to_string(chunk) + " of " + path +
+                             (std::strcmp(pass, "checkpoint") == 0 ? " (a checkpoint save)" : "");
     if (!ClaimHookFired(plan_, rank_, *h, what)) continue;  // fired before
     if (h->kind == ChaosHookKind::kKillInOffload) {
       std::fprintf(stderr, "tessera: rank %d: chaos hook %s: SIGKILL in the middle of an "
-                           "offloaded optimizer step (%s)\n", rank_, h->id.c_str(), what.c_str());
+                           "offloaded %s (%s)\n", rank_, h->id.c_str(),
+                   h->at == "checkpoint_read" ? "checkpoint save" : "optimizer step", what.c_str());
       std::fflush(stderr);
       std::raise(SIGKILL);
     }
     std::fprintf(stderr, "tessera: rank %d: chaos hook %s: the offload file's %s fails with %s\n",
                  rank_, h->id.c_str(), what.c_str(), std::strerror(h->error_number));
-    return IoError(path + ": write of chunk " + std::to_string(chunk) + " failed: " +
+    return IoError(path + ": " + op + " of chunk " + std::to_string(chunk) + " failed: " +
                    std::strerror(h->error_number) + " (chaos hook " + h->id + ")");
   }
   return Status::Ok();

@@ -18,6 +18,8 @@
 //   kind   required: kill_in_checkpoint | io_error | kill_in_offload | offload_io_error
 //   rank   required integer: the rank it acts on; -1 = every rank (the io_error kinds only)
 //   errno  io_error and offload_io_error only, required there: ENOSPC | EIO
+//   at     kill_in_offload and offload_io_error only, optional: update_write (default) |
+//          update_read | checkpoint_read
 // Unknown keys, wrong types and duplicate ids are errors naming the file and the field
 // ("<file>: hooks[1].errno: ..."): a rank refuses to start with a malformed plan.
 //
@@ -37,12 +39,13 @@
 //     Status says kIoError with strerror text, e.g. "No space left on device", and the hook
 //     id); the first failure in a process also tries to create the marker (EEXIST ignored).
 //   kill_in_offload and offload_io_error act on the optimizer's offload file
-//     (optimizer.offload: nvme; ChaosOffloadFaults, optimizer/offload_file.h), on a write of
-//     an optimizer step's pass past its first chunk (so the step is half written to disk) and
+//     (optimizer.offload: nvme; ChaosOffloadFaults, optimizer/offload_file.h), on the transfer
+//     `at` names past the file's first chunk (update_write: the step is half written to disk;
+//     update_read: half read; checkpoint_read: a save has streamed part of the state) and
 //     fire at most ONCE across all ranks and incarnations (the marker is claimed first):
-//     kill_in_offload raises SIGKILL; offload_io_error fails that write with the errno (the
-//     rank's step ends with kIoError, a restartable exit). Never on the file's creation or a
-//     checkpoint's reads.
+//     kill_in_offload raises SIGKILL; offload_io_error fails that transfer with the errno (a
+//     step ends with kIoError, a restartable exit; a save fails and commits nothing). Never on
+//     the file's creation.
 // Staging directory: a path component "step_<digits>.tmp" (checkpoint/commit.h). The calls
 // that io_error fails are those that put data into one: OpenForWrite, Write, WriteAt, Sync of
 // a file below it, Rename from it or from below it (the manifest's rename and the commit's
@@ -75,6 +78,10 @@ struct ChaosHook {
   ChaosHookKind kind = ChaosHookKind::kIoError;
   int rank = -1;          // -1 = every rank (io_error only)
   int error_number = 0;   // io_error, offload_io_error: ENOSPC or EIO
+  // kill_in_offload, offload_io_error: which transfer of the offload file — "update_write"
+  // (default), "update_read" (an optimizer step's) or "checkpoint_read" (a save streaming the
+  // state from the file).
+  std::string at = "update_write";
 };
 
 struct ChaosPlan {

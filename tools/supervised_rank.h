@@ -86,6 +86,7 @@ class SupervisedRank final : public RunLink {
   // The chaos hooks' file system when TESSERA_CHAOS_HOOKS names a plan, else null (the real one).
   FileSystem* checkpoint_file_system() override;
   OffloadFaults* offload_faults() override;
+  int64_t incarnation() const override { return env_.incarnation; }
 
   // Sends bye {exit_code} (clamped to 0..255) and closes. Call right before the process ends
   // with that code (before AbortJob too). Idempotent.

@@ -424,18 +424,27 @@ Status CheckOffload(const YamlContext& ctx, const Config& c) {
                                "offload=nvme needs offload_dir (a local directory for each "
                                "rank's optimizer state file)");
   }
-  if (!c.checkpoint.dir.empty()) {
+  // The scratch files stay out of both checkpoint tiers' trees (the memory tier's only when
+  // it is on: its default root is shared by every run of the host).
+  const struct {
+    const char* key;
+    const std::string& root;
+    bool on;
+  } trees[] = {{"checkpoint.dir", c.checkpoint.dir, !c.checkpoint.dir.empty()},
+               {"checkpoint.memory_dir", c.checkpoint.memory_dir, c.checkpoint.MemoryTierOn()}};
+  for (const auto& tree : trees) {
+    if (!tree.on) continue;
     std::error_code ec;
     const auto dir = std::filesystem::weakly_canonical(o.offload_dir, ec);
-    const auto root = std::filesystem::weakly_canonical(c.checkpoint.dir, ec);
+    const auto root = std::filesystem::weakly_canonical(tree.root, ec);
     auto d = dir.begin();
     auto r = root.begin();
     for (; r != root.end() && d != dir.end() && *r == *d; ++r, ++d) {}
     if (!ec && r == root.end()) {
-      return ctx.CrossFieldError({"optimizer.offload_dir", "checkpoint.dir"},
-                                 "offload_dir=" + o.offload_dir + " is inside checkpoint.dir=" +
-                                     c.checkpoint.dir + ": the offload files are scratch, "
-                                     "keep them out of the checkpoint tree");
+      return ctx.CrossFieldError({"optimizer.offload_dir", tree.key},
+                                 "offload_dir=" + o.offload_dir + " is inside " + tree.key + "=" +
+                                     tree.root + ": the offload files are scratch, keep them "
+                                     "out of the checkpoint tree");
     }
   }
   return Status::Ok();

@@ -52,6 +52,9 @@ class RunLink {
   virtual OffloadFaults* offload_faults() { return nullptr; }
   // Who asked, for the run's messages: "the supervisor's request", "SIGTERM", ...
   virtual std::string RequestSource() const { return "the supervisor's request"; }
+  // The supervisor's incarnation of the job this rank belongs to (0 the first start); -1
+  // without one.
+  virtual int64_t incarnation() const { return -1; }
 };
 
 }  // namespace tessera

@@ -20,6 +20,7 @@
 #include "runtime/core/json.h"
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/ops.h"
+#include "runtime/kernels/cpu/thread_count.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
@@ -219,6 +220,25 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
 }
 
 
+namespace {
+
+// Who writes an offload file, for its header and for the message of whoever finds it later
+// (optimizer/offload_file.h): the run, the rank, the layout and the incarnation.
+std::string OffloadOwner(const Config& c, int rank, const RunLink* link) {
+  const ParallelConfig& p = c.parallel;
+  std::string s = "the run writing " + c.train.out_dir + ", rank " + std::to_string(rank) + " of " +
+                  std::to_string(p.world_size()) + " (dp=" + std::to_string(p.dp) +
+                  " tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) +
+                  " ep=" + std::to_string(p.ep) + " zero=" + std::to_string(p.zero) + ", " +
+                  PrecisionName(c.precision) + ")";
+  if (link != nullptr && link->incarnation() >= 0) {
+    s += ", incarnation " + std::to_string(link->incarnation());
+  }
+  return s;
+}
+
+}  // namespace
+
 // The parameter state (sharded as configured), the model on top of it, and the initial
 // weights: random (each rank initialises only what it holds) or init_from.
 Status Trainer::SetUpParameters() {
@@ -248,9 +268,10 @@ Status Trainer::SetUpParameters() {
   if (c.optimizer.offload == OptimizerOffload::kNvme) {  // each rank's own file(s)
     ShardedAdamWDisk disk;
     disk.path = c.optimizer.offload_dir + "/tessera-optimizer-rank" + std::to_string(world_rank_);
-    disk.run = "the run writing " + c.train.out_dir + ", rank " + std::to_string(world_rank_);
+    disk.run = OffloadOwner(c, world_rank_, link_);
     disk.pool_bytes = c.optimizer.offload_buffer_mb << 20;
     disk.faults = link_ != nullptr ? link_->offload_faults() : nullptr;
+    disk.host_ranks = cpu::ThreadInputsFromEnvironment(0).local_ranks;  // same config, same dir
     o.disk = disk;
   }
   if (ep_ == nullptr) {
@@ -593,6 +614,7 @@ Result<bool> Trainer::AfterStep(int64_t done, float lr, const StepResult& r, Clo
     std::fflush(out);
   }
   const auto t1 = Clock::now();
+  run.step_seconds += Seconds(t0, t1);
   Account(r, m, run);
   const bool last = done == config_.train.steps;
   RETURN_IF_ERROR(MaybeEval(done, last, m, run.summary));

@@ -134,6 +134,7 @@ class Trainer {
     std::deque<std::vector<MoeLayerReport>> moe_recent;
     // optimizer.offload: nvme: each offload file's counters when the loop started.
     std::vector<OffloadIoStats> offload_start;
+    double step_seconds = 0;  // the steps' own time (no evaluation, no logging)
   };
   static constexpr size_t kMoeHistogramSteps = 50;
 
@@ -144,7 +145,7 @@ class Trainer {
   Status FinishMoe(StepResult& r);
   std::string MoeHistogram(const RunProgress& run) const;
   // optimizer.offload: nvme: the summary's line (resident vs on disk, bytes per step, the
-  // share of the run spent waiting for the disk).
+  // share of the steps' time spent waiting for the disk).
   std::string OffloadSummary(const RunProgress& run) const;
   Status SetUpParameters();
   Status BuildModels(ModelOptions mo);

@@ -72,10 +72,20 @@ Result<Trainer::RunProgress> Trainer::BeginRun(FILE* out) {
   run.flops_per_token = model_ ? model_->TrainFlopsPerToken()
                                : chunks_.front()->TrainFlopsPerToken() / static_cast<double>(pp_->size());
   if (is_root()) PrintBanner(run.tokens_per_step, out);
+  // Every rank says what its own files met (a replaced leftover, no O_DIRECT), each note once
+  // (a rank's dense and expert files share a directory).
+  std::vector<std::string> said;
   for (const OffloadFile* f : shards_->OffloadFiles()) {
     run.offload_start.push_back(f->stats());
-    if (!is_root()) continue;
-    for (const std::string& note : f->notes()) std::fprintf(out, "tessera: %s\n", note.c_str());
+    for (const std::string& note : f->notes()) {
+      if (std::find(said.begin(), said.end(), note) != said.end()) continue;
+      said.push_back(note);
+      if (all_ != nullptr) {  // several ranks: say whose
+        std::fprintf(out, "tessera: rank %d: %s\n", world_rank_, note.c_str());
+      } else {
+        std::fprintf(out, "tessera: %s\n", note.c_str());
+      }
+    }
   }
   run.summary.floor = train_data_->entropy_floor();
   run.summary.best_loss = INFINITY;
@@ -209,7 +219,7 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
 }
 
 // Rank 0's files: what of its optimizer state is resident (the pool) and what on disk, what a
-// step reads and writes, and how much of the run waited for the disk.
+// step reads and writes, and how much of the steps' time waited for the disk.
 std::string Trainer::OffloadSummary(const RunProgress& run) const {
   const std::vector<const OffloadFile*> files = shards_->OffloadFiles();
   if (files.empty() || run.offload_start.size() != files.size()) return "";
@@ -229,13 +239,13 @@ std::string Trainer::OffloadSummary(const RunProgress& run) const {
   std::snprintf(buf, sizeof buf,
                 "  optimizer state  rank 0: %s resident (the buffer pool), %s on disk (%s, %s); "
                 "per step %s read and %s written; %s read for checkpoints and the export; waited %.2f s for "
-                "the disk (%.1f%% of the run)\n",
+                "the disk (%.1f%% of the steps' time)\n",
                 FormatBytes(resident).c_str(), FormatBytes(on_disk).c_str(),
                 config_.optimizer.offload_dir.c_str(), files[0]->direct() ? "O_DIRECT" : "buffered",
                 FormatBytes(static_cast<size_t>(read / steps)).c_str(),
                 FormatBytes(static_cast<size_t>(written / steps)).c_str(),
                 FormatBytes(ckpt).c_str(), wait,
-                100.0 * wait / std::max(run.summary.wall_seconds, 1e-9));
+                100.0 * wait / std::max(run.step_seconds, 1e-9));
   return buf;
 }
 

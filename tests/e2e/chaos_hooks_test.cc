@@ -108,6 +108,10 @@ TEST(ChaosHooks, MalformedPlansNameFileAndField) {
        "hooks[0].errno: missing (offload_io_error needs"},
       {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EIO","when":1}]})",
        "hooks[0].when: unknown key"},
+      {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EIO","at":"update_read"}]})",
+       "hooks[0].at: only kill_in_offload and offload_io_error take at"},
+      {R"({"hooks":[{"id":"1","kind":"kill_in_offload","rank":0,"at":"save"}]})",
+       "hooks[0].at: expected \"update_write\", \"update_read\" or \"checkpoint_read\", got \"save\""},
       {R"({"hooks":[{"id":"1","kind":"io_error","rank":0,"errno":"EIO"},)"
        R"({"id":"1","kind":"kill_in_checkpoint","rank":0}]})",
        "hooks[1].id: \"1\" is used by an earlier hook"},
@@ -158,6 +162,28 @@ TEST(ChaosHooks, OffloadHooksFireOnceMidStep) {
   EXPECT_EQ(WTERMSIG(wstatus), SIGKILL);
   ChaosOffloadFaults again(plan, 0);  // the next incarnation: fired before
   EXPECT_TRUE(again.Before("write", "update", "/x/opt.bin", 1).ok());
+}
+
+// `at` moves an offload hook to an optimizer step's reads or to a save's reads of the file.
+TEST(ChaosHooks, OffloadHooksAtReads) {
+  TempDir dir("chaos_hooks_offload_at");
+  const ChaosPlan plan = MustParse(
+      R"({"hooks":[{"id":"r","kind":"offload_io_error","rank":0,"errno":"EIO","at":"update_read"},)"
+      R"({"id":"c","kind":"offload_io_error","rank":0,"errno":"ENOSPC","at":"checkpoint_read"}]})",
+      WritePlan(dir, "{}"));
+  ChaosOffloadFaults rank0(plan, 0);
+  Arm(dir, "r");
+  Arm(dir, "c");
+  EXPECT_TRUE(rank0.Before("write", "update", "/x/opt.bin", 3).ok());  // neither is at writes
+  Status s = rank0.Before("read", "update", "/x/opt.bin", 2);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("read of chunk 2 failed: Input/output error (chaos hook r)"),
+            std::string::npos) << s.ToString();
+  s = rank0.Before("read", "checkpoint", "/x/opt.bin", 1);
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("(chaos hook c)"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(fs::exists(dir / "fired/r"));
+  EXPECT_TRUE(fs::exists(dir / "fired/c"));
 }
 
 TEST(ChaosHooks, FromEnvironment) {

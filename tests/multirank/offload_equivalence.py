@@ -27,7 +27,7 @@ disk equal those of the same layout with it in memory.
     each run restarts once and ends bit-identical to the fault-free run.
 Prints each run's wall time; exits non-zero with every failure listed.
 """
-import glob, json, os, signal, subprocess, sys, time
+import glob, hashlib, json, os, signal, subprocess, sys, time
 
 import tessera_runs as tr
 from tessera_runs import Runner
@@ -75,6 +75,24 @@ def resident_within_pool(out, what):
     tr.check(worst <= pool and least_disk > 0,
              f"{what}: resident optimizer state <= pool ({worst} <= {pool} bytes per rank), "
              f"on disk >= {least_disk} bytes", failures)
+
+
+def checkpoint_digests(root):
+    """{step directory: sha256 of every file's name and bytes} for the committed checkpoints."""
+    out = {}
+    if not os.path.isdir(root):
+        return out
+    for step in sorted(os.listdir(root)):
+        d = os.path.join(root, step)
+        if not step.startswith("step_") or step.endswith(".tmp") or not os.path.isdir(d):
+            continue
+        h = hashlib.sha256()
+        for f in sorted(os.listdir(d)):
+            h.update(f.encode())
+            with open(os.path.join(d, f), "rb") as fh:
+                h.update(fh.read())
+        out[step] = h.hexdigest()
+    return out
 
 
 def pair(name, np, sets):
@@ -147,6 +165,7 @@ else:
         p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
         armed = False
+        committed = {}  # the committed checkpoints when the hook was armed: never touched after
         while p.poll() is None and time.time() - t0 < 300:
             if hook and not armed:
                 try:
@@ -154,6 +173,7 @@ else:
                 except OSError:
                     done = 0
                 if done >= 6:  # mid-run: the next step or save meets the hook
+                    committed = checkpoint_digests(os.path.join(out, "ckpt"))
                     os.makedirs(os.path.join(hooks, "armed"), exist_ok=True)
                     open(os.path.join(hooks, "armed", "h"), "w").close()
                     armed = True
@@ -169,14 +189,26 @@ else:
         if hook:
             tr.check(os.path.exists(os.path.join(hooks, "fired", "h")), f"{name}: the hook fired",
                      failures)
+            after = checkpoint_digests(os.path.join(out, "ckpt"))
+            kept = [s for s in committed if s in after]  # retention may remove old ones
+            tr.check(committed and all(after[s] == committed[s] for s in kept),
+                     f"{name}: the checkpoints committed before the fault are unchanged "
+                     f"({len(kept)} still kept)", failures)
         return out, text
 
     ref, _ = launch("launch_ref")
-    for kind, extra, says in [
-            ("offload_io_error", {"errno": "ENOSPC"}, "No space left on device (chaos hook h)"),
-            ("kill_in_offload", {}, "SIGKILL in the middle of an offloaded optimizer step"),
-            ("kill_in_checkpoint", {}, "SIGKILL in the middle of writing")]:
-        out, text = launch("launch_" + kind, dict({"kind": kind, "rank": 1}, **extra))
+    for name, hook, says in [
+            ("offload_io_error", {"kind": "offload_io_error", "errno": "ENOSPC"},
+             "No space left on device (chaos hook h)"),
+            ("offload_read_error", {"kind": "offload_io_error", "errno": "EIO", "at": "update_read"},
+             "Input/output error (chaos hook h)"),
+            ("kill_in_offload", {"kind": "kill_in_offload"},
+             "SIGKILL in the middle of an offloaded optimizer step"),
+            ("kill_in_offloaded_save", {"kind": "kill_in_offload", "at": "checkpoint_read"},
+             "SIGKILL in the middle of an offloaded checkpoint save"),
+            ("kill_in_checkpoint", {"kind": "kill_in_checkpoint"}, "SIGKILL in the middle of writing")]:
+        kind = name
+        out, text = launch("launch_" + name, dict(hook, rank=1))
         tr.check(says in text, f"{kind}: the log says what happened", failures)
         tr.check("restart" in text.lower(), f"{kind}: the supervisor restarted the job", failures)
         tr.same_bits(ref, out, f"{kind}: final weights vs the fault-free launch", failures)

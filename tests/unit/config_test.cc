@@ -699,6 +699,13 @@ TEST(ConfigParallel, NvmeOffloadNeedsItsDirectoryOutsideTheCheckpoints) {
                      "F:1:40: optimizer.offload_dir: offload_dir is set but offload=cpu");
   EXPECT_STARTS_WITH(ErrorAt("checkpoint: {dir: /ck}\noptimizer: {offload: nvme, offload_dir: /ck/opt}\n"),
                      "F:2:41: optimizer.offload_dir: offload_dir=/ck/opt is inside checkpoint.dir=/ck");
+  EXPECT_STARTS_WITH(
+      ErrorAt("checkpoint: {dir: /ck, memory_interval_steps: 5}\n"
+              "optimizer: {offload: nvme, offload_dir: /dev/shm/tessera/opt}\n"),
+      "F:2:41: optimizer.offload_dir: offload_dir=/dev/shm/tessera/opt is inside "
+      "checkpoint.memory_dir=/dev/shm/tessera");
+  // Without the memory tier, its default root is nobody's tree.
+  LoadOk("checkpoint: {dir: /ck}\noptimizer: {offload: nvme, offload_dir: /dev/shm/tessera/opt}\n");
   EXPECT_STARTS_WITH(ErrorAt("optimizer: {offload: nvme, offload_dir: /x, offload_buffer_mb: 0}\n"),
                      "F:1:64: optimizer.offload_buffer_mb: ");
   // Round trip through the resolved config.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "optimizer/offload_file.h"
@@ -54,17 +55,30 @@ float Value(int stream, int64_t i, int pass) {
 // 5.5 chunks: the last one is partial.
 constexpr int64_t kElems = 11 * kOffloadAlignElems + 123;
 
-class OffloadFilePaths : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(IoUringAndSynchronous, OffloadFilePaths, ::testing::Bool());
+// (io_uring, O_DIRECT): every transfer path, the buffered one as a file system without
+// O_DIRECT gets it.
+class OffloadFilePaths : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+INSTANTIATE_TEST_SUITE_P(IoUringOrSynchronousDirectOrBuffered, OffloadFilePaths,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST_P(OffloadFilePaths, PassesAndReadsSeeWhatWasWritten) {
   Dir dir;
   OffloadFileOptions o = Options(dir / "opt.bin", kElems);
-  o.io_uring = GetParam();
+  o.io_uring = std::get<0>(GetParam());
+  o.direct = std::get<1>(GetParam());
   auto f = OffloadFile::Create(o);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   OffloadFile& file = **f;
-  if (GetParam()) {
+  if (!o.direct) {
+    EXPECT_FALSE(file.direct());
+    const std::vector<std::string>& notes = file.notes();
+    EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
+                            [](const std::string& n) {
+                              return n.find("buffered I/O with fdatasync after every pass") !=
+                                     std::string::npos;
+                            }),
+              1);
+  } else if (o.io_uring) {
     EXPECT_TRUE(file.notes().empty() || !file.direct());  // only the buffered note, if any
   }
   EXPECT_EQ(fs::file_size(dir / "opt.bin"), file.file_bytes());
@@ -154,7 +168,8 @@ class FailNthWrite : public OffloadFaults {
 TEST_P(OffloadFilePaths, InjectedIoErrorEndsThePassAndTheFile) {
   Dir dir;
   OffloadFileOptions o = Options(dir / "opt.bin", kElems, 2);
-  o.io_uring = GetParam();
+  o.io_uring = std::get<0>(GetParam());
+  o.direct = std::get<1>(GetParam());
   FailNthWrite faults(12 + 5);  // Create's zero fill writes 12 chunks; then the 5th write
   o.faults = &faults;
   auto f = OffloadFile::Create(o);
@@ -176,7 +191,11 @@ TEST(OffloadFile, LeftoverFileIsReplacedWithANote) {
     ASSERT_TRUE((*f)->Run(OffloadFile::Pass::kWrite, 0, [](int64_t b, int64_t e, float* const* s) {
       for (int k = 0; k < 3; ++k) std::fill(s[k], s[k] + (e - b), 7.0f);
     }).ok());
+    // What a crash leaves: the file as it was while its process lived (a destructor removes it).
+    fs::copy_file(dir / "opt.bin", dir / "crashed.bin");
   }
+  EXPECT_FALSE(fs::exists(dir / "opt.bin"));
+  fs::rename(dir / "crashed.bin", dir / "opt.bin");
   OffloadFileOptions o = Options(dir / "opt.bin", kElems);
   o.run = "the next incarnation";
   auto f = OffloadFile::Create(o);
@@ -223,6 +242,10 @@ TEST(OffloadFile, SharedMissingAndTooSmallAreClearErrors) {
   EXPECT_NE(huge.status().message().find("are available there"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "huge.bin"));  // nothing left behind
   EXPECT_TRUE(fs::exists(dir / "opt.bin"));     // the live process's file is untouched
+  second = Status(StatusCode::kInternal, "gone");  // the refused object, destroyed
+  EXPECT_TRUE(fs::exists(dir / "opt.bin"));        // did not remove the holder's file
+  first = Status(StatusCode::kInternal, "gone");   // the holder, destroyed: scratch removed
+  EXPECT_FALSE(fs::exists(dir / "opt.bin"));
 }
 
 // ---- ShardedAdamW on disk ------------------------------------------------------------------
