@@ -73,17 +73,19 @@ Result<Trainer::RunProgress> Trainer::BeginRun(FILE* out) {
                                : chunks_.front()->TrainFlopsPerToken() / static_cast<double>(pp_->size());
   if (is_root()) PrintBanner(run.tokens_per_step, out);
   // Every rank says what its own files met (a replaced leftover, no O_DIRECT), each note once
-  // (a rank's dense and expert files share a directory).
+  // (a rank's dense and expert files share a directory); ranks without the log (out is
+  // rank 0's) on stderr, as their other messages.
   std::vector<std::string> said;
+  FILE* notes_to = out != nullptr ? out : stderr;
   for (const OffloadFile* f : shards_->OffloadFiles()) {
     run.offload_start.push_back(f->stats());
     for (const std::string& note : f->notes()) {
       if (std::find(said.begin(), said.end(), note) != said.end()) continue;
       said.push_back(note);
       if (all_ != nullptr) {  // several ranks: say whose
-        std::fprintf(out, "tessera: rank %d: %s\n", world_rank_, note.c_str());
+        std::fprintf(notes_to, "tessera: rank %d: %s\n", world_rank_, note.c_str());
       } else {
-        std::fprintf(out, "tessera: %s\n", note.c_str());
+        std::fprintf(notes_to, "tessera: %s\n", note.c_str());
       }
     }
   }
