@@ -36,8 +36,9 @@
 // its own tokens over all E experts as above; the planned rows (in expert order, so each
 // peer's are contiguous) are dispatched to the experts' ranks (expert_parallel.h). What
 // arrives (by source rank, then local expert) is regrouped by local expert, sources in rank
-// order, so each local expert runs one GEMM over all its rows: the rows and their order are
-// those one rank computes for the same global batch. The outputs go back to source order and
+// order, so each local expert runs one GEMM over all its rows (dropless, the rows and their
+// order are those one rank computes for the same global batch; a capacity applies to each
+// source's micro-batch, as without ep). The outputs go back to source order and
 // return to their tokens' rank for the combine. The backward is the dual.
 // Thread-safety: const methods, one thread drives a step; kernels parallelise inside.
 #pragma once

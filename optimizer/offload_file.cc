@@ -87,9 +87,9 @@ OffloadFile::~OffloadFile() {
   Drain();
   ring_.reset();
   // Scratch: the file goes with the object that locked it (a crash leaves it, and the next
-  // Create replaces it). Unlinked before the lock is released, so no other process's file is
-  // ever removed.
-  if (locked_) ::unlink(options_.path.c_str());
+  // Create replaces it). Only while the path still names the locked file, and before the lock
+  // is released: no other process's file is ever removed.
+  if (locked_ && SamePathAsFd()) ::unlink(options_.path.c_str());
   if (fd_ >= 0) ::close(fd_);  // also releases the flock
   if (read_fd_ >= 0) ::close(read_fd_);
   if (!slots_.empty() && !slots_[0].buf.empty()) std::free(slots_[0].buf[0]);  // one block
@@ -158,7 +158,7 @@ Result<std::unique_ptr<OffloadFile>> OffloadFile::Create(const OffloadFileOption
   f->crc_.assign(static_cast<size_t>(o.streams * f->chunks_), 0);
   Status zeroed = f->Run(Pass::kWrite, 0, [](int64_t, int64_t, float* const*) {});
   if (!zeroed.ok() && zeroed.message().find(std::strerror(ENOSPC)) != std::string::npos) {
-    return f->NoSpace("could not write", f->AvailableBytes());
+    return f->NoSpace("could not write", f->avail_before_);
   }
   RETURN_IF_ERROR(zeroed);
   return f;
@@ -187,32 +187,42 @@ Status OffloadFile::Open() {
   Status opened = OpenChecked(old_bytes);
   // A refusal leaves no empty file behind (it did not exist before this call). Not after a
   // failed lock: the file is another process's.
-  if (!opened.ok() && !existed && fd_ >= 0 && !lock_refused_) ::unlink(path.c_str());
+  if (!opened.ok() && !existed && fd_ >= 0 && !lock_refused_ && SamePathAsFd()) {
+    ::unlink(path.c_str());
+    locked_ = false;  // removed: nothing for the destructor to do
+  }
   return opened;
 }
 
-uint64_t OffloadFile::AvailableBytes() const {
+bool OffloadFile::SamePathAsFd() const {
+  struct stat by_fd {}, by_path {};
+  return fd_ >= 0 && ::fstat(fd_, &by_fd) == 0 && ::lstat(options_.path.c_str(), &by_path) == 0 &&
+         by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino;
+}
+
+std::optional<uint64_t> OffloadFile::AvailableBytes() const {
   struct statvfs vfs {};
-  if (::fstatvfs(fd_, &vfs) != 0) return ~uint64_t{0};  // unknown: the reservation decides
+  if (::fstatvfs(fd_, &vfs) != 0) return std::nullopt;  // unknown: the reservation decides
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
 // "optimizer.offload_dir D: this rank's optimizer state <verb> N bytes (G GiB) on disk but
-// only A bytes (G GiB) are available there", with what the host's ranks need together.
+// only A bytes (G GiB) were available there", with what the host's ranks need together.
+// `avail` is measured before this file took any space.
 Status OffloadFile::NoSpace(const char* verb, uint64_t avail) const {
   const uint64_t need = file_bytes();
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "optimizer.offload_dir %s: this rank's optimizer state %s %llu bytes (%.2f GiB) "
-                "on disk but only %llu bytes (%.2f GiB) are available there",
-                DirOf(options_.path).c_str(), verb, static_cast<unsigned long long>(need),
-                need / 1073741824.0, static_cast<unsigned long long>(avail), avail / 1073741824.0);
-  std::string msg = buf;
+  auto gib = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+    return std::string(buf);
+  };
+  std::string msg = "optimizer.offload_dir " + DirOf(options_.path) + ": this rank's optimizer state " +
+                    verb + " " + std::to_string(need) + " bytes (" + gib(double(need)) +
+                    ") on disk but only " + std::to_string(avail) + " bytes (" + gib(double(avail)) +
+                    ") were available there";
   if (options_.host_ranks > 1) {
-    std::snprintf(buf, sizeof buf,
-                  "; the %d ranks of this host offload there, about %.2f GiB together",
-                  options_.host_ranks, static_cast<double>(need) * options_.host_ranks / 1073741824.0);
-    msg += buf;
+    msg += "; the " + std::to_string(options_.host_ranks) + " ranks of this host offload there, about " +
+           gib(double(need) * options_.host_ranks) + " together";
   }
   return InvalidArgument(msg + " (free space, or set optimizer.offload_dir to a larger disk)");
 }
@@ -234,6 +244,12 @@ Status OffloadFile::OpenChecked(uint64_t old_bytes) {
                            "or jobs share optimizer.offload_dir files (give each job its own "
                            "offload_dir)");
   }
+  // The lock is on the file opened; a process that removed its file between our open and our
+  // lock leaves us holding a file without a name. Only a file the path still names is ours.
+  if (!SamePathAsFd()) {
+    return IoError("offload file " + path + " was removed or replaced while it was being opened "
+                   "(another process left the directory at the same moment): try again");
+  }
   locked_ = true;
   char* header = static_cast<char*>(std::aligned_alloc(kBlock, kBlock));
   std::unique_ptr<char, decltype(&std::free)> header_owner(header, &std::free);
@@ -252,14 +268,16 @@ Status OffloadFile::OpenChecked(uint64_t old_bytes) {
                      "its initial weights)");
   }
   const uint64_t need = file_bytes();
-  if (const uint64_t avail = AvailableBytes() + old_bytes; need > avail) {
-    return NoSpace("needs", avail);
-  }
+  // What this file may take: the free space plus what a leftover file of ours gives back.
+  const std::optional<uint64_t> free_now = AvailableBytes();
+  const uint64_t avail = free_now ? *free_now + old_bytes : ~uint64_t{0};
+  if (need > avail) return NoSpace("needs", avail);
+  avail_before_ = avail;
   if (::ftruncate(fd_, 0) != 0) return IoError("offload file " + path + ": truncate failed: " + Errno(errno));
   // Reserved now, so a full disk is a refusal at start, never a failed step. A file system
   // without fallocate gets a sized file whose blocks Create's first pass writes (zeros).
   if (int r = ::posix_fallocate(fd_, 0, static_cast<off_t>(need)); r != 0) {
-    if (r == ENOSPC) return NoSpace("could not reserve", AvailableBytes());
+    if (r == ENOSPC) return NoSpace("could not reserve", avail_before_);
     if (::ftruncate(fd_, static_cast<off_t>(need)) != 0) {
       return IoError("offload file " + path + ": cannot size it: " + Errno(errno));
     }
@@ -316,6 +334,7 @@ Status OffloadFile::RunChunks(Pass pass, unsigned mask, const ChunkFn& fn) {
   std::vector<float*> ptrs(static_cast<size_t>(options_.streams), nullptr);
   int64_t next = 0;
   for (int64_t c = 0; c < chunks_; ++c) {
+    computed_ = c;  // for the fault hooks: chunks before c are done
     while (inflight_ > 0) {  // collect what has completed, without blocking
       bool any = false;
       RETURN_IF_ERROR(Reap(false, &any));
@@ -362,7 +381,7 @@ Status OffloadFile::Issue(Slot& slot, bool write, unsigned mask) {
     if (!(mask >> k & 1u)) continue;
     if (options_.faults != nullptr) {
       RETURN_IF_ERROR(options_.faults->Before(write ? "write" : "read", pass_name_, options_.path,
-                                              slot.chunk));
+                                              slot.chunk, write ? slot.chunk + 1 : computed_));
     }
     if (!ring_->ok) {  // no io_uring: done before this returns (Create's note)
       const auto t0 = std::chrono::steady_clock::now();
@@ -485,7 +504,7 @@ Status OffloadFile::Read(int stream, int64_t begin, int64_t n, float* out) {
     if (reader_chunk_[stream] != c) {
       reader_chunk_[stream] = -1;
       if (options_.faults != nullptr) {
-        RETURN_IF_ERROR(options_.faults->Before("read", "checkpoint", options_.path, c));
+        RETURN_IF_ERROR(options_.faults->Before("read", "checkpoint", options_.path, c, c));
       }
       RETURN_IF_ERROR(TransferAll(read_fd_, false, reinterpret_cast<char*>(buf), chunk_bytes_,
                                   Offset(stream, c), options_.path));

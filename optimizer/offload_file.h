@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,11 @@ class OffloadFaults {
  public:
   virtual ~OffloadFaults() = default;
   // op: "read" | "write"; pass: what it is part of — "read" | "write" | "update" (a Run of
-  // that Pass: "update" is the optimizer step) or "checkpoint" (Read); chunk: its index.
+  // that Pass: "update" is the optimizer step) or "checkpoint" (Read); chunk: its index;
+  // done: chunks of the pass already computed (and, in a writing pass, written or in flight)
+  // when it is issued — a read-ahead is issued chunks before its own turn.
   virtual Status Before(const char* op, const char* pass, const std::string& path,
-                        int64_t chunk) = 0;
+                        int64_t chunk, int64_t done) = 0;
 };
 
 // Elements of a chunk are a multiple of this (4 KiB of floats: O_DIRECT's alignment).
@@ -135,8 +138,9 @@ class OffloadFile {
   Status Verify(int stream, int64_t chunk, const float* data) const;
   uint64_t Offset(int stream, int64_t chunk) const;
   Status Fail(Status s);
-  uint64_t AvailableBytes() const;  // free to this process on the file's file system
+  std::optional<uint64_t> AvailableBytes() const;  // free on the file's file system, if known
   Status NoSpace(const char* verb, uint64_t avail) const;  // the refusal of a disk too small
+  bool SamePathAsFd() const;  // the path still names the file fd_ holds
 
   OffloadFileOptions options_;
   int64_t chunks_ = 0;
@@ -145,6 +149,8 @@ class OffloadFile {
   bool direct_ = true;
   bool lock_refused_ = false;  // another live process holds the file
   bool locked_ = false;        // this object holds it (and removes it when it goes)
+  int64_t computed_ = 0;       // chunks of the running pass computed so far (fault hooks)
+  uint64_t avail_before_ = ~uint64_t{0};  // free bytes before this file took any (messages)
   std::unique_ptr<Ring> ring_;
   std::vector<Slot> slots_;
   std::vector<float*> reader_;        // per stream: one chunk

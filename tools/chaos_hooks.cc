@@ -266,9 +266,10 @@ ChaosOffloadFaults::ChaosOffloadFaults(const ChaosPlan& plan, int rank) : plan_(
 }
 
 Status ChaosOffloadFaults::Before(const char* op, const char* pass, const std::string& path,
-                                  int64_t chunk) {
-  // Past the file's first chunk: the step (or the save) is half done.
-  if (hooks_.empty() || chunk < 1) return Status::Ok();
+                                  int64_t chunk, int64_t done) {
+  // Past the file's first chunk, with at least one chunk of the pass done: the step (or the
+  // save) is half done (a read-ahead of chunk 1 is issued before chunk 0 is computed).
+  if (hooks_.empty() || chunk < 1 || done < 1) return Status::Ok();
   const std::string at = std::string(std::strcmp(pass, "checkpoint") == 0 ? "checkpoint" : pass) +
                          "_" + op;
   for (const ChaosHook* h : hooks_) {

@@ -40,8 +40,9 @@
 //     id); the first failure in a process also tries to create the marker (EEXIST ignored).
 //   kill_in_offload and offload_io_error act on the optimizer's offload file
 //     (optimizer.offload: nvme; ChaosOffloadFaults, optimizer/offload_file.h), on the transfer
-//     `at` names past the file's first chunk (update_write: the step is half written to disk;
-//     update_read: half read; checkpoint_read: a save has streamed part of the state) and
+//     `at` names past the file's first chunk once a chunk of the pass is done (update_write:
+//     the step is half written to disk; update_read: half read, a chunk already updated;
+//     checkpoint_read: a save has streamed part of the state) and
 //     fire at most ONCE across all ranks and incarnations (the marker is claimed first):
 //     kill_in_offload raises SIGKILL; offload_io_error fails that transfer with the errno (a
 //     step ends with kIoError, a restartable exit; a save fails and commits nothing). Never on
@@ -156,7 +157,8 @@ class ChaosFileSystem final : public FileSystem {
 class ChaosOffloadFaults final : public OffloadFaults {
  public:
   ChaosOffloadFaults(const ChaosPlan& plan, int rank);
-  Status Before(const char* op, const char* pass, const std::string& path, int64_t chunk) override;
+  Status Before(const char* op, const char* pass, const std::string& path, int64_t chunk,
+                int64_t done) override;
 
  private:
   const ChaosPlan& plan_;

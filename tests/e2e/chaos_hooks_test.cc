@@ -133,27 +133,27 @@ TEST(ChaosHooks, OffloadHooksFireOnceMidStep) {
       R"({"id":"k","kind":"kill_in_offload","rank":0}]})",
       WritePlan(dir, "{}"));
   ChaosOffloadFaults rank1(plan, 1);
-  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 3).ok());  // not armed
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 3, 4).ok());  // not armed
   Arm(dir, "e");
-  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 0).ok());  // the first chunk
-  EXPECT_TRUE(rank1.Before("write", "write", "/x/opt.bin", 3).ok());   // a load, not a step
-  EXPECT_TRUE(rank1.Before("read", "update", "/x/opt.bin", 3).ok());
-  EXPECT_TRUE(rank1.Before("read", "checkpoint", "/x/opt.bin", 3).ok());
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 0, 1).ok());  // the first chunk
+  EXPECT_TRUE(rank1.Before("write", "write", "/x/opt.bin", 3, 4).ok());   // a load, not a step
+  EXPECT_TRUE(rank1.Before("read", "update", "/x/opt.bin", 3, 1).ok());
+  EXPECT_TRUE(rank1.Before("read", "checkpoint", "/x/opt.bin", 3, 3).ok());
   ChaosOffloadFaults rank2(plan, 2);
-  EXPECT_TRUE(rank2.Before("write", "update", "/x/opt.bin", 3).ok());  // not targeted
-  Status s = rank1.Before("write", "update", "/x/opt.bin", 3);
+  EXPECT_TRUE(rank2.Before("write", "update", "/x/opt.bin", 3, 4).ok());  // not targeted
+  Status s = rank1.Before("write", "update", "/x/opt.bin", 3, 4);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.ToString();
   EXPECT_TRUE(fs::exists(dir / "fired/e"));
-  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 4).ok());  // once only
+  EXPECT_TRUE(rank1.Before("write", "update", "/x/opt.bin", 4, 5).ok());  // once only
 
   Arm(dir, "k");
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ChaosOffloadFaults rank0(plan, 0);
-    (void)rank0.Before("write", "update", "/x/opt.bin", 0);
-    (void)rank0.Before("write", "update", "/x/opt.bin", 1);
+    (void)rank0.Before("write", "update", "/x/opt.bin", 0, 1);
+    (void)rank0.Before("write", "update", "/x/opt.bin", 1, 2);
     _exit(0);
   }
   int wstatus = 0;
@@ -161,7 +161,7 @@ TEST(ChaosHooks, OffloadHooksFireOnceMidStep) {
   ASSERT_TRUE(WIFSIGNALED(wstatus));
   EXPECT_EQ(WTERMSIG(wstatus), SIGKILL);
   ChaosOffloadFaults again(plan, 0);  // the next incarnation: fired before
-  EXPECT_TRUE(again.Before("write", "update", "/x/opt.bin", 1).ok());
+  EXPECT_TRUE(again.Before("write", "update", "/x/opt.bin", 1, 2).ok());
 }
 
 // `at` moves an offload hook to an optimizer step's reads or to a save's reads of the file.
@@ -174,12 +174,14 @@ TEST(ChaosHooks, OffloadHooksAtReads) {
   ChaosOffloadFaults rank0(plan, 0);
   Arm(dir, "r");
   Arm(dir, "c");
-  EXPECT_TRUE(rank0.Before("write", "update", "/x/opt.bin", 3).ok());  // neither is at writes
-  Status s = rank0.Before("read", "update", "/x/opt.bin", 2);
+  EXPECT_TRUE(rank0.Before("write", "update", "/x/opt.bin", 3, 4).ok());  // neither is at writes
+  // A read-ahead issued before any chunk of the step was computed: not yet.
+  EXPECT_TRUE(rank0.Before("read", "update", "/x/opt.bin", 2, 0).ok());
+  Status s = rank0.Before("read", "update", "/x/opt.bin", 2, 1);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("read of chunk 2 failed: Input/output error (chaos hook r)"),
             std::string::npos) << s.ToString();
-  s = rank0.Before("read", "checkpoint", "/x/opt.bin", 1);
+  s = rank0.Before("read", "checkpoint", "/x/opt.bin", 1, 1);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("(chaos hook c)"), std::string::npos) << s.ToString();
   EXPECT_TRUE(fs::exists(dir / "fired/r"));

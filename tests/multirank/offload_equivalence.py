@@ -84,13 +84,16 @@ def checkpoint_digests(root):
         return out
     for step in sorted(os.listdir(root)):
         d = os.path.join(root, step)
-        if not step.startswith("step_") or step.endswith(".tmp") or not os.path.isdir(d):
-            continue
+        if not step.startswith("step_") or "." in step or not os.path.isdir(d):
+            continue  # .tmp / .old / .corrupt: not a committed checkpoint
         h = hashlib.sha256()
-        for f in sorted(os.listdir(d)):
-            h.update(f.encode())
-            with open(os.path.join(d, f), "rb") as fh:
-                h.update(fh.read())
+        try:
+            for f in sorted(os.listdir(d)):
+                h.update(f.encode())
+                with open(os.path.join(d, f), "rb") as fh:
+                    h.update(fh.read())
+        except OSError:  # removed by retention while we read it: not compared
+            continue
         out[step] = h.hexdigest()
     return out
 
@@ -173,8 +176,8 @@ else:
                     done = sum(1 for _ in open(os.path.join(out, "metrics.jsonl")))
                 except OSError:
                     done = 0
-                if done >= 6:  # mid-run: the next step or save meets the hook
-                    committed = checkpoint_digests(os.path.join(out, "ckpt"))
+                committed = checkpoint_digests(os.path.join(out, "ckpt")) if done >= 6 else {}
+                if committed:  # mid-run, a save committed: the next step or save meets the hook
                     os.makedirs(os.path.join(hooks, "armed"), exist_ok=True)
                     open(os.path.join(hooks, "armed", "h"), "w").close()
                     armed = True

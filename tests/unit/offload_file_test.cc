@@ -154,7 +154,8 @@ TEST(OffloadFile, ByteChangedByHandIsRefusedNamingStreamAndChunk) {
 class FailNthWrite : public OffloadFaults {
  public:
   explicit FailNthWrite(int n) : n_(n) {}
-  Status Before(const char* op, const char*, const std::string& path, int64_t chunk) override {
+  Status Before(const char* op, const char*, const std::string& path, int64_t chunk,
+                int64_t) override {
     if (std::strcmp(op, "write") != 0 || ++writes_ != n_) return Status::Ok();
     return IoError(path + ": injected: write of chunk " + std::to_string(chunk) + ": " +
                    std::strerror(EIO));
@@ -239,7 +240,7 @@ TEST(OffloadFile, SharedMissingAndTooSmallAreClearErrors) {
   EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(huge.status().message().find("needs 52776558137344 bytes"), std::string::npos)
       << huge.status().ToString();
-  EXPECT_NE(huge.status().message().find("are available there"), std::string::npos);
+  EXPECT_NE(huge.status().message().find("were available there"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "huge.bin"));  // nothing left behind
   EXPECT_TRUE(fs::exists(dir / "opt.bin"));     // the live process's file is untouched
   second = Status(StatusCode::kInternal, "gone");  // the refused object, destroyed
