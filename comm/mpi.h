@@ -30,6 +30,10 @@ struct LauncherEnv {
 };
 LauncherEnv ReadLauncherEnv();
 
+// The MPI library's own name and version (MPI_Get_library_version's first line, e.g. "Open MPI
+// v4.1.4, package: Debian OpenMPI, ..."); callable before MPI_Init.
+std::string MpiLibraryVersion();
+
 class MpiSession {
  public:
   // Initialises MPI with MPI_THREAD_MULTIPLE. Before that, defaults two Open MPI settings if the

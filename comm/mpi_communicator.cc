@@ -540,6 +540,16 @@ bool EnvSet(const char* name) { return std::getenv(name) != nullptr; }
 
 }  // namespace
 
+std::string MpiLibraryVersion() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  std::string s(text, static_cast<size_t>(std::max(len, 0)));
+  s = s.substr(0, s.find('\n'));                          // the first line names it
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
 LauncherEnv ReadLauncherEnv() {
   LauncherEnv env;
   // srun --mpi=pmix sets PMIX_RANK and, for the size, only its own SLURM_STEP_NUM_TASKS.

@@ -17,6 +17,8 @@ namespace tessera {
 
 // Whether this build contains the NCCL backend.
 bool NcclBackendBuilt();
+// "NCCL 2.21.5, CUDA runtime 13.0" where built (versions of the libraries loaded), "not built".
+std::string NcclVersionString();
 // OK if the backend is built and at least one GPU is usable; else why not.
 Status NcclAvailable();
 // A communicator over all MPI world ranks on CUDA device `device` (one rank per device).

@@ -267,6 +267,20 @@ class NcclCommunicator final : public Communicator {
 
 bool NcclBackendBuilt() { return true; }
 
+std::string NcclVersionString() {
+  int nccl = 0, cuda = 0;
+  std::string out = "NCCL ";
+  out += ncclGetVersion(&nccl) == ncclSuccess
+             ? std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+                   std::to_string(nccl % 100)
+             : std::string("?");
+  out += ", CUDA runtime ";
+  out += cudaRuntimeGetVersion(&cuda) == cudaSuccess
+             ? std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10)
+             : std::string("?");
+  return out;
+}
+
 Status NcclAvailable() {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

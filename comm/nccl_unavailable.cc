@@ -5,6 +5,8 @@ namespace tessera {
 
 bool NcclBackendBuilt() { return false; }
 
+std::string NcclVersionString() { return "not built"; }
+
 Status NcclAvailable() {
   return FailedPrecondition("this build has no NCCL backend (CUDA toolkit or NCCL not found, "
                             "or TESSERA_NCCL=OFF)");

@@ -177,7 +177,9 @@ constexpr const char* kHelp =
     "                          (default 1)\n"
     "  --stop-grace S          TERM -> KILL when stopping a failed job (default 5)\n"
     "  --preempt-timeout S     after SIGTERM/SIGINT, time the ranks get to checkpoint and\n"
-    "                          exit (default 300)\n\n"
+    "                          exit (default 300)\n"
+    "  --strict-env            a restart refuses a checkpoint saved by other code, compiler,\n"
+    "                          libraries or CPU (train.strict_env; exit 4, no restart)\n\n"
     "Signals: SIGTERM or SIGINT (Ctrl-C) = preemption: the ranks save a checkpoint at the next\n"
     "step and exit; a second one stops at once. SIGUSR1 asks for a checkpoint now.\n\n"
     "Exit codes: 0 finished, 7 stopped (resumable), 8 gave up (restart budget or crash loop),\n"
@@ -207,7 +209,7 @@ int RunLaunch(const Args& raw) {
                            "--restart-window", "--crash-loop", "--backoff", "--stop-grace",
                            "--preempt-timeout", "--heartbeat-ms", "--advertise", "--spares",
                            "--elastic", "--launcher"},
-                          {});
+                          {"--strict-env"});
   if (!parsed.ok()) return Usage(parsed.status());
   const ParsedArgs& p = *parsed;
   if (p.positional.size() != 1) {
@@ -222,6 +224,7 @@ int RunLaunch(const Args& raw) {
   // Everything that can be checked before a process starts is checked here, so a config that
   // cannot work costs no launch (and no restart loop).
   std::vector<std::string> sets = p.All("--set");
+  if (p.Has("--strict-env")) sets.push_back("train.strict_env=true");  // every incarnation's
   // checkpoint.dir first, before resume=auto (which needs it) makes the config say so less
   // plainly.
   auto as_given = LoadConfig(p.positional[0], sets);

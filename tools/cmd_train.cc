@@ -51,7 +51,9 @@ std::optional<Status> PositionalError(const ParsedArgs& p, const std::string& co
 // checkpoint.interval: auto, and its control address for the memory tier (the address the
 // other hosts reach this one at is the one that routes there).
 Result<Config> LoadFromArgs(const ParsedArgs& p) {
-  ASSIGN_OR_RETURN(Config config, LoadConfig(p.positional[0], p.All("--set")));
+  std::vector<std::string> sets = p.All("--set");
+  if (p.Has("--strict-env")) sets.push_back("train.strict_env=true");
+  ASSIGN_OR_RETURN(Config config, LoadConfig(p.positional[0], sets));
   if (const char* v = std::getenv(kEnvMeasuredMtbf)) config.checkpoint.measured_mtbf_s = std::atof(v);
   if (const char* v = std::getenv(kEnvControlAddress)) config.checkpoint.route_toward = v;
   return config;
@@ -62,7 +64,7 @@ Result<Config> LoadFromArgs(const ParsedArgs& p) {
 int RunTrain(const Args& args) {
   if (WantsHelp(args)) {
     std::printf(
-        "usage: tessera train CONFIG [--set key.path=value ...]\n\n"
+        "usage: tessera train CONFIG [--set key.path=value ...] [--strict-env]\n\n"
         "Trains the model CONFIG describes and writes to\n"
         "train.out_dir: metrics.jsonl (one line per step), model.safetensors (final weights,\n"
         "Hugging Face names), config.yaml (the effective config) and env.json.\n\n"
@@ -101,6 +103,11 @@ int RunTrain(const Args& args) {
         "corpus), learning rate, gradient norm, tokens/s, MFU against the measured GEMM peak\n"
         "and ETA. Example:\n"
         "  tessera train configs/tiny.yaml --set train.steps=100\n\n"
+        "Environment: every checkpoint records the environment fingerprint (`tessera env`:\n"
+        "git commit, compiler, BLAS, oneDNN, MPI, NCCL/CUDA, CPU model and features, host).\n"
+        "Resuming or init_from a checkpoint prints what differs; --strict-env (or\n"
+        "train.strict_env: true) refuses one saved by other code, compiler, libraries or CPU\n"
+        "(exit 4). Where it ran (host, cores, threads, kernel) may differ.\n\n"
         "Signals (standalone): SIGTERM or SIGINT saves a checkpoint at the next step boundary\n"
         "(with checkpoint.dir) and exits 7 — resume=auto continues from it; a second one stops at\n"
         "once; SIGUSR1 saves a checkpoint now and training goes on. Slurm and Kubernetes preempt\n"
@@ -119,7 +126,7 @@ int RunTrain(const Args& args) {
         "exits with code 7. Without those variables it runs standalone as described above.\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "train", {"--set"}, {});
+  auto parsed = ParseArgs(args, "train", {"--set"}, {"--strict-env"});
   if (!parsed.ok()) return FailUsage("train", parsed.status());
   if (auto bad = PositionalError(*parsed, "train")) return FailUsage("train", *bad);
   // Under mpirun every rank loads the config and checks the layout on its own.

@@ -22,6 +22,7 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
 #include "runtime/train/checkpointer.h"
+#include "runtime/train/env_info.h"
 #include "runtime/train/host_tier.h"
 #include "runtime/train/rank_layout.h"
 
@@ -49,6 +50,36 @@ std::string Join(const std::vector<std::string>& parts, const char* sep) {
   for (const std::string& p : parts) out += (out.empty() ? "" : sep) + p;
   return out;
 }
+
+// "environment differs from DIR's (the run that saved it): git_commit: a -> b; hostname: ..."
+std::string EnvironmentNote(const std::vector<EnvironmentDifference>& env, const std::string& dir) {
+  std::vector<std::string> parts;
+  for (const EnvironmentDifference& d : env) parts.push_back(DescribeDifference(d));
+  const bool placement_only =
+      std::all_of(env.begin(), env.end(), [](const EnvironmentDifference& d) { return d.placement; });
+  return "environment differs from " + dir + "'s (the run that saved it" +
+         (placement_only ? ", where it ran only" : "") + "): " + Join(parts, "; ");
+}
+
+}  // namespace
+
+// With train.strict_env, a checkpoint saved by other code, compiler, libraries or CPU is
+// refused (kInvalidArgument: not damage, so no fallback to an older one, which the same
+// environment saved); where it ran (hostname, cores, threads, kernel) may differ.
+Status Checkpointer::StrictEnvironment(const std::vector<EnvironmentDifference>& env,
+                                       const std::string& dir) const {
+  if (!config_.train.strict_env) return Status::Ok();
+  std::vector<std::string> parts;
+  for (const EnvironmentDifference& d : env) {
+    if (!d.placement) parts.push_back(DescribeDifference(d));
+  }
+  if (parts.empty()) return Status::Ok();
+  return InvalidArgument("train.strict_env: " + dir + " was saved in another environment (" +
+                         Join(parts, "; ") + "); without strict_env the differences are "
+                         "printed and the checkpoint loads");
+}
+
+namespace {
 
 }  // namespace
 
@@ -84,6 +115,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
   for (size_t k = 0; k < c.steps.size(); ++k) {
     const std::string dir = c.root + "/" + StepDirName(c.steps[k]);
     LoadedCheckpoint loaded;
+    std::vector<EnvironmentDifference> env;
     Status st = Status::Ok();
     auto reader = CheckpointReader::Open(dir, fs_);
     if (!reader.ok()) {
@@ -91,6 +123,8 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
     } else {
       const Manifest& m = (*reader)->manifest();
       if (c.check) st = c.check(m, ManifestPath(dir));
+      env = CompareEnvironment(m.environment);
+      if (st.ok()) st = StrictEnvironment(env, dir);
       if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, c.with_optimizer);
       loaded.step = m.step;
       loaded.dir = dir;
@@ -107,6 +141,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       Event(c.purpose, (c.purpose == "resume" ? "resuming from " : "init_from: weights from ") +
                            dir + " (step " + std::to_string(loaded.step) + took + ")");
+      if (!env.empty()) Event(c.purpose, EnvironmentNote(env, dir));
       return std::optional<LoadedCheckpoint>(std::move(loaded));
     }
     std::string who;

@@ -78,8 +78,9 @@
 #include "models/partition.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
-#include "runtime/train/config.h"
 #include "runtime/core/memory.h"
+#include "runtime/train/config.h"
+#include "runtime/train/env_info.h"
 #include "runtime/train/param_state.h"
 
 namespace tessera {
@@ -223,6 +224,8 @@ class Checkpointer {
     std::string purpose;         // "resume" | "init_from": the event kind and the log word
   };
   Result<std::optional<LoadedCheckpoint>> LoadNewestUsable(const Candidates& c, ParamState& shards);
+  // train.strict_env's verdict on a candidate saved in the environment `env` differs by.
+  Status StrictEnvironment(const std::vector<EnvironmentDifference>& env, const std::string& dir) const;
   void Event(const std::string& kind, const std::string& message);
   // Rank 0: the catalog record of a save attempt (writing / failed), unless the step's earlier
   // committed directory is still there (see the .cc).

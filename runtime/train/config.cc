@@ -173,6 +173,7 @@ Status ReadTrain(YamlMap& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Enum<SpikeAction>(
       "spike_action", {{"report", SpikeAction::kReport}, {"skip", SpikeAction::kSkip}},
       &t->spike_action));
+  RETURN_IF_ERROR(s.Bool("strict_env", &t->strict_env));
   return s.Finish();
 }
 

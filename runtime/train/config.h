@@ -84,6 +84,10 @@ struct TrainConfig {
                              //   skip also leaves that step's update out (its loss still joins
                              //   the window, so a lasting change of level stops counting as a
                              //   spike after spike_window steps)
+  bool strict_env = false;   // train.strict_env (or --strict-env): a checkpoint resumed or
+                             //   loaded by init_from whose environment fingerprint differs from
+                             //   this process's in what computes (code, compiler, libraries,
+                             //   CPU) is refused, exit 4; false: the differences are printed
 };
 
 // How the world's ranks are laid out (comm/device_mesh.h: pp x dp x ep x tp, tp fastest).

@@ -141,6 +141,7 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   Put(out, "spike_zscore", t.spike_zscore);
   Put(out, "spike_window", t.spike_window);
   PutName(out, "spike_action", SpikeActionName(t.spike_action));
+  Put(out, "strict_env", t.strict_env);
   out << YAML::EndMap;
 }
 

@@ -4,10 +4,15 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
+#include "comm/mpi.h"
+#include "comm/nccl.h"
 #include "runtime/core/json.h"
+#include "runtime/kernels/cpu/cpu_features.h"
+#include "runtime/kernels/cpu/onednn_matmul.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "tessera_git_commit.h"  // generated at build time: TESSERA_GIT_COMMIT
 #ifndef TESSERA_BUILD_TYPE
@@ -20,32 +25,28 @@
 namespace tessera {
 namespace {
 
+// "AMD EPYC 9B45 (family 26 model 2 stepping 1)": the name and the numbers that tell two
+// parts with the same marketing name apart.
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto pos = line.find(':');
-      if (pos != std::string::npos) return line.substr(pos + 2);
-    }
+  std::string line, name = "unknown", family, model, stepping;
+  auto value = [&line] {
+    const size_t pos = line.find(':');
+    return pos == std::string::npos || pos + 2 > line.size() ? std::string() : line.substr(pos + 2);
+  };
+  while (std::getline(in, line) && !line.empty()) {  // the first processor's block
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model", 0) == 0) model = value();
+    else if (line.rfind("stepping", 0) == 0) stepping = value();
   }
-  return "unknown";
+  if (family.empty()) return name;
+  return name + " (family " + family + " model " + model + " stepping " + stepping + ")";
 }
 
-std::string CpuFeatures() {
-  std::string out;
-  auto add = [&out](bool has, const char* name) {
-    if (has) out += (out.empty() ? "" : " ") + std::string(name);
-  };
-  __builtin_cpu_init();
-  add(__builtin_cpu_supports("sse4.2"), "sse4.2");
-  add(__builtin_cpu_supports("avx"), "avx");
-  add(__builtin_cpu_supports("avx2"), "avx2");
-  add(__builtin_cpu_supports("fma"), "fma");
-  add(__builtin_cpu_supports("avx512f"), "avx512f");
-  add(__builtin_cpu_supports("avx512bw"), "avx512bw");
-  add(__builtin_cpu_supports("avx512vl"), "avx512vl");
-  return out;
+// Keys that say where a run runs, not what computes it (EnvironmentDifference::placement).
+bool IsPlacement(const std::string& key) {
+  return key == "hostname" || key == "cores" || key == "threads" || key == "os";
 }
 
 }  // namespace
@@ -55,6 +56,7 @@ std::vector<std::pair<std::string, std::string>> EnvironmentFingerprint() {
   uname(&u);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  const cpu::CpuFeatures features = cpu::DetectCpuFeatures();
   return {
       {"tessera", "0.1.0"},
       {"git_commit", TESSERA_GIT_COMMIT},
@@ -63,10 +65,14 @@ std::vector<std::pair<std::string, std::string>> EnvironmentFingerprint() {
       {"cxx_standard", std::to_string(__cplusplus)},
       {"openblas", cpu::BlasConfig()},
       {"openblas_core", cpu::BlasCoreName()},
+      {"onednn", cpu::onednn::VersionString()},
+      {"bf16_gemm", cpu::Bf16IsaName(cpu::ChooseBf16Isa(features))},
+      {"mpi", MpiLibraryVersion()},
+      {"nccl", NcclVersionString()},
       {"yaml_cpp", TESSERA_YAML_CPP_VERSION},
       {"openmp", std::to_string(cpu::OpenMpVersion())},
       {"cpu", CpuModel()},
-      {"cpu_features", CpuFeatures()},
+      {"cpu_features", cpu::DescribeCpuFeatures(features)},
       {"cores", std::to_string(std::thread::hardware_concurrency())},
       {"threads", std::to_string(cpu::NumThreads())},
       {"hostname", host},
@@ -80,6 +86,31 @@ std::string EnvironmentFingerprintJson() {
   for (const auto& [k, v] : EnvironmentFingerprint()) w.Key(k).String(v);
   w.EndObject();
   return w.str();
+}
+
+std::vector<EnvironmentDifference> CompareEnvironment(const JsonValue& saved) {
+  std::vector<EnvironmentDifference> out;
+  const std::vector<std::pair<std::string, std::string>> now = EnvironmentFingerprint();
+  auto saved_value = [&](const std::string& key) -> std::string {
+    const JsonValue* v = saved.is_object() ? saved.Find(key) : nullptr;
+    return v != nullptr && v->is_string() ? v->as_string() : std::string();
+  };
+  for (const auto& [key, value] : now) {
+    const std::string was = saved_value(key);
+    if (was != value) out.push_back({key, was, value, IsPlacement(key)});
+  }
+  if (saved.is_object()) {
+    for (const auto& [key, value] : saved.members()) {
+      const bool known = std::any_of(now.begin(), now.end(), [&](const auto& kv) { return kv.first == key; });
+      if (!known) out.push_back({key, value.is_string() ? value.as_string() : "", "", IsPlacement(key)});
+    }
+  }
+  return out;
+}
+
+std::string DescribeDifference(const EnvironmentDifference& d) {
+  auto shown = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
+  return d.key + ": " + shown(d.saved) + " -> " + shown(d.now);
 }
 
 }  // namespace tessera

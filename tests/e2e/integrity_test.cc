@@ -100,6 +100,54 @@ TEST_F(Integrity, AnEditedManifestIsRefusedByVerifyAndResumeFallsBack) {
   EXPECT_TRUE(ReadFile(dir_ / "run/model.safetensors") == ReferenceWeights(16)) << "weights differ";
 }
 
+// Sets `key` of the environment fingerprint in a committed manifest to `value`, resealed:
+// what a checkpoint saved by another build or on another host holds.
+void SetManifestEnvironment(const std::string& manifest, const std::string& key,
+                            const std::string& value) {
+  auto json = UnsealManifestJson(ReadFile(manifest), manifest);
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  std::string text = *json;
+  const std::string field = "\"" + key + "\":\"";
+  const size_t at = text.find(field);
+  ASSERT_NE(at, std::string::npos) << key;
+  const size_t begin = at + field.size(), end = text.find('"', begin);
+  text.replace(begin, end - begin, value);
+  WriteFile(manifest, SealManifestJson(text));
+}
+
+// The environment a checkpoint was saved in is compared on resume: differences are printed;
+// under --strict-env a checkpoint of other code is refused (exit 4, nothing set aside, no
+// fallback), while one saved on another host loads.
+TEST_F(Integrity, AnotherEnvironmentIsPrintedOnResumeAndRefusedUnderStrictEnv) {
+  ThreeCheckpoints();
+  for (int64_t step : {4, 8, 12}) {
+    SetManifestEnvironment(Step(step) + "/manifest.json", "git_commit", "0000000000ab");
+    SetManifestEnvironment(Step(step) + "/manifest.json", "hostname", "another-host");
+  }
+  CommandResult strict = Resume(16, "--strict-env");
+  EXPECT_EQ(strict.exit_code, kExitBadInput) << strict.output;
+  EXPECT_TRUE(Contains(strict.output, "train.strict_env: " + Step(12) + " was saved in another "
+                                      "environment (git_commit: 0000000000ab -> ")) << strict.output;
+  EXPECT_FALSE(Contains(strict.output, "hostname: another-host")) << strict.output;  // placement
+  EXPECT_TRUE(fs::exists(Step(12) + "/manifest.json"));  // not damage: left as it was
+  EXPECT_FALSE(fs::exists(Step(12) + ".corrupt"));
+
+  CommandResult r = Resume(16);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "environment differs from " + Step(12) + "'s (the run that saved "
+                                 "it): git_commit: 0000000000ab -> ")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "hostname: another-host -> ")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "resumed at step 12 of 16")) << r.output;
+
+  // Saved on another host by the same build: strict loads it and says where it ran.
+  SetManifestEnvironment(Step(16) + "/manifest.json", "hostname", "another-host");
+  CommandResult moved = Resume(20, "--strict-env");
+  ASSERT_EQ(moved.exit_code, 0) << moved.output;
+  EXPECT_TRUE(Contains(moved.output, "(the run that saved it, where it ran only): hostname: "
+                                     "another-host -> ")) << moved.output;
+  EXPECT_TRUE(Contains(moved.output, "resumed at step 16 of 20")) << moved.output;
+}
+
 TEST_F(Integrity, ManifestsThatAreAFifoADirectoryOrALinkFallBackWithoutHanging) {
   ThreeCheckpoints();
   const std::string manifest = Step(12) + "/manifest.json";
