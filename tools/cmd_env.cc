@@ -12,8 +12,11 @@ int RunEnv(const Args& args) {
     std::printf(
         "usage: tessera env [--json]\n\n"
         "Prints what this build and machine are: Tessera version, git commit, build type,\n"
-        "compiler, OpenBLAS configuration, yaml-cpp, OpenMP, CPU model and features, cores.\n"
-        "The same fingerprint is written into every run's output directory (env.json).\n\n"
+        "compiler, OpenBLAS configuration, oneDNN, the bf16 GEMM instruction set, MPI,\n"
+        "NCCL/CUDA (or 'not built'), yaml-cpp, OpenMP, CPU model and features, cores, host.\n"
+        "The same fingerprint is written into every run's output directory (env.json) and\n"
+        "every checkpoint; resuming or init_from a checkpoint prints what differs, and\n"
+        "tessera train --strict-env refuses a checkpoint of other code, libraries or CPU.\n\n"
         "  --json   one JSON object instead of aligned text\n");
     return kExitOk;
   }

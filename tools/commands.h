@@ -21,6 +21,7 @@ int RunData(const Args& args);
 int RunCkpt(const Args& args);
 int RunBench(const Args& args);
 int RunEnv(const Args& args);
+int RunInspect(const Args& args);
 
 // True if args contain -h or --help.
 bool WantsHelp(const Args& args);

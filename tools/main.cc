@@ -34,6 +34,8 @@ const Command kCommands[] = {
      RunData},
     {"ckpt", "inspect checkpoints: 'tessera ckpt ls|verify|export|gc DIR'", RunCkpt},
     {"bench", "measure step time, tokens/s and MFU against this machine's sgemm peak", RunBench},
+    {"inspect", "what Tessera makes of a Hugging Face model directory (config.json, weights)",
+     RunInspect},
     {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
 };
 

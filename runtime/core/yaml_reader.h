@@ -63,6 +63,11 @@ class YamlContext {
 
   // Records where `dotted` was read (YamlMap does it for every key it looks up).
   void RecordPosition(const std::string& dotted, std::string where);
+  // Where the file (or an override) set `dotted`; null when it did not.
+  const std::string* PositionOf(const std::string& dotted) const {
+    auto it = positions_.find(dotted);
+    return it == positions_.end() ? nullptr : &it->second;
+  }
   // An error about keys that depend on each other, at the first of `keys` (most specific
   // first) the file set; at the file itself, naming the first key, when it set none.
   Status CrossFieldError(const std::vector<std::string>& keys, const std::string& problem) const;

@@ -17,6 +17,7 @@
 #include <limits>
 #include <utility>
 
+#include "models/hf_config.h"
 #include "models/partition.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/yaml_reader.h"
@@ -274,6 +275,38 @@ Status ReadConfig(YamlContext* ctx, const YamlNode& root, Config* cfg) {
 
 std::string N(int64_t v) { return std::to_string(v); }
 
+// init_from a Hugging Face model directory (a config.json beside the weights): the model
+// section comes from config.json (models/hf_config.h). A model.* key the YAML or --set gives
+// must agree with it; one it leaves out is taken from it. A model Tessera cannot build as the
+// file describes is refused with the whole list of what it lacks.
+Status TakeHfModel(const YamlContext& ctx, Config* cfg) {
+  const std::string file = HfConfigBeside(cfg->init_from);
+  if (file.empty()) return Status::Ok();
+  auto intake = ReadHfConfig(file);
+  if (!intake.ok()) return ctx.CrossFieldError({"init_from"}, intake.status().message());
+  if (!intake->missing.empty()) {
+    std::string list;
+    for (const std::string& m : intake->missing) list += "\n  - " + m;
+    return ctx.CrossFieldError(
+        {"init_from"}, file + " (model_type \"" + intake->model_type + "\") describes a model "
+                           "Tessera cannot build as it is; nothing was loaded. Missing:" + list);
+  }
+  for (const HfField& f : intake->fields) {
+    const std::string* where = ctx.PositionOf(f.key);
+    if (where == nullptr) {
+      CopyModelKey(intake->model, &cfg->model, f.key);
+      continue;
+    }
+    const std::string mine = ModelKeyText(cfg->model, f.key);
+    if (mine != f.value) {
+      return InvalidArgument(*where + ": " + f.key + "=" + mine + " disagrees with " + f.hf_field +
+                             "=" + f.value + " in " + file + " (leave the key out to take the "
+                             "file's value)");
+    }
+  }
+  return Status::Ok();
+}
+
 // Constraints between keys, each reported at the most specific key the config set. In four
 // groups: the model and its data, the parallel layout, mixed precision, and the run's keys.
 
@@ -516,6 +549,7 @@ Result<Config> LoadConfigImpl(const std::string& text, const std::string& path,
   Config cfg;
   cfg.path = path;
   RETURN_IF_ERROR(ReadConfig(&ctx, root, &cfg));
+  RETURN_IF_ERROR(TakeHfModel(ctx, &cfg));
   RETURN_IF_ERROR(CheckModelAndData(ctx, cfg));
   RETURN_IF_ERROR(CheckParallel(ctx, cfg));
   RETURN_IF_ERROR(CheckMixedPrecision(ctx, cfg));
