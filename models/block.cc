@@ -179,7 +179,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   const float* qkv_in = Gathered(ws, norm1);
   float* qkv = store.Working(step, at.qkv);
   be.LinearForward(qkv, qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
-  if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
+  if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   store.Commit(step, at.qkv, qkv);
   const float* att_out = AttentionCore(step, at.att_out, at.att, qkv);
   RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A);
@@ -340,7 +340,7 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
                        d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
   // qkv = rope(qkv): the gradient goes back through the inverse rotation
   if (!d_.gpt2()) {
-    be.RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope_theta, 0);
+    be.RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   }
   // qkv = qkv_proj(norm_out)
   const float* qkv_in = Gathered(ws, store.Read(step, at.norm_out));

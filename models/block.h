@@ -60,7 +60,7 @@ struct BlockDims {
   int64_t HS = 0;        // head size
   int64_t F = 0;         // MLP width (ffn_size)
   float eps = 1e-5f;     // norm epsilon
-  float rope_theta = 10000.0f;
+  RopeParams rope;       // llama: RoPE's base and long-context scaling
   DType act_dtype = DType::kF32;  // activations are stored in / rounded to this type
   // Tensor parallelism (tensor_parallel.h), null without. NH, NKV and F are then THIS rank's
   // heads and MLP width (models/partition.h); under sequence parallelism the residual stream

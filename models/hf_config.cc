@@ -114,6 +114,50 @@ void ReadGpt2(FieldReader& r, ModelConfig& m) {
   }
 }
 
+// rope_scaling: llama3 (Llama 3.1+) and linear are computed (runtime/kernels/rope_params.h);
+// dynamic, yarn, longrope and others are named as missing.
+void ReadRopeScaling(FieldReader& r, ModelConfig& m) {
+  RopeScaling& s = m.rope_scaling;
+  const JsonValue* rs = r.Get("rope_scaling");
+  if (rs == nullptr) {
+    r.Record("model.rope_scaling.type", "rope_scaling", "none");
+    return;
+  }
+  const JsonValue* kind = rs->is_object() ? rs->Find("rope_type") : nullptr;
+  if (kind == nullptr && rs->is_object()) kind = rs->Find("type");
+  const std::string type = kind != nullptr && kind->is_string() ? kind->as_string() : "";
+  auto number = [&](const char* field, float* out) {
+    const JsonValue* v = rs->Find(field);
+    if (v == nullptr || !v->is_number()) {
+      r.Missing("rope_scaling." + std::string(field) + ": missing or not a number (rope_type \"" + type + "\")");
+      return;
+    }
+    *out = static_cast<float>(v->as_double());
+  };
+  if (type == "linear" || type == "llama3") {
+    s.type = type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kLlama3;
+    number("factor", &s.factor);
+    r.Record("model.rope_scaling.type", "rope_scaling.rope_type", type);
+    r.Record("model.rope_scaling.factor", "rope_scaling.factor", FormatYamlFloat(s.factor));
+    if (type == "llama3") {
+      number("low_freq_factor", &s.low_freq_factor);
+      number("high_freq_factor", &s.high_freq_factor);
+      float original = 0;
+      number("original_max_position_embeddings", &original);
+      s.original_max_position = static_cast<int64_t>(original);
+      r.Record("model.rope_scaling.low_freq_factor", "rope_scaling.low_freq_factor",
+               FormatYamlFloat(s.low_freq_factor));
+      r.Record("model.rope_scaling.high_freq_factor", "rope_scaling.high_freq_factor",
+               FormatYamlFloat(s.high_freq_factor));
+      r.Record("model.rope_scaling.original_max_position",
+               "rope_scaling.original_max_position_embeddings", N(s.original_max_position));
+    }
+    return;
+  }
+  r.Missing("rope_scaling with rope_type \"" + type + "\": Tessera computes plain RoPE and the "
+            "linear and llama3 scalings");
+}
+
 // The fields every Llama-family config shares (llama, mistral, qwen2, mixtral, qwen2_moe,
 // qwen3_moe), and what of theirs Tessera lacks.
 void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
@@ -141,10 +185,7 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
                 "hidden_size / num_heads");
     }
   }
-  if (r.Has("rope_scaling")) {
-    r.Missing("rope_scaling=" + r.Text("rope_scaling") + ": RoPE scaling (llama3, linear, yarn, "
-              "dynamic) is not built yet; Tessera computes plain RoPE with rope_theta");
-  }
+  ReadRopeScaling(r, m);
   if (r.True("attention_bias")) {
     r.Missing("attention_bias=true: biases on q/k/v/o projections; Tessera's Llama family has none");
   }
@@ -250,6 +291,13 @@ const KeyAccess kKeys[] = {
     TESSERA_FLOAT_KEY("model.moe.aux_loss", moe.aux_loss),
     {"model.moe.score", [](const ModelConfig& m) { return std::string(RouterScoreName(m.moe.score)); },
      [](const ModelConfig& f, ModelConfig* t) { t->moe.score = f.moe.score; }},
+    {"model.rope_scaling.type",
+     [](const ModelConfig& m) { return std::string(RopeScalingName(m.rope_scaling.type)); },
+     [](const ModelConfig& f, ModelConfig* t) { t->rope_scaling.type = f.rope_scaling.type; }},
+    TESSERA_FLOAT_KEY("model.rope_scaling.factor", rope_scaling.factor),
+    TESSERA_FLOAT_KEY("model.rope_scaling.low_freq_factor", rope_scaling.low_freq_factor),
+    TESSERA_FLOAT_KEY("model.rope_scaling.high_freq_factor", rope_scaling.high_freq_factor),
+    TESSERA_INT_KEY("model.rope_scaling.original_max_position", rope_scaling.original_max_position),
 };
 
 #undef TESSERA_INT_KEY

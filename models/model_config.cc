@@ -38,6 +38,21 @@ std::optional<ModelConfigProblem> CheckRanges(const ModelConfig& m) {
     return Broken({"model.rope_theta"}, "must be > 0, got " + F(m.rope_theta));
   }
   if (!(m.init_std > 0)) return Broken({"model.init_std"}, "must be > 0, got " + F(m.init_std));
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type != RopeScalingType::kNone && !(r.factor > 0)) {
+    return Broken({"model.rope_scaling.factor"}, "must be > 0, got " + F(r.factor));
+  }
+  if (r.type == RopeScalingType::kLlama3) {
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor)) {
+      return Broken({"model.rope_scaling.high_freq_factor", "model.rope_scaling.low_freq_factor"},
+                    "llama3 needs 0 < low_freq_factor < high_freq_factor, got " +
+                        F(r.low_freq_factor) + " and " + F(r.high_freq_factor));
+    }
+    if (r.original_max_position < 1) {
+      return Broken({"model.rope_scaling.original_max_position"},
+                    "must be >= 1, got " + N(r.original_max_position));
+    }
+  }
   return std::nullopt;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/kernels/rope_params.h"
 
 namespace tessera {
 
@@ -88,6 +89,10 @@ struct ModelConfig {
                                    //   (gpt2) or the Llama rule 2/3*4C rounded up to 64 (llama)
   float norm_eps = 1e-5f;          // model.norm_eps: LayerNorm/RMSNorm epsilon, > 0
   float rope_theta = 10000.0f;     // model.rope_theta: RoPE base (llama only), > 0
+  RopeScaling rope_scaling;        // model.rope_scaling: {type: none | linear | llama3, factor,
+                                   //   low_freq_factor, high_freq_factor,
+                                   //   original_max_position} (runtime/kernels/rope_params.h;
+                                   //   llama only); default none
   bool tie_embeddings = true;      // model.tie_embeddings: LM head shares wte; default true for
                                    //   gpt2, false for llama
   float init_std = 0.02f;          // model.init_std: std of the normal init of weights, > 0

@@ -168,7 +168,7 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   d.F = c.ffn_size() / t;
   d.tp = tp;
   d.eps = c.norm_eps;
-  d.rope_theta = c.rope_theta;
+  d.rope = RopeParams{c.rope_theta, c.rope_scaling};
   d.act_dtype = act_dtype;
   return d;
 }

@@ -35,6 +35,7 @@
 #include "runtime/core/stream.h"
 #include "runtime/core/tensor.h"
 #include "runtime/kernels/moe_routing.h"
+#include "runtime/kernels/rope_params.h"
 
 namespace tessera {
 
@@ -110,9 +111,9 @@ class Backend {
 
   // ---- Rotary embedding and attention -----------------------------------------------------
   virtual void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                           int64_t HS, float theta, int64_t pos_offset) = 0;
+                           int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
   virtual void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t HS, float theta, int64_t pos_offset) = 0;
+                            int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
   virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                 int64_t NH, int64_t NKV, int64_t HS) = 0;
   virtual void AttentionBackward(float* d_qkv, float* scratch, const float* d_out,

@@ -122,13 +122,13 @@ void CpuBackend::Add(float* out, const float* a, const float* b, int64_t n) {
 void CpuBackend::AddInPlace(float* acc, const float* x, int64_t n) { cpu::AddInPlace(acc, x, n); }
 
 void CpuBackend::RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                             float theta, int64_t pos_offset) {
-  cpu::RopeForward(qkv, B, T, NH, NKV, HS, theta, pos_offset);
+                             const RopeParams& rope, int64_t pos_offset) {
+  cpu::RopeForward(qkv, B, T, NH, NKV, HS, rope, pos_offset);
 }
 
 void CpuBackend::RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                              int64_t HS, float theta, int64_t pos_offset) {
-  cpu::RopeBackward(d_qkv, B, T, NH, NKV, HS, theta, pos_offset);
+                              int64_t HS, const RopeParams& rope, int64_t pos_offset) {
+  cpu::RopeBackward(d_qkv, B, T, NH, NKV, HS, rope, pos_offset);
 }
 
 void CpuBackend::AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,

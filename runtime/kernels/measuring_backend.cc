@@ -63,10 +63,10 @@ void MeasuringBackend::Add(float* out, const float* a, const float* b, int64_t n
 void MeasuringBackend::AddInPlace(float* acc, const float* x, int64_t n) {}
 
 void MeasuringBackend::RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                   int64_t HS, float theta, int64_t pos_offset) {}
+                                   int64_t HS, const RopeParams& rope, int64_t pos_offset) {}
 
 void MeasuringBackend::RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                    int64_t HS, float theta, int64_t pos_offset) {}
+                                    int64_t HS, const RopeParams& rope, int64_t pos_offset) {}
 
 void MeasuringBackend::AttentionForward(float* out, float* att, const float* qkv, int64_t B,
                                         int64_t T, int64_t NH, int64_t NKV, int64_t HS) {}

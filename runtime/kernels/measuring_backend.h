@@ -61,9 +61,9 @@ class MeasuringBackend final : public Backend {
   void Add(float* out, const float* a, const float* b, int64_t n) override;
   void AddInPlace(float* acc, const float* x, int64_t n) override;
   void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                   float theta, int64_t pos_offset) override;
+                   const RopeParams& rope, int64_t pos_offset) override;
   void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                    float theta, int64_t pos_offset) override;
+                    const RopeParams& rope, int64_t pos_offset) override;
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
                         int64_t NKV, int64_t HS) override;
   void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,

@@ -78,6 +78,20 @@ Status ReadMoe(YamlMap& s, MoeConfig* e) {
   return s.Finish();
 }
 
+// model.rope_scaling (absent: none). Ranges here; the rules between keys are ModelConfig's.
+Status ReadRopeScaling(YamlMap& s, RopeScaling* r) {
+  RETURN_IF_ERROR(s.Enum<RopeScalingType>("type",
+                                          {{"none", RopeScalingType::kNone},
+                                           {"linear", RopeScalingType::kLinear},
+                                           {"llama3", RopeScalingType::kLlama3}},
+                                          &r->type));
+  RETURN_IF_ERROR(s.Float("factor", kPositive, &r->factor));
+  RETURN_IF_ERROR(s.Float("low_freq_factor", kPositive, &r->low_freq_factor));
+  RETURN_IF_ERROR(s.Float("high_freq_factor", kPositive, &r->high_freq_factor));
+  RETURN_IF_ERROR(s.Int("original_max_position", 1, kMaxSeqLen, &r->original_max_position));
+  return s.Finish();
+}
+
 Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Enum<ModelFamily>(
       "family", {{"gpt2", ModelFamily::kGpt2}, {"llama", ModelFamily::kLlama}}, &m->family));
@@ -99,6 +113,8 @@ Status ReadModel(YamlMap& s, ModelConfig* m) {
                                            {"selective", RecomputePolicy::kSelective},
                                            {"full", RecomputePolicy::kFull}},
                                           &m->recompute));
+  ASSIGN_OR_RETURN(YamlMap rope, s.Child("rope_scaling"));
+  RETURN_IF_ERROR(ReadRopeScaling(rope, &m->rope_scaling));
   ASSIGN_OR_RETURN(YamlMap moe, s.Child("moe"));
   RETURN_IF_ERROR(ReadMoe(moe, &m->moe));
   return s.Finish();

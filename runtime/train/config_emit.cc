@@ -51,6 +51,16 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   Put(out, "ffn_hidden_size", m.ffn_hidden_size);
   Put(out, "norm_eps", m.norm_eps);
   Put(out, "rope_theta", m.rope_theta);
+  if (m.rope_scaling.type != RopeScalingType::kNone) {  // none: no section (the default)
+    const RopeScaling& r = m.rope_scaling;
+    out << YAML::Key << "rope_scaling" << YAML::Value << YAML::BeginMap;
+    PutName(out, "type", RopeScalingName(r.type));
+    Put(out, "factor", r.factor);
+    Put(out, "low_freq_factor", r.low_freq_factor);
+    Put(out, "high_freq_factor", r.high_freq_factor);
+    Put(out, "original_max_position", r.original_max_position);
+    out << YAML::EndMap;
+  }
   Put(out, "tie_embeddings", m.tie_embeddings);
   Put(out, "init_std", m.init_std);
   PutName(out, "recompute", RecomputePolicyName(m.recompute));

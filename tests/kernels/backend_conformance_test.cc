@@ -139,13 +139,13 @@ std::vector<Case> Cases() {
     return 0.0;
   });
   add("RopeForward", {N * QKV}, [](Backend* be, Buffers& b) {
-    be ? be->RopeForward(b[0], B, T, NH, NKV, HS, 10000.0f, 3)
-       : cpu::RopeForward(b[0], B, T, NH, NKV, HS, 10000.0f, 3);
+    be ? be->RopeForward(b[0], B, T, NH, NKV, HS, PlainRope(10000.0f), 3)
+       : cpu::RopeForward(b[0], B, T, NH, NKV, HS, PlainRope(10000.0f), 3);
     return 0.0;
   });
   add("RopeBackward", {N * QKV}, [](Backend* be, Buffers& b) {
-    be ? be->RopeBackward(b[0], B, T, NH, NKV, HS, 10000.0f, 3)
-       : cpu::RopeBackward(b[0], B, T, NH, NKV, HS, 10000.0f, 3);
+    be ? be->RopeBackward(b[0], B, T, NH, NKV, HS, PlainRope(10000.0f), 3)
+       : cpu::RopeBackward(b[0], B, T, NH, NKV, HS, PlainRope(10000.0f), 3);
     return 0.0;
   });
   add("AttentionForward", {N * NH * HS, B * NH * T * T, N * QKV}, [](Backend* be, Buffers& b) {

@@ -58,7 +58,7 @@ constexpr char kLlama2[] = R"({"architectures": ["LlamaForCausalLM"], "hidden_ac
   "num_key_value_heads": 32, "rms_norm_eps": 1e-05, "rope_scaling": null,
   "tie_word_embeddings": false, "torch_dtype": "float16", "vocab_size": 32000})";
 
-TEST(HfConfig, LlamaMapsAndRopeScalingIsNamedAsMissing) {
+TEST(HfConfig, LlamaMapsWithLlama3RopeScalingAndOtherScalingsAreNamed) {
   const HfModelIntake in = Map(kLlama2);
   EXPECT_TRUE(in.missing.empty());
   EXPECT_EQ(in.model.family, ModelFamily::kLlama);
@@ -73,8 +73,18 @@ TEST(HfConfig, LlamaMapsAndRopeScalingIsNamedAsMissing) {
                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
                      "rope_theta": 500000.0)");
   const HfModelIntake l3 = Map(llama31);
-  ASSERT_EQ(l3.missing.size(), 1u);
-  EXPECT_TRUE(MissingMentions(l3, "rope_scaling=an object: RoPE scaling")) << l3.missing[0];
+  EXPECT_TRUE(l3.missing.empty());
+  EXPECT_EQ(l3.model.rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(l3.model.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(l3.model.rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(l3.model.rope_scaling.original_max_position, 8192);
+  EXPECT_EQ(l3.model.rope_theta, 500000.0f);
+  // Scalings Tessera does not compute are named.
+  std::string yarn = kLlama2;
+  yarn.replace(yarn.find("\"rope_scaling\": null"), 20, R"("rope_scaling": {"factor": 4.0, "rope_type": "yarn"})");
+  const HfModelIntake y = Map(yarn);
+  ASSERT_EQ(y.missing.size(), 1u);
+  EXPECT_TRUE(MissingMentions(y, "rope_scaling with rope_type \"yarn\"")) << y.missing[0];
 }
 
 TEST(HfConfig, MistralsSlidingWindowAndQwen2sBiasesAreNamed) {
@@ -221,7 +231,7 @@ TEST_F(HfIntakeConfig, WhatTesseraLacksIsListedWhole) {
                    "model Tessera cannot build as it is; nothing was loaded. Missing:"),
             std::string::npos) << m;
   EXPECT_NE(m.find("\n  - hidden_act=\"gelu\""), std::string::npos) << m;
-  EXPECT_NE(m.find("\n  - rope_scaling="), std::string::npos) << m;
+  EXPECT_NE(m.find("\n  - rope_scaling with rope_type \"yarn\""), std::string::npos) << m;
   EXPECT_NE(m.find("\n  - attention_bias=true"), std::string::npos) << m;
   EXPECT_NE(m.find("\n  - q/k/v projection biases"), std::string::npos) << m;
 }

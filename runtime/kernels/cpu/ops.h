@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "runtime/kernels/rope_params.h"
+
 namespace tessera::cpu {
 
 // ---- GEMM -------------------------------------------------------------------------------
@@ -72,14 +74,15 @@ void AddInPlace(float* acc, const float* x, int64_t n);
 
 // ---- Rotary position embedding (Llama, Hugging Face "rotate_half" convention) ------------
 // qkv(B*T, (NH + 2*NKV)*HS) holds [q heads | k heads | v heads] per token. Rotates q and k of
-// token t (position t + pos_offset) in place: for i < HS/2, with a = pos * theta^(-2i/HS):
+// token t (position t + pos_offset) in place: for i < HS/2, with a = pos * inv_freq[i]
+// (rope_params.h: theta^(-2i/HS), scaled for long contexts):
 //   x[i]        = x[i] cos a - x[i+HS/2] sin a
 //   x[i+HS/2]   = x[i+HS/2] cos a + x[i] sin a.   v is untouched.
 void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                 float theta, int64_t pos_offset);
+                 const RopeParams& rope, int64_t pos_offset);
 // The inverse rotation, applied in place to d_qkv (rotation is orthogonal: backward = R^T).
 void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                  float theta, int64_t pos_offset);
+                  const RopeParams& rope, int64_t pos_offset);
 
 // ---- Causal self-attention with grouped-query heads --------------------------------------
 // qkv(B*T, (NH+2*NKV)*HS) as above (after RoPE for Llama). Query head h uses kv head

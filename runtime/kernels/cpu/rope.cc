@@ -1,9 +1,10 @@
 // runtime/kernels/cpu/rope.cc — rotary position embedding, Hugging Face "rotate_half" layout.
 //
 // Owns: RopeForward, RopeBackward (ops.h).
-// Numerics follow transformers' LlamaRotaryEmbedding in fp32: inv_freq[i] = 1 / theta^(2i/HS)
-// (computed in double, then rounded to fp32), angle = float(pos) * inv_freq[i] as an fp32
-// product, cos/sin of that fp32 angle. Position of token t is t + pos_offset.
+// Numerics follow transformers' LlamaRotaryEmbedding in fp32: inv_freq[i] from
+// RopeInverseFrequencies (theta^(-2i/HS) and its scaling, computed in double, then rounded to
+// fp32), angle = float(pos) * inv_freq[i] as an fp32 product, cos/sin of that fp32 angle.
+// Position of token t is t + pos_offset.
 // Threads: a (T, HS/2) cos/sin table is built once per call (serially: T*HS/2 sincos is tiny
 // next to the rotation), then tokens are rotated in parallel; each element is independent,
 // so results do not depend on the thread count.
@@ -18,15 +19,12 @@ namespace tessera::cpu {
 namespace {
 
 // Rotates q and k heads of every token; sign = +1 forward (R), -1 backward (R^T).
-void Rotate(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, float theta,
-            int64_t pos_offset, float sign) {
+void Rotate(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+            const RopeParams& rope, int64_t pos_offset, float sign) {
   TESSERA_CHECK_MSG(HS % 2 == 0, "RoPE needs an even head size, got %lld",
                     static_cast<long long>(HS));
   const int64_t half = HS / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = static_cast<float>(
-        1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / HS));
+  const std::vector<float> inv_freq = RopeInverseFrequencies(HS, rope);
   std::vector<float> cos_table(T * half), sin_table(T * half);  // (T, HS/2)
   for (int64_t t = 0; t < T; ++t) {
     const float pos = static_cast<float>(t + pos_offset);
@@ -59,14 +57,14 @@ void Rotate(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t H
 
 // x[i] = x[i] cos - x[i+HS/2] sin;  x[i+HS/2] = x[i+HS/2] cos + x[i] sin
 void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                 float theta, int64_t pos_offset) {
-  Rotate(qkv, B, T, NH, NKV, HS, theta, pos_offset, 1.0f);
+                 const RopeParams& rope, int64_t pos_offset) {
+  Rotate(qkv, B, T, NH, NKV, HS, rope, pos_offset, 1.0f);
 }
 
 // R^T: the same rotation by -angle (cos even, sin odd).
 void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                  float theta, int64_t pos_offset) {
-  Rotate(d_qkv, B, T, NH, NKV, HS, theta, pos_offset, -1.0f);
+                  const RopeParams& rope, int64_t pos_offset) {
+  Rotate(d_qkv, B, T, NH, NKV, HS, rope, pos_offset, -1.0f);
 }
 
 }  // namespace tessera::cpu
