@@ -29,9 +29,9 @@ class FieldReader {
   // An integer field (required unless `fallback` is given) into *out, recorded as `key`.
   void Int(const char* hf, const char* key, int64_t* out, std::optional<int64_t> fallback = {}) {
     const JsonValue* v = Get(hf);
-    if (v == nullptr && fallback) {
+    if (v == nullptr && fallback) {  // absent: the family's default decides, as in HF
       *out = *fallback;
-      return;
+      return Record(key, Absent(hf).c_str(), N(*out));
     }
     if (v == nullptr) return Fail(std::string(hf) + ": missing (an integer)");
     if (!v->is_integer() || v->as_int() < 0) return Fail(std::string(hf) + ": expected a non-negative integer");
@@ -42,7 +42,7 @@ class FieldReader {
     const JsonValue* v = Get(hf);
     if (v == nullptr && fallback) {
       *out = *fallback;
-      return;
+      return Record(key, Absent(hf).c_str(), FormatYamlFloat(*out));
     }
     if (v == nullptr) return Fail(std::string(hf) + ": missing (a number)");
     if (!v->is_number()) return Fail(std::string(hf) + ": expected a number");
@@ -54,7 +54,16 @@ class FieldReader {
     *out = fallback;
     if (v != nullptr && !v->is_bool()) return Fail(std::string(hf) + ": expected true or false");
     if (v != nullptr) *out = v->as_bool();
-    Record(key, v != nullptr ? hf : "(default)", *out ? "true" : "false");
+    Record(key, v != nullptr ? hf : Absent(hf).c_str(), *out ? "true" : "false");
+  }
+  // A training coefficient the file suggests (router_aux_loss_coef): taken when the YAML
+  // leaves the key out, never a conflict.
+  void Suggested(const char* hf, const char* key, float* out) {
+    const JsonValue* v = Get(hf);
+    if (v == nullptr) return;
+    if (!v->is_number()) return Fail(std::string(hf) + ": expected a number");
+    *out = static_cast<float>(v->as_double());
+    out_->fields.push_back({key, hf, FormatYamlFloat(*out), /*suggested=*/true});
   }
   // A field's value as text for messages ("null" when absent).
   std::string Text(const char* hf) const {
@@ -78,6 +87,7 @@ class FieldReader {
   void Record(const char* key, const char* hf, std::string value) {
     out_->fields.push_back({key, hf, std::move(value)});
   }
+  static std::string Absent(const char* hf) { return std::string(hf) + " (absent: the default)"; }
   Status status() const { return error_; }
 
  private:
@@ -219,7 +229,7 @@ void ReadMixtral(FieldReader& r, ModelConfig& m) {
   r.Record("model.moe.expert_ffn_size", "intermediate_size", N(e.expert_ffn_size));
   e.score = RouterScore::kSoftmax;
   e.normalize_gates = true;
-  r.Float("router_aux_loss_coef", "model.moe.aux_loss", &e.aux_loss, 0.0f);
+  r.Suggested("router_aux_loss_coef", "model.moe.aux_loss", &e.aux_loss);
 }
 
 // Qwen2-MoE and Qwen3-MoE: experts of moe_intermediate_size every decoder_sparse_step blocks
@@ -231,7 +241,7 @@ void ReadQwenMoe(FieldReader& r, ModelConfig& m, const std::string& type) {
   r.Int("moe_intermediate_size", "model.moe.expert_ffn_size", &e.expert_ffn_size);
   r.Bool("norm_topk_prob", "model.moe.normalize_gates", &e.normalize_gates, type == "qwen3_moe");
   r.Int("decoder_sparse_step", "model.moe.layer_interval", &e.layer_interval, 1);
-  r.Float("router_aux_loss_coef", "model.moe.aux_loss", &e.aux_loss, 0.0f);
+  r.Suggested("router_aux_loss_coef", "model.moe.aux_loss", &e.aux_loss);
   e.score = RouterScore::kSoftmax;
   // HF puts an MoE block where (layer + 1) % decoder_sparse_step == 0; Tessera's rule is
   // (layer - first_dense_layers) % interval == 0: the same blocks when first_dense_layers =
@@ -277,8 +287,12 @@ const KeyAccess kKeys[] = {
     TESSERA_INT_KEY("model.num_layers", num_layers),
     TESSERA_INT_KEY("model.hidden_size", hidden_size),
     TESSERA_INT_KEY("model.num_heads", num_heads),
-    TESSERA_INT_KEY("model.num_kv_heads", num_kv_heads),
-    TESSERA_INT_KEY("model.ffn_hidden_size", ffn_hidden_size),
+    // Compared by effect: 0 means "the rule" (num_heads; 4C or Llama's 8C/3), as the file's
+    // absent field does.
+    {"model.num_kv_heads", [](const ModelConfig& m) { return N(m.kv_heads()); },
+     [](const ModelConfig& f, ModelConfig* t) { t->num_kv_heads = f.num_kv_heads; }},
+    {"model.ffn_hidden_size", [](const ModelConfig& m) { return N(m.ffn_size()); },
+     [](const ModelConfig& f, ModelConfig* t) { t->ffn_hidden_size = f.ffn_hidden_size; }},
     TESSERA_FLOAT_KEY("model.norm_eps", norm_eps),
     TESSERA_FLOAT_KEY("model.rope_theta", rope_theta),
     TESSERA_BOOL_KEY("model.tie_embeddings", tie_embeddings),

@@ -26,8 +26,9 @@ namespace tessera {
 // the value as YAML would write it.
 struct HfField {
   std::string key;       // "model.hidden_size"
-  std::string hf_field;  // "hidden_size"
+  std::string hf_field;  // "hidden_size", or "rms_norm_eps (absent: the default)"
   std::string value;     // "4096"
+  bool suggested = false;  // a training coefficient (router_aux_loss_coef): the YAML's wins
 };
 
 struct HfModelIntake {
@@ -61,7 +62,8 @@ std::string HfConfigBeside(const std::string& init_from);
 std::string DescribeHfFields(const HfModelIntake& intake);
 
 // The value of a model.* key an intake can set, as YAML writes it ("4096", "1.0e-05",
-// "llama", "true"); "" for a key intakes never set.
+// "llama", "true"; num_kv_heads and ffn_hidden_size by effect: 0 reads as the rule's value);
+// "" for a key intakes never set. Two configs agree on a key when these texts are equal.
 std::string ModelKeyText(const ModelConfig& m, const std::string& key);
 // Copies that key's value from `from` into `to`.
 void CopyModelKey(const ModelConfig& from, ModelConfig* to, const std::string& key);

@@ -216,10 +216,13 @@ Status OffloadFile::NoSpace(const char* verb, uint64_t avail) const {
     std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
     return std::string(buf);
   };
+  const std::string free_text = avail == ~uint64_t{0}
+                                    ? "the free space could not be read (statvfs failed)"
+                                    : "only " + std::to_string(avail) + " bytes (" +
+                                          gib(double(avail)) + ") were available there";
   std::string msg = "optimizer.offload_dir " + DirOf(options_.path) + ": this rank's optimizer state " +
                     verb + " " + std::to_string(need) + " bytes (" + gib(double(need)) +
-                    ") on disk but only " + std::to_string(avail) + " bytes (" + gib(double(avail)) +
-                    ") were available there";
+                    ") on disk but " + free_text;
   if (options_.host_ranks > 1) {
     msg += "; the " + std::to_string(options_.host_ranks) + " ranks of this host offload there, about " +
            gib(double(need) * options_.host_ranks) + " together";

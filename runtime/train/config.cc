@@ -307,16 +307,17 @@ Status TakeHfModel(const YamlContext& ctx, Config* cfg) {
         {"init_from"}, file + " (model_type \"" + intake->model_type + "\") describes a model "
                            "Tessera cannot build as it is; nothing was loaded. Missing:" + list);
   }
-  for (const HfField& f : intake->fields) {
+  for (const HfField& f : intake->fields) {  // the family first: the rules below depend on it
     const std::string* where = ctx.PositionOf(f.key);
     if (where == nullptr) {
       CopyModelKey(intake->model, &cfg->model, f.key);
       continue;
     }
     const std::string mine = ModelKeyText(cfg->model, f.key);
-    if (mine != f.value) {
+    const std::string theirs = ModelKeyText(intake->model, f.key);
+    if (mine != theirs && !f.suggested) {
       return InvalidArgument(*where + ": " + f.key + "=" + mine + " disagrees with " + f.hf_field +
-                             "=" + f.value + " in " + file + " (leave the key out to take the "
+                             "=" + theirs + " in " + file + " (leave the key out to take the "
                              "file's value)");
     }
   }

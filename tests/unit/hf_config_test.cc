@@ -201,8 +201,29 @@ TEST_F(HfIntakeConfig, TheModelSectionComesFromConfigJson) {
   auto r = Load("model: {recompute: full, init_std: 0.01}\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->model.recompute, RecomputePolicy::kFull);
-  // A key that agrees is fine.
-  EXPECT_TRUE(Load("model: {hidden_size: 64, family: llama}\n").ok());
+  // A key that agrees is fine, also by effect: ffn_hidden_size 0 is Llama's rule, 8 * 64 / 3
+  // rounded up to 64 = 192, the file's intermediate_size.
+  EXPECT_TRUE(Load("model: {hidden_size: 64, family: llama, ffn_hidden_size: 0}\n").ok());
+}
+
+TEST_F(HfIntakeConfig, TheFilesAuxLossCoefficientIsASuggestion) {
+  std::ofstream(dir_ / "config.json")
+      << R"({"model_type": "mixtral", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 96,
+             "max_position_embeddings": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+             "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+             "router_aux_loss_coef": 0.02, "vocab_size": 64})";
+  auto taken = Load("train: {steps: 3}\n");
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(taken->model.moe.aux_loss, 0.02f);
+  EXPECT_EQ(taken->model.moe.num_experts, 4);
+  auto mine = Load("model: {moe: {aux_loss: 0.0}}\n");
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(mine->model.moe.aux_loss, 0.0f);
+  // Absent fields are the family's defaults, and still decided by the file.
+  auto eps = Load("model: {norm_eps: 1.0e-3}\n");
+  ASSERT_FALSE(eps.ok());
+  EXPECT_NE(eps.status().message().find("rms_norm_eps (absent: the default)=1.0e-06"),
+            std::string::npos) << eps.status().message();
 }
 
 TEST_F(HfIntakeConfig, AKeyThatDisagreesNamesBothPlaces) {
