@@ -122,7 +122,7 @@ float* DecoderBlock::AttentionCore(const StepContext& step, const Tensor& att_ou
   const ActivationStore store(d_.act_dtype);
   float* o = store.Working(step, att_out);
   float* p = store.Working(step, att);
-  step.backend->AttentionForward(o, p, qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
+  step.backend->AttentionForward(o, p, qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.window);
   store.Commit(step, att, p);
   store.Commit(step, att_out, o);
   return o;

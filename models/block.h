@@ -3,7 +3,8 @@
 //
 //   GPT-2:  mid = x + proj(attn(qkv(LayerNorm1(x))))          biases on every linear
 //           out = mid + fc_out(gelu_tanh(fc(LayerNorm2(mid))))
-//   Llama:  mid = x + o_proj(attn(rope(qkv(RMSNorm1(x)))))    no biases, grouped kv heads
+//   Llama:  mid = x + o_proj(attn(rope(qkv(RMSNorm1(x)))))    grouped kv heads; no biases but
+//                                                             Qwen2's q/k/v ones (qkv_bias)
 //           out = mid + down(silu(gate(n)) * up(n)),  n = RMSNorm2(mid)
 // The qkv projection is ONE GEMM producing the packed [q | k | v] rows the attention kernel
 // reads (the q/k/v weights are adjacent in the parameter buffer); Llama's gate and up
@@ -61,6 +62,7 @@ struct BlockDims {
   int64_t F = 0;         // MLP width (ffn_size)
   float eps = 1e-5f;     // norm epsilon
   RopeParams rope;       // llama: RoPE's base and long-context scaling
+  int64_t window = 0;    // attention's sliding window (model.sliding_window), 0 = none
   DType act_dtype = DType::kF32;  // activations are stored in / rounded to this type
   // Tensor parallelism (tensor_parallel.h), null without. NH, NKV and F are then THIS rank's
   // heads and MLP width (models/partition.h); under sequence parallelism the residual stream

@@ -121,7 +121,7 @@ void ReadGpt2(FieldReader& r, ModelConfig& m) {
   if (r.True("reorder_and_upcast_attn")) {
     r.Missing("reorder_and_upcast_attn=true: not modelled (Tessera's attention is fp32 already; "
               "the flag changes the order of scaling)");
-  }
+  }  r.Record("model.sliding_window", "model_type", "0");  // GPT-2 attends to its whole context
 }
 
 // rope_scaling: llama3 (Llama 3.1+) and linear are computed (runtime/kernels/rope_params.h);
@@ -168,6 +168,37 @@ void ReadRopeScaling(FieldReader& r, ModelConfig& m) {
             "linear and llama3 scalings");
 }
 
+// Sliding-window attention. Mistral and Mixtral: every layer when sliding_window is set.
+// Qwen2 family: only with use_sliding_window, and then the layers from max_window_layers on
+// (transformers' layer_types); Tessera's window is the same in every layer, so a split is
+// on the checklist. A window that covers max_position_embeddings is no window.
+void ReadSlidingWindow(FieldReader& r, ModelConfig& m, const std::string& type) {
+  const bool mistral = type == "mistral" || type == "mixtral";
+  const JsonValue* w = r.Get("sliding_window");
+  const int64_t window = w != nullptr && w->is_integer() && w->as_int() > 0 ? w->as_int() : 0;
+  m.sliding_window = 0;
+  if (mistral ? window == 0 : !r.True("use_sliding_window") || window == 0) {
+    return r.Record("model.sliding_window", mistral ? "sliding_window" : "use_sliding_window", "0");
+  }
+  if (window >= m.max_seq_len) {
+    return r.Record("model.sliding_window", "sliding_window (covers max_position_embeddings)", "0");
+  }
+  if (!mistral) {
+    const JsonValue* first = r.Get("max_window_layers");
+    const int64_t from = first != nullptr && first->is_integer() ? first->as_int() : 0;
+    if (from >= m.num_layers) {
+      return r.Record("model.sliding_window", "max_window_layers (no layer windowed)", "0");
+    }
+    if (from > 0) {
+      return r.Missing("sliding window from layer max_window_layers=" + N(from) + " of " +
+                       N(m.num_layers) + " on: Tessera's model.sliding_window applies to every "
+                       "layer or none");
+    }
+  }
+  m.sliding_window = window;
+  r.Record("model.sliding_window", "sliding_window", N(window));
+}
+
 // The fields every Llama-family config shares (llama, mistral, qwen2, mixtral, qwen2_moe,
 // qwen3_moe), and what of theirs Tessera lacks.
 void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
@@ -197,28 +228,17 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
   }
   ReadRopeScaling(r, m);
   if (r.True("attention_bias")) {
-    r.Missing("attention_bias=true: biases on q/k/v/o projections; Tessera's Llama family has none");
+    r.Missing("attention_bias=true: biases on the q/k/v AND o projections; Tessera's Llama family "
+              "has q/k/v biases only (model.qkv_bias, Qwen2's)");
   }
   if (r.True("mlp_bias")) r.Missing("mlp_bias=true: MLP biases; Tessera's Llama family has none");
-  if (type == "qwen2" || type == "qwen2_moe") {
-    r.Missing("q/k/v projection biases (every " + type + " model has them): not built yet; "
-              "Tessera's Llama family has no attention biases");
-  }
+  // Qwen2 and Qwen2-MoE always bias q, k and v (no config field says so).
+  m.qkv_bias = type == "qwen2" || type == "qwen2_moe";
+  r.Record("model.qkv_bias", "model_type", m.qkv_bias ? "true" : "false");
   if (type == "qwen3_moe") {
     r.Missing("q_norm / k_norm (Qwen3's per-head RMSNorm of queries and keys): not built yet");
   }
-  // Sliding-window attention: mistral's sliding_window, qwen2's use_sliding_window.
-  const bool windowed = type == "mistral" || type == "mixtral" ? r.Has("sliding_window")
-                                                              : r.True("use_sliding_window");
-  if (windowed) {
-    const JsonValue* w = r.Get("sliding_window");
-    const int64_t window = w != nullptr && w->is_integer() ? w->as_int() : 0;
-    if (window > 0 && window < m.max_seq_len) {
-      r.Missing("sliding-window attention (sliding_window=" + N(window) + " < max_position_embeddings=" +
-                N(m.max_seq_len) + "): not built yet; Tessera attends to the whole causal context "
-                "(a model whose window covers max_position_embeddings is the same model)");
-    }
-  }
+  ReadSlidingWindow(r, m, type);
 }
 
 void ReadMixtral(FieldReader& r, ModelConfig& m) {
@@ -296,6 +316,8 @@ const KeyAccess kKeys[] = {
     TESSERA_FLOAT_KEY("model.norm_eps", norm_eps),
     TESSERA_FLOAT_KEY("model.rope_theta", rope_theta),
     TESSERA_BOOL_KEY("model.tie_embeddings", tie_embeddings),
+    TESSERA_INT_KEY("model.sliding_window", sliding_window),
+    TESSERA_BOOL_KEY("model.qkv_bias", qkv_bias),
     TESSERA_INT_KEY("model.moe.num_experts", moe.num_experts),
     TESSERA_INT_KEY("model.moe.top_k", moe.top_k),
     TESSERA_INT_KEY("model.moe.expert_ffn_size", moe.expert_ffn_size),

@@ -37,6 +37,13 @@ std::optional<ModelConfigProblem> CheckRanges(const ModelConfig& m) {
   if (llama && !(m.rope_theta > 0)) {
     return Broken({"model.rope_theta"}, "must be > 0, got " + F(m.rope_theta));
   }
+  if (m.sliding_window < 0) {
+    return Broken({"model.sliding_window"}, "must be >= 0 (0: no window), got " + N(m.sliding_window));
+  }
+  if (!llama && m.qkv_bias) {
+    return Broken({"model.qkv_bias", "model.family"},
+                  "is a llama-family option: gpt2's c_attn always has its bias");
+  }
   if (!(m.init_std > 0)) return Broken({"model.init_std"}, "must be > 0, got " + F(m.init_std));
   const RopeScaling& r = m.rope_scaling;
   if (r.type != RopeScalingType::kNone && !(r.factor > 0)) {

@@ -93,6 +93,11 @@ struct ModelConfig {
                                    //   low_freq_factor, high_freq_factor,
                                    //   original_max_position} (runtime/kernels/rope_params.h;
                                    //   llama only); default none
+  int64_t sliding_window = 0;      // model.sliding_window: each token attends to itself and the
+                                   //   W-1 tokens before it (Mistral's window); 0 = the whole
+                                   //   causal context, >= 0
+  bool qkv_bias = false;           // model.qkv_bias: biases on the q/k/v projections (Qwen2);
+                                   //   llama only (gpt2's c_attn always has one)
   bool tie_embeddings = true;      // model.tie_embeddings: LM head shares wte; default true for
                                    //   gpt2, false for llama
   float init_std = 0.02f;          // model.init_std: std of the normal init of weights, > 0

@@ -155,6 +155,14 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
     d.Split(TpSplit::kRows);
     d.Matrix(p + "self_attn.v_proj.weight", {NKV * HS, C});
     d.Split(TpSplit::kRows);
+    if (c.qkv_bias) {  // Qwen2: q, k, v biases adjacent too, fused into the same GEMM
+      d.Bias(p + "self_attn.q_proj.bias", NH * HS);
+      d.Split(TpSplit::kRows);
+      d.Bias(p + "self_attn.k_proj.bias", NKV * HS);
+      d.Split(TpSplit::kRows);
+      d.Bias(p + "self_attn.v_proj.bias", NKV * HS);
+      d.Split(TpSplit::kRows);
+    }
     d.Matrix(p + "self_attn.o_proj.weight", {C, NH * HS}, InitRule::kResidualNormal);
     d.Split(TpSplit::kCols);
     d.NormWeight(p + "post_attention_layernorm.weight", C);

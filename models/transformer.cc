@@ -169,6 +169,7 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   d.tp = tp;
   d.eps = c.norm_eps;
   d.rope = RopeParams{c.rope_theta, c.rope_scaling};
+  d.window = c.sliding_window;
   d.act_dtype = act_dtype;
   return d;
 }
@@ -351,6 +352,11 @@ void TransformerImpl::BindAttention(int64_t i, int unit, BlockLayout& b) {
     CheckAdjacent(p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight");
     b.norm1_w = Rel(p + "input_layernorm.weight", unit);
     b.qkv_w = Rel(p + "self_attn.q_proj.weight", unit);
+    if (config_.qkv_bias) {
+      CheckAdjacent(p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias");
+      CheckAdjacent(p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias");
+      b.qkv_b = Rel(p + "self_attn.q_proj.bias", unit);
+    }
     b.proj_w = Rel(p + "self_attn.o_proj.weight", unit);
     b.norm2_w = Rel(p + "post_attention_layernorm.weight", unit);
   }

@@ -114,8 +114,9 @@ class Backend {
                            int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
   virtual void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                             int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
+  // window: 0 = causal; W > 0 = each query sees its W most recent keys (itself included).
   virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                int64_t NH, int64_t NKV, int64_t HS) = 0;
+                                int64_t NH, int64_t NKV, int64_t HS, int64_t window) = 0;
   virtual void AttentionBackward(float* d_qkv, float* scratch, const float* d_out,
                                  const float* qkv, const float* att, int64_t B, int64_t T,
                                  int64_t NH, int64_t NKV, int64_t HS) = 0;

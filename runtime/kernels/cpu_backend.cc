@@ -132,8 +132,8 @@ void CpuBackend::RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, in
 }
 
 void CpuBackend::AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                  int64_t NH, int64_t NKV, int64_t HS) {
-  cpu::AttentionForward(out, att, qkv, B, T, NH, NKV, HS);
+                                  int64_t NH, int64_t NKV, int64_t HS, int64_t window) {
+  cpu::AttentionForward(out, att, qkv, B, T, NH, NKV, HS, window);
 }
 
 void CpuBackend::AttentionBackward(float* d_qkv, float* scratch, const float* d_out,

@@ -62,7 +62,7 @@ class CpuBackend : public Backend {
   void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                     const RopeParams& rope, int64_t pos_offset) override;
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
-                        int64_t NKV, int64_t HS) override;
+                        int64_t NKV, int64_t HS, int64_t window) override;
   void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
                          const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                          int64_t HS) override;

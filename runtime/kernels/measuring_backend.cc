@@ -69,7 +69,8 @@ void MeasuringBackend::RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t 
                                     int64_t HS, const RopeParams& rope, int64_t pos_offset) {}
 
 void MeasuringBackend::AttentionForward(float* out, float* att, const float* qkv, int64_t B,
-                                        int64_t T, int64_t NH, int64_t NKV, int64_t HS) {}
+                                        int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                        int64_t window) {}
 
 void MeasuringBackend::AttentionBackward(float* d_qkv, float* scratch, const float* d_out,
                                          const float* qkv, const float* att, int64_t B, int64_t T,

@@ -104,6 +104,8 @@ Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Int("ffn_hidden_size", 0, kMaxWidth * 8, &m->ffn_hidden_size));
   RETURN_IF_ERROR(s.Float("norm_eps", kPositive, &m->norm_eps));
   RETURN_IF_ERROR(s.Float("rope_theta", kPositive, &m->rope_theta));
+  RETURN_IF_ERROR(s.Int("sliding_window", 0, kMaxSeqLen, &m->sliding_window));
+  RETURN_IF_ERROR(s.Bool("qkv_bias", &m->qkv_bias));
   bool tie_given = false;
   RETURN_IF_ERROR(s.Bool("tie_embeddings", &m->tie_embeddings, &tie_given));
   if (!tie_given) m->tie_embeddings = m->family == ModelFamily::kGpt2;  // GPT-2 ties, Llama not

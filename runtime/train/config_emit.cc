@@ -61,6 +61,8 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
     Put(out, "original_max_position", r.original_max_position);
     out << YAML::EndMap;
   }
+  Put(out, "sliding_window", m.sliding_window);
+  Put(out, "qkv_bias", m.qkv_bias);
   Put(out, "tie_embeddings", m.tie_embeddings);
   Put(out, "init_std", m.init_std);
   PutName(out, "recompute", RecomputePolicyName(m.recompute));

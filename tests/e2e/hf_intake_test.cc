@@ -1,6 +1,7 @@
 // tests/e2e/hf_intake_test.cc — a Hugging Face model directory through the CLI: `tessera
 // inspect` shows the mapped model section and the weights; `tessera train
-// configs/finetune.yaml --set init_from=DIR` trains it with no shape in the YAML; a key that
+// configs/finetune.yaml --set init_from=DIR` trains it with no shape in the YAML (llama,
+// mistral with its sliding window, qwen2 with its q/k/v biases); a key that
 // disagrees with config.json and a model Tessera cannot build are refused (exit 3) with the
 // reason, before anything loads. The directory is written here: a short llama-tiny run's
 // weights (HF names) and a config.json of the same shapes, as a release ships them.
@@ -28,6 +29,13 @@ constexpr char kLlamaTinyConfig[] = R"({
   "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": null,
   "tie_word_embeddings": false, "torch_dtype": "float32", "vocab_size": 64
 })";
+
+// kLlamaTinyConfig as another model type, with `extra` fields.
+std::string WithType(const std::string& type, const std::string& extra) {
+  std::string c = kLlamaTinyConfig;
+  c.replace(c.find("\"model_type\": \"llama\""), 21, "\"model_type\": \"" + type + "\", " + extra);
+  return c;
+}
 
 class HfIntake : public ::testing::Test {
  protected:
@@ -75,19 +83,47 @@ TEST_F(HfIntake, ADisagreeingKeyAndAMissingOperatorAreRefusedBeforeLoading) {
   EXPECT_EQ(r.exit_code, kExitBadConfig) << r.output;
   EXPECT_TRUE(Contains(r.output, "--set model.num_heads=8: model.num_heads=8 disagrees with "
                                  "num_attention_heads=4 in " + hf_ + "/config.json")) << r.output;
-  // A Mistral-v0.1-style window: named by inspect and by train, nothing trained.
-  std::string mistral = kLlamaTinyConfig;
-  mistral.replace(mistral.find("\"model_type\": \"llama\""), 21, "\"model_type\": \"mistral\", \"sliding_window\": 16");
-  WriteFile(hf_ + "/config.json", mistral);
+  // Llama's attention_bias (o_proj biased too): named by inspect and by train, nothing trained.
+  WriteFile(hf_ + "/config.json", WithType("llama", "\"attention_bias\": true"));
   CommandResult i = Tessera("inspect " + hf_);
   EXPECT_EQ(i.exit_code, kExitBadConfig) << i.output;
-  EXPECT_TRUE(Contains(i.output, "  - sliding-window attention (sliding_window=16 < "
-                                 "max_position_embeddings=64)")) << i.output;
+  EXPECT_TRUE(Contains(i.output, "  - attention_bias=true: biases on the q/k/v AND o projections"))
+      << i.output;
   CommandResult t = Tessera(Finetune());
   EXPECT_EQ(t.exit_code, kExitBadConfig) << t.output;
   EXPECT_TRUE(Contains(t.output, "describes a model Tessera cannot build as it is; nothing was "
                                  "loaded")) << t.output;
   EXPECT_FALSE(fs::exists(dir_ / "ft/metrics.jsonl"));
+}
+
+// Mistral v0.1's sliding window: the same tensors as Llama, the window taken from config.json.
+TEST_F(HfIntake, AMistralDirectoryTrainsWithItsWindow) {
+  WriteFile(hf_ + "/config.json", WithType("mistral", "\"sliding_window\": 16"));
+  CommandResult i = Tessera("inspect " + hf_);
+  ASSERT_EQ(i.exit_code, 0) << i.output;
+  EXPECT_TRUE(Contains(i.output, "model.sliding_window: 16    # sliding_window")) << i.output;
+  CommandResult r = Tessera(Finetune());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(ReadFile(dir_ / "ft/config.yaml"), "sliding_window: 16"));
+}
+
+// Qwen2: q/k/v biases in the file (a run with model.qkv_bias wrote them); the same weights
+// under model_type llama are refused by name, nothing loaded.
+TEST_F(HfIntake, AQwen2DirectoryTrainsWithItsBiases) {
+  CommandResult base = Tessera("train " + Repo("configs/llama-tiny.yaml") +
+                               " --set model.qkv_bias=true --set train.steps=3 --set train.threads=1"
+                               " --set train.peak_gflops=1 --set train.out_dir=" + (dir_ / "qwen"));
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  fs::copy_file(dir_ / "qwen/model.safetensors", hf_ + "/model.safetensors",
+                fs::copy_options::overwrite_existing);
+  CommandResult as_llama = Tessera(Finetune());
+  EXPECT_NE(as_llama.exit_code, 0) << as_llama.output;
+  EXPECT_TRUE(Contains(as_llama.output, "model.layers.0.self_attn.q_proj.bias")) << as_llama.output;
+  EXPECT_FALSE(fs::exists(dir_ / "ft/model.safetensors"));
+  WriteFile(hf_ + "/config.json", WithType("qwen2", "\"use_sliding_window\": false"));
+  CommandResult r = Tessera(Finetune());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(ReadFile(dir_ / "ft/config.yaml"), "qkv_bias: true"));
 }
 
 }  // namespace

@@ -192,6 +192,13 @@ TEST(TrainE2E, LlamaMatchesIndependentReference) {
   CheckAgainstReference("configs/llama-tiny.yaml", "llama", 4, 2);
 }
 
+// Qwen2-shaped and Mistral-shaped at once: q/k/v biases, and a window of 5 of the 16 positions.
+TEST(TrainE2E, QkvBiasesAndSlidingWindowMatchIndependentReference) {
+  CheckAgainstReference("configs/llama-tiny.yaml", "llama", 4, 2,
+                        " --set model.qkv_bias=true --set model.sliding_window=5",
+                        " --sliding-window 5");
+}
+
 // Mixtral-shaped: exported with Mixtral's tensor names (block_sparse_moe.*), read back by both.
 TEST(TrainE2E, MixtralShapedMoeMatchesIndependentReference) {
   CheckAgainstReference("configs/moe-mixtral-tiny.yaml", "llama", 4, 2, "",

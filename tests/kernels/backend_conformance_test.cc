@@ -149,8 +149,8 @@ std::vector<Case> Cases() {
     return 0.0;
   });
   add("AttentionForward", {N * NH * HS, B * NH * T * T, N * QKV}, [](Backend* be, Buffers& b) {
-    be ? be->AttentionForward(b[0], b[1], b[2], B, T, NH, NKV, HS)
-       : cpu::AttentionForward(b[0], b[1], b[2], B, T, NH, NKV, HS);
+    be ? be->AttentionForward(b[0], b[1], b[2], B, T, NH, NKV, HS, 3)
+       : cpu::AttentionForward(b[0], b[1], b[2], B, T, NH, NKV, HS, 3);
     return 0.0;
   });
   add("AttentionBackward", {N * QKV, B * NH * T * T, N * NH * HS, N * QKV, B * NH * T * T},

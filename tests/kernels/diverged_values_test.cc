@@ -112,7 +112,7 @@ TEST_F(DivergedValues, AttentionOnHugeScoresHasNoSubnormalProbabilitiesOrGradien
   auto d_out = RandomVector(B * T * NH * HS, 6, -1e-3f, 1e-3f);
   std::vector<float> out(B * T * NH * HS), att(B * NH * T * T), scratch(B * NH * T * T),
       d_qkv(B * T * R);
-  AttentionForward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, HS);
+  AttentionForward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, HS, 0);
   AttentionBackward(d_qkv.data(), scratch.data(), d_out.data(), qkv.data(), att.data(), B, T, NH,
                     NKV, HS);
   EXPECT_EQ(CountSubnormals(att), 0);
@@ -153,7 +153,7 @@ TEST_F(DivergedValues, FlushingLeavesHealthyValuesBitIdentical) {
     SetFlushSubnormals(flush);
     std::vector<float> out(N * C), att(B * NH * T * T), scratch(B * NH * T * T), d_qkv(N * R);
     std::vector<float> gelu(n), d_gelu(n), losses(N), d_x(N * C), d_w(V * C, 0.0f), cls(16 * V);
-    AttentionForward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, HS);
+    AttentionForward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, HS, 0);
     AttentionBackward(d_qkv.data(), scratch.data(), d_att_out.data(), qkv.data(), att.data(), B, T,
                       NH, NKV, HS);
     GeluForward(gelu.data(), pre.data(), n);

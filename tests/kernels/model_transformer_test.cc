@@ -71,9 +71,9 @@ const char* Name(ModelFamily f) { return ModelFamilyName(f); }
 
 class GradCheck : public ::testing::TestWithParam<std::tuple<ModelFamily, RecomputePolicy>> {};
 
-TEST_P(GradCheck, DirectionalAndPerElementMatchFiniteDifferences) {
-  const auto [family, policy] = GetParam();
-  auto m = Make(Tiny(family, policy));
+void ExpectGradientsMatchFiniteDifferences(const ModelConfig& config) {
+  const ModelFamily family = config.family;
+  auto m = Make(config);
   m->InitRandom(7);
   const Batch b = MakeBatch(kB, kT, 32, 11);
   m->ZeroGrads();
@@ -141,6 +141,37 @@ TEST_P(GradCheck, DirectionalAndPerElementMatchFiniteDifferences) {
   EXPECT_GT(checked, 0);
   std::printf("loss %.4f; worst relative error: directional %.2e, per element %.2e (%d)\n",
               loss, worst_dir, worst_elem, checked);
+}
+
+TEST_P(GradCheck, DirectionalAndPerElementMatchFiniteDifferences) {
+  const auto [family, policy] = GetParam();
+  ExpectGradientsMatchFiniteDifferences(Tiny(family, policy));
+}
+
+// Qwen2's q/k/v biases and Mistral's sliding window (3 of the 8 positions), under each policy.
+TEST(GradCheckOptions, QkvBiasesAndSlidingWindow) {
+  for (RecomputePolicy policy :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    SCOPED_TRACE(RecomputePolicyName(policy));
+    ModelConfig c = Tiny(ModelFamily::kLlama, policy);
+    c.qkv_bias = true;
+    c.sliding_window = 3;
+    ExpectGradientsMatchFiniteDifferences(c);
+  }
+}
+
+// A window changes the model (its loss) unless it covers the sequence.
+TEST(SlidingWindow, ChangesTheLossOnlyWhenShorterThanTheSequence) {
+  const Batch b = MakeBatch(kB, kT, 32, 11);
+  auto loss = [&](int64_t window) {
+    ModelConfig c = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
+    c.sliding_window = window;
+    auto m = Make(c);
+    m->InitRandom(7);
+    return m->Forward(b.inputs.data(), b.targets.data());
+  };
+  EXPECT_EQ(loss(0), loss(kT));
+  EXPECT_NE(loss(0), loss(3));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -364,6 +395,16 @@ TEST(Layout, PublishedParameterCounts) {
   llama.ffn_hidden_size = 5632;
   llama.tie_embeddings = false;
   EXPECT_EQ(Total(llama), 1100048384);
+  ModelConfig qwen2 = llama;  // Qwen2-0.5B: q/k/v biases, tied embeddings
+  qwen2.vocab_size = 151936;
+  qwen2.num_layers = 24;
+  qwen2.hidden_size = 896;
+  qwen2.num_heads = 14;
+  qwen2.num_kv_heads = 2;
+  qwen2.ffn_hidden_size = 4864;
+  qwen2.tie_embeddings = true;
+  qwen2.qkv_bias = true;
+  EXPECT_EQ(Total(qwen2), 494032768);
 }
 
 TEST(Layout, TrainFlopsPerTokenIsPalmFormula) {

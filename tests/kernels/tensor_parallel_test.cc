@@ -229,6 +229,21 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.tp) + (c.sp ? "_sp_" : "_") + policy;
     });
 
+// Qwen2's q/k/v biases (split by heads with their weights) and Mistral's sliding window.
+TEST(TensorParallel, QkvBiasesAndSlidingWindowMatchOneRank) {
+  const int before = cpu::SetNumThreads(1);
+  ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kSelective);
+  config.qkv_bias = true;
+  config.sliding_window = 3;
+  const Batch batch = MakeBatch(config.vocab_size);
+  const Reference ref = RunOne(config, batch, 2);
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "tp only");
+    ExpectMatches(config, 2, ref, RunTp(config, 2, sp, batch, 2));
+  }
+  cpu::SetNumThreads(before);
+}
+
 TEST(TensorParallel, SequenceParallelKeepsLessActivationMemory) {
   cpu::SetNumThreads(1);
   const ModelConfig config = Tiny(ModelFamily::kGpt2, RecomputePolicy::kSelective);

@@ -87,20 +87,22 @@ TEST(HfConfig, LlamaMapsWithLlama3RopeScalingAndOtherScalingsAreNamed) {
   EXPECT_TRUE(MissingMentions(y, "rope_scaling with rope_type \"yarn\"")) << y.missing[0];
 }
 
-TEST(HfConfig, MistralsSlidingWindowAndQwen2sBiasesAreNamed) {
+TEST(HfConfig, MistralsSlidingWindowAndQwen2sBiasesAreMapped) {
   // mistralai/Mistral-7B-v0.1: a 4096-token window over 32768 positions.
   const HfModelIntake v01 = Map(R"({"model_type": "mistral", "hidden_act": "silu", "hidden_size": 4096,
     "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32,
     "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
     "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": false, "vocab_size": 32000})");
-  ASSERT_EQ(v01.missing.size(), 1u);
-  EXPECT_TRUE(MissingMentions(v01, "sliding-window attention (sliding_window=4096 < max_position_embeddings=32768)"));
+  EXPECT_TRUE(v01.missing.empty());
+  EXPECT_EQ(v01.model.sliding_window, 4096);
+  EXPECT_FALSE(v01.model.qkv_bias);
   // v0.3: no window, the plain model.
   const HfModelIntake v03 = Map(R"({"model_type": "mistral", "hidden_act": "silu", "hidden_size": 4096,
     "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32,
     "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
     "rope_theta": 1000000.0, "sliding_window": null, "vocab_size": 32768})");
   EXPECT_TRUE(v03.missing.empty());
+  EXPECT_EQ(v03.model.sliding_window, 0);
   EXPECT_EQ(v03.model.kv_heads(), 8);
   EXPECT_EQ(v03.model.rope_theta, 1e6f);
   // Qwen/Qwen2-0.5B: q/k/v biases, tied embeddings, no window in use.
@@ -109,9 +111,19 @@ TEST(HfConfig, MistralsSlidingWindowAndQwen2sBiasesAreNamed) {
     "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
     "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
     "tie_word_embeddings": true, "use_sliding_window": false, "vocab_size": 151936})");
-  ASSERT_EQ(qwen2.missing.size(), 1u);
-  EXPECT_TRUE(MissingMentions(qwen2, "q/k/v projection biases"));
+  EXPECT_TRUE(qwen2.missing.empty());
+  EXPECT_TRUE(qwen2.model.qkv_bias);
+  EXPECT_EQ(qwen2.model.sliding_window, 0);
   EXPECT_TRUE(qwen2.model.tie_embeddings);
+  // use_sliding_window: every layer windowed (max_window_layers 0) maps; a split is named.
+  const std::string windowed = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+    "max_position_embeddings": 256, "num_attention_heads": 4, "num_hidden_layers": 4,
+    "vocab_size": 64, "use_sliding_window": true, "sliding_window": 32, "max_window_layers": )";
+  EXPECT_EQ(Map(windowed + "0}").model.sliding_window, 32);
+  EXPECT_EQ(Map(windowed + "4}").model.sliding_window, 0);
+  const HfModelIntake split = Map(windowed + "2}");
+  ASSERT_EQ(split.missing.size(), 1u);
+  EXPECT_TRUE(MissingMentions(split, "sliding window from layer max_window_layers=2 of 4 on"));
 }
 
 TEST(HfConfig, MixtralAndTheQwenMoesMapTheirExperts) {
@@ -135,8 +147,9 @@ TEST(HfConfig, MixtralAndTheQwenMoesMapTheirExperts) {
     "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
     "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
     "shared_expert_intermediate_size": 5632, "vocab_size": 151936})");
-  EXPECT_EQ(q2.missing.size(), 2u);
+  EXPECT_EQ(q2.missing.size(), 1u);
   EXPECT_TRUE(MissingMentions(q2, "shared_expert_gate"));
+  EXPECT_TRUE(q2.model.qkv_bias);
   EXPECT_EQ(q2.model.moe.num_experts, 60);
   EXPECT_FALSE(q2.model.moe.normalize_gates);
   // Qwen/Qwen3-30B-A3B (qwen3_moe): q_norm/k_norm and head_dim 128 != 2048 / 32.
@@ -254,7 +267,7 @@ TEST_F(HfIntakeConfig, WhatTesseraLacksIsListedWhole) {
   EXPECT_NE(m.find("\n  - hidden_act=\"gelu\""), std::string::npos) << m;
   EXPECT_NE(m.find("\n  - rope_scaling with rope_type \"yarn\""), std::string::npos) << m;
   EXPECT_NE(m.find("\n  - attention_bias=true"), std::string::npos) << m;
-  EXPECT_NE(m.find("\n  - q/k/v projection biases"), std::string::npos) << m;
+  EXPECT_NE(m.find("q/k/v biases only (model.qkv_bias"), std::string::npos) << m;
 }
 
 }  // namespace

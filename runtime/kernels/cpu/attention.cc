@@ -27,9 +27,11 @@ void CheckHeads(int64_t NH, int64_t NKV) {
 
 }  // namespace
 
-// S = scale * Q K^T; P = softmax(S masked to j <= i) (saved in att); O = P V
+// S = scale * Q K^T; P = softmax(S masked to lo(i) <= j <= i) (saved in att); O = P V, with
+// lo(i) = 0, or i - window + 1 under a sliding window. The masked entries of P are exact
+// zeros, so the product with V and the backward need no mask of their own.
 void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                      int64_t NH, int64_t NKV, int64_t HS) {
+                      int64_t NH, int64_t NKV, int64_t HS, int64_t window) {
   CheckHeads(NH, NKV);
   const int64_t R = (NH + 2 * NKV) * HS;
   const int64_t group = NH / NKV;
@@ -45,9 +47,11 @@ void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64
     Gemm(false, true, T, T, HS, scale, q, R, k, R, 0.0f, p, T);
     for (int64_t i = 0; i < T; ++i) {
       float* row = p + i * T;
-      const float m = vec::Max(row, i + 1);
-      const float inv_sum = static_cast<float>(1.0 / vec::ExpShiftSum(row, m, i + 1));
-      for (int64_t j = 0; j <= i; ++j) row[j] *= inv_sum;
+      const int64_t lo = window > 0 && i >= window ? i - window + 1 : 0;
+      const float m = vec::Max(row + lo, i + 1 - lo);
+      const float inv_sum = static_cast<float>(1.0 / vec::ExpShiftSum(row + lo, m, i + 1 - lo));
+      for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
+      for (int64_t j = lo; j <= i; ++j) row[j] *= inv_sum;
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
     Gemm(false, false, T, HS, T, 1.0f, p, T, v, R, 0.0f,

@@ -86,11 +86,13 @@ void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, i
 
 // ---- Causal self-attention with grouped-query heads --------------------------------------
 // qkv(B*T, (NH+2*NKV)*HS) as above (after RoPE for Llama). Query head h uses kv head
-// h / (NH/NKV). Scale 1/sqrt(HS), causal mask. Writes out(B*T, NH*HS) (heads concatenated)
-// and saves att(B, NH, T, T) = softmax probabilities (upper triangle zero).
+// h / (NH/NKV). Scale 1/sqrt(HS), causal mask; with window W > 0 query i sees keys
+// i-W+1 .. i only (Mistral's sliding window). Writes out(B*T, NH*HS) (heads concatenated)
+// and saves att(B, NH, T, T) = softmax probabilities (zero outside the mask).
 void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                      int64_t NH, int64_t NKV, int64_t HS);
-// d_qkv(B*T, (NH+2*NKV)*HS) written. `scratch` holds at least B*NH*T*T floats.
+                      int64_t NH, int64_t NKV, int64_t HS, int64_t window);
+// d_qkv(B*T, (NH+2*NKV)*HS) written. `scratch` holds at least B*NH*T*T floats. Any mask
+// the forward used is in att (its zeros), so backward takes no window.
 void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
                        const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                        int64_t HS);

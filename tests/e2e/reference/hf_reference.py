@@ -4,8 +4,13 @@ Hugging Face model definitions (not from Tessera's code), used to check Tessera'
 
     hf_reference.py --family gpt2|llama --weights model.safetensors --tokens shard.bin \
         --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] [--seq T] \
+        [--sliding-window W] \
         [--top-k K --score softmax|sigmoid [--no-norm-topk] [--route-scale S] \
          [--n-group G --topk-group g]]
+
+Llama-family attention takes q/k/v biases when the file has them (Qwen2Attention) and, with
+--sliding-window W, masks keys more than W-1 positions back (MistralAttention's sliding
+window: key j is seen by query i when i - W < j <= i).
 
 Llama-family mixture-of-experts blocks are recognised by their tensors: Mixtral's
 (block_sparse_moe.gate, block_sparse_moe.experts.N.w1/w2/w3, MixtralSparseMoeBlock: softmax
@@ -76,11 +81,13 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def attention(q, k, v):
+def attention(q, k, v, window=0):
     # q (B, NH, T, HS); k, v (B, NH, T, HS) after kv heads are repeated for GQA.
     T, hs = q.shape[2], q.shape[3]
     att = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hs)
-    att = np.where(np.tril(np.ones((T, T), dtype=bool)), att, -np.inf)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    mask = (j <= i) & ((j > i - window) if window > 0 else True)
+    att = np.where(mask, att, -np.inf)
     return softmax(att) @ v
 
 
@@ -176,19 +183,25 @@ def moe_block(w, p, x, moe):
     return out.reshape(B, T, C)
 
 
-def llama_logits(w, ids, nh, nkv, eps, theta, moe):
+def linear(x, w, name):
+    """nn.Linear: x @ weight.T (+ bias when the file has one)."""
+    y = x @ w[name + ".weight"].T
+    return y + w[name + ".bias"] if name + ".bias" in w else y
+
+
+def llama_logits(w, ids, nh, nkv, eps, theta, moe, window):
     h = w["model.embed_tokens.weight"][ids]
     layers = sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")})
     for i in layers:
         p = f"model.layers.{i}."
         x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
-        q = split_heads(x @ w[p + "self_attn.q_proj.weight"].T, nh)  # nn.Linear: (out, in)
-        k = split_heads(x @ w[p + "self_attn.k_proj.weight"].T, nkv)
-        v = split_heads(x @ w[p + "self_attn.v_proj.weight"].T, nkv)
+        q = split_heads(linear(x, w, p + "self_attn.q_proj"), nh)
+        k = split_heads(linear(x, w, p + "self_attn.k_proj"), nkv)
+        v = split_heads(linear(x, w, p + "self_attn.v_proj"), nkv)
         q, k = rope(q, theta), rope(k, theta)
         rep = nh // nkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        h = h + merge_heads(attention(q, k, v)) @ w[p + "self_attn.o_proj.weight"].T
+        h = h + merge_heads(attention(q, k, v, window)) @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
         if p + "mlp.gate_proj.weight" in w:
             h = h + silu_mlp(x, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
@@ -210,6 +223,7 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--sliding-window", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax")
     ap.add_argument("--no-norm-topk", dest="norm_topk", action="store_false")
@@ -226,7 +240,7 @@ def main():
     if a.family == "gpt2":
         logits = gpt2_logits(w, ids, a.heads, a.eps)
     else:
-        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta, a)
+        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta, a, a.sliding_window)
     z = logits - logits.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     loss = -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
