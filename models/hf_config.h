@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/model_config.h"
@@ -67,5 +68,15 @@ std::string DescribeHfFields(const HfModelIntake& intake);
 std::string ModelKeyText(const ModelConfig& m, const std::string& key);
 // Copies that key's value from `from` into `to`.
 void CopyModelKey(const ModelConfig& from, ModelConfig* to, const std::string& key);
+
+// The other direction (hf_config_json.cc): the config.json of the supported model type that
+// computes exactly `m` — gpt2; llama, mistral (a sliding window), qwen2 (q/k/v biases, with or
+// without a window); mixtral (experts whose routing is Mixtral's in every block, no routing
+// bias) — such that MapHfConfig reads it back as `m` (every key it maps agrees). `dtype` is
+// written as torch_dtype. kFailedPrecondition naming what no supported type computes (GPT-2
+// experts, DeepSeek-style routing, dense blocks between MoE blocks, ...): a wrong config.json
+// would load as a different model, so none is written.
+Result<std::string> HfConfigJson(const ModelConfig& m, std::string_view torch_dtype,
+                                 bool routing_bias);
 
 }  // namespace tessera

@@ -341,31 +341,30 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
   return Status::Ok();
 }
 
-Status ExportHfWeights(const std::string& path, const ModelConfig& config,
-                       std::span<const Parameter> params, DType dtype, const HfExtras* extras) {
+Result<HfExportTensors> CollectHfExport(const std::string& where, const ModelConfig& config,
+                                        std::span<const Parameter> params, DType dtype,
+                                        const HfExtras* extras) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    return InvalidArgument(path + ": HF export dtype must be f32, bf16 or f16, got " +
+    return InvalidArgument(where + ": HF export dtype must be f32, bf16 or f16, got " +
                            std::string(DTypeName(dtype)));
   }
   RETURN_IF_ERROR(CheckParams(params));
   for (const Parameter& p : params) {
     if (config.tie_embeddings && p.name() == "lm_head.weight") {
-      return InvalidArgument(path + ": parameter 'lm_head.weight' exists but the config ties "
+      return InvalidArgument(where + ": parameter 'lm_head.weight' exists but the config ties "
                              "embeddings");
     }
   }
-  bool any_bias = false;  // an all-zero bias is no bias: not written
-  if (extras != nullptr) {
+  HfExportTensors out;
+  if (extras != nullptr) {  // an all-zero bias is no bias: not written
     for (const std::vector<float>& row : extras->moe_bias) {
-      for (float v : row) any_bias |= v != 0.0f;
+      for (float v : row) out.routing_bias |= v != 0.0f;
     }
   }
   // A routing bias is DeepSeek's: Mixtral's names would hide that the routing differs.
-  const HfMoeNames dialect = any_bias ? HfMoeNames::kQwenMoe : DefaultHfMoeNames(config);
-  const std::vector<HfTensor> layout = HfLayout(config, params, dialect);
-  std::vector<std::vector<float>> transposed;  // owns (in, out) copies of Conv1D weights
-  transposed.reserve(layout.size());
-  std::vector<SafetensorsTensorOut> outs;
+  out.moe_names = out.routing_bias ? HfMoeNames::kQwenMoe : DefaultHfMoeNames(config);
+  const std::vector<HfTensor> layout = HfLayout(config, params, out.moe_names);
+  out.owned.reserve(layout.size());  // (in, out) copies of Conv1D weights; never reallocated
   for (const HfTensor& h : layout) {
     SafetensorsTensorOut t;
     t.name = h.name;
@@ -375,34 +374,39 @@ Status ExportHfWeights(const std::string& path, const ModelConfig& config,
     const Parameter& p = params[h.param];
     t.data = p.value.f32() + h.offset;
     if (h.transposed) {
-      const int64_t out = p.spec.global_shape[0], in = p.spec.global_shape[1];
+      const int64_t rows = p.spec.global_shape[0], cols = p.spec.global_shape[1];
       const float* src = p.value.f32();  // (out, in)
-      std::vector<float>& dst = transposed.emplace_back(static_cast<size_t>(in * out));
-      for (int64_t o = 0; o < out; ++o) {
-        for (int64_t i = 0; i < in; ++i) dst[static_cast<size_t>(i * out + o)] = src[o * in + i];
+      std::vector<float>& dst = out.owned.emplace_back(static_cast<size_t>(cols * rows));
+      for (int64_t o = 0; o < rows; ++o) {
+        for (int64_t i = 0; i < cols; ++i) dst[static_cast<size_t>(i * rows + o)] = src[o * cols + i];
       }
       t.data = dst.data();
     }
-    outs.push_back(std::move(t));
+    out.tensors.push_back(std::move(t));
   }
+  if (!out.routing_bias) return out;
   const std::vector<std::string> bias_names = MoeBiasNames(config);
-  if (any_bias) {
-    if (extras->moe_bias.size() != bias_names.size()) {
-      return InvalidArgument(path + ": " + std::to_string(extras->moe_bias.size()) +
-                             " MoE bias rows for " + std::to_string(bias_names.size()) +
-                             " MoE blocks");
-    }
-    for (size_t i = 0; i < bias_names.size(); ++i) {
-      SafetensorsTensorOut t;
-      t.name = bias_names[i];
-      t.shape = Shape{static_cast<int64_t>(extras->moe_bias[i].size())};
-      t.source_dtype = DType::kF32;
-      t.dtype = DType::kF32;  // a selection bias: kept exact whatever the weights' dtype
-      t.data = extras->moe_bias[i].data();
-      outs.push_back(std::move(t));
-    }
+  if (extras->moe_bias.size() != bias_names.size()) {
+    return InvalidArgument(where + ": " + std::to_string(extras->moe_bias.size()) +
+                           " MoE bias rows for " + std::to_string(bias_names.size()) +
+                           " MoE blocks");
   }
-  return WriteSafetensors(path, outs, {{"format", "pt"}});
+  for (size_t i = 0; i < bias_names.size(); ++i) {
+    SafetensorsTensorOut t;
+    t.name = bias_names[i];
+    t.shape = Shape{static_cast<int64_t>(extras->moe_bias[i].size())};
+    t.source_dtype = DType::kF32;
+    t.dtype = DType::kF32;  // a selection bias: kept exact whatever the weights' dtype
+    t.data = extras->moe_bias[i].data();
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+Status ExportHfWeights(const std::string& path, const ModelConfig& config,
+                       std::span<const Parameter> params, DType dtype, const HfExtras* extras) {
+  ASSIGN_OR_RETURN(HfExportTensors out, CollectHfExport(path, config, params, dtype, extras));
+  return WriteSafetensors(path, out.tensors, {{"format", "pt"}});
 }
 
 }  // namespace tessera

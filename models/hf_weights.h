@@ -18,6 +18,7 @@
 
 #include "models/model_config.h"
 #include "models/parameter.h"
+#include "models/safetensors.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
 
@@ -65,5 +66,18 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
 Status ExportHfWeights(const std::string& path, const ModelConfig& config,
                        std::span<const Parameter> params, DType dtype = DType::kF32,
                        const HfExtras* extras = nullptr);
+
+// What an export writes, tensor by tensor in model order (embeddings, blocks in layer order,
+// the rest), each pointing into `params`, `extras` or `owned`; ExportHfWeights writes them as
+// one file, ExportHfModelDir (hf_export.h) as shards. `where` names the output in errors.
+struct HfExportTensors {
+  std::vector<SafetensorsTensorOut> tensors;
+  std::vector<std::vector<float>> owned;  // transposed copies the tensors point into
+  bool routing_bias = false;              // a non-zero MoE routing bias is written
+  HfMoeNames moe_names = HfMoeNames::kMixtral;
+};
+Result<HfExportTensors> CollectHfExport(const std::string& where, const ModelConfig& config,
+                                        std::span<const Parameter> params, DType dtype,
+                                        const HfExtras* extras);
 
 }  // namespace tessera

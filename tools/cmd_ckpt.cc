@@ -25,7 +25,7 @@
 #include "checkpoint/file_names.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/shard_file.h"
-#include "models/hf_weights.h"
+#include "models/hf_export.h"
 #include "models/param_layout.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/memory.h"
@@ -43,7 +43,8 @@ void PrintCkptHelp(FILE* out) {
   std::fprintf(out,
       "usage: tessera ckpt ls DIR [--events]\n"
       "       tessera ckpt verify DIR [--step N]\n"
-      "       tessera ckpt export DIR [--step N] --out FILE.safetensors [--dtype f32|bf16|f16]\n"
+      "       tessera ckpt export DIR [--step N] --out FILE.safetensors|OUT_DIR [--dtype f32|bf16|f16]\n"
+      "                               [--max-shard-size SIZE]\n"
       "       tessera ckpt gc DIR [--keep-last K] [--keep-every E] [--dry-run]\n\n"
       "DIR is a checkpoint root (checkpoint.dir of a run): committed checkpoints are the\n"
       "step_<N> directories holding a manifest.json; DIR/catalog records their history.\n\n"
@@ -57,7 +58,10 @@ void PrintCkptHelp(FILE* out) {
       "           newest committed). Exit 0 if intact, 5 naming the file and tensor if not —\n"
       "           then resume from an older step. Read-only.\n"
       "  export   the model parameters of one checkpoint (default: the newest committed) as\n"
-      "           a Hugging Face safetensors file, using the config saved in the checkpoint.\n"
+      "           a Hugging Face safetensors file, or (--out not ending in .safetensors) a\n"
+      "           model directory: shards of --max-shard-size (default 5GB) with their index,\n"
+      "           and config.json where a Hugging Face model type computes the model (see\n"
+      "           tessera export --help); uses the config saved in the checkpoint.\n"
       "  gc       deletes committed checkpoints by the retention policy, keeping the K newest\n"
       "           (default 3) and every step that is a multiple of E (default 0 = none); the\n"
       "           newest is never deleted. Records the deletions in the catalog, so it refuses\n"
@@ -362,6 +366,12 @@ int RunExportCkpt(const ParsedArgs& p) {
   if (p.Has("--dtype") && (!ParseDType(p.Get("--dtype"), &dtype) || dtype == DType::kI32)) {
     return Usage("tessera ckpt export: --dtype must be f32, bf16 or f16");
   }
+  uint64_t shard_bytes = kHfDefaultShardBytes;
+  if (p.Has("--max-shard-size")) {
+    auto size = ParseShardSize(p.Get("--max-shard-size"));
+    if (!size.ok()) return Usage(size.status().message());
+    shard_bytes = *size;
+  }
   const std::string root = p.positional[0];
   if (Status s = CheckOutputPath(p.Get("--out"), {root}); !s.ok()) {
     return Fail("export", s, kExitBadInput);
@@ -397,10 +407,10 @@ int RunExportCkpt(const ParsedArgs& p) {
   if (auto state = ParseSavedState(m.state, m.step, ManifestPath(dir)); state.ok()) {
     extras.moe_bias = state->moe_bias;
   }
-  Status s = ExportHfWeights(out, config->model, params, dtype, &extras);
-  if (!s.ok()) return Fail("export", s, ExitCodeFor(s));
+  auto written = ExportHf(out, config->model, params, dtype, &extras, shard_bytes);
+  if (!written.ok()) return Fail("export", written.status(), ExitCodeFor(written.status()));
   std::printf("exported %zu tensors (%.2fM parameters, %s) of %s to %s\n", params.size(), total / 1e6,
-              std::string(DTypeName(dtype)).c_str(), dir.c_str(), out.c_str());
+              std::string(DTypeName(dtype)).c_str(), dir.c_str(), written->c_str());
   return kExitOk;
 }
 
@@ -498,7 +508,7 @@ int RunCkpt(const Args& args) {
     return p ? RunVerify(*p) : code;
   }
   if (sub == "export") {
-    auto p = ParseSub(rest, sub, {"--step", "--out", "--dtype"}, {}, &code);
+    auto p = ParseSub(rest, sub, {"--step", "--out", "--dtype", "--max-shard-size"}, {}, &code);
     return p ? RunExportCkpt(*p) : code;
   }
   if (sub == "gc") {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <optional>
 
-#include "models/hf_weights.h"
+#include "models/hf_export.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/supervisor/rank_env.h"
@@ -227,16 +227,27 @@ int RunEval(const Args& args) {
 int RunExport(const Args& args) {
   if (WantsHelp(args)) {
     std::printf(
-        "usage: tessera export CONFIG --init-from PATH --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
+        "usage: tessera export CONFIG --init-from PATH --out FILE.safetensors|DIR\n"
+        "                      [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n\n"
         "Loads the weights at PATH into the model CONFIG describes (checking every name and\n"
-        "shape) and writes them as one safetensors file with Hugging Face tensor names and\n"
-        "layouts (GPT-2 Conv1D weights transposed back to (in, out)).\n\n"
+        "shape) and writes them with Hugging Face tensor names and layouts (GPT-2 Conv1D\n"
+        "weights transposed back to (in, out)).\n\n"
         "  --init-from PATH   .safetensors file, model.safetensors.index.json, or a directory\n"
-        "  --out FILE         output path (written to FILE.tmp, fsynced, then renamed)\n"
-        "  --dtype T          element type of the output (default f32)\n");
+        "  --out FILE.safetensors  one file (written to FILE.tmp, fsynced, then renamed)\n"
+        "  --out DIR          a model directory as save_pretrained writes it: shards\n"
+        "                     model-0000N-of-0000M.safetensors with model.safetensors.index.json\n"
+        "                     (one model.safetensors when everything fits) and config.json when\n"
+        "                     a Hugging Face model type computes exactly this model (gpt2, llama,\n"
+        "                     mistral, qwen2, mixtral); DIR must be new or empty, and appears\n"
+        "                     whole or not at all\n"
+        "  --max-shard-size SIZE  largest shard, e.g. 5GB (the default), 500MB, 2GiB\n"
+        "  --dtype T          element type of the output (default f32)\n\n"
+        "Example:\n"
+        "  tessera export configs/finetune.yaml --init-from runs/ft/model.safetensors \\\n"
+        "      --set init_from=~/models/Qwen2-0.5B --out ~/models/Qwen2-0.5B-ft --dtype bf16\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "export", {"--set", "--init-from", "--out", "--dtype"}, {});
+  auto parsed = ParseArgs(args, "export", {"--set", "--init-from", "--out", "--dtype", "--max-shard-size"}, {});
   if (!parsed.ok()) return FailUsage("export", parsed.status());
   if (!parsed->Has("--init-from") || !parsed->Has("--out")) {
     return FailUsage("export", InvalidArgument("tessera export: --init-from and --out are required "
@@ -247,6 +258,12 @@ int RunExport(const Args& args) {
     return FailUsage("export", InvalidArgument("tessera export: --dtype must be f32, bf16 or f16"));
   }
   if (auto bad = PositionalError(*parsed, "export")) return FailUsage("export", *bad);
+  uint64_t shard_bytes = kHfDefaultShardBytes;
+  if (parsed->Has("--max-shard-size")) {
+    auto size = ParseShardSize(parsed->Get("--max-shard-size"));
+    if (!size.ok()) return FailUsage("export", size.status());
+    shard_bytes = *size;
+  }
   auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return Fail("export", config.status(), ExitPhase::kConfig);
   std::vector<std::string> inputs = WeightsInputs(parsed->Get("--init-from"));
@@ -261,11 +278,11 @@ int RunExport(const Args& args) {
   const std::string out = parsed->Get("--out");
   HfExtras extras;  // the MoE blocks' routing bias, as loaded
   for (const MoeLayerState& layer : (*model)->moe_layers()) extras.moe_bias.push_back(layer.bias);
-  Status s = ExportHfWeights(out, config->model, (*model)->parameters(), dtype, &extras);
-  if (!s.ok()) return Fail("export", s, ExitPhase::kRun);
+  auto written = ExportHf(out, config->model, (*model)->parameters(), dtype, &extras, shard_bytes);
+  if (!written.ok()) return Fail("export", written.status(), ExitPhase::kRun);
   std::printf("exported %lld tensors (%.2fM parameters, %s) to %s\n",
               static_cast<long long>((*model)->parameters().size()), (*model)->num_params() / 1e6,
-              std::string(DTypeName(dtype)).c_str(), out.c_str());
+              std::string(DTypeName(dtype)).c_str(), written->c_str());
   return kExitOk;
 }
 

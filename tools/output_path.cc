@@ -26,8 +26,9 @@ Status CheckOutputPath(const std::string& out, const std::vector<std::string>& i
   std::error_code ec;
   const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
   if (ec) return InvalidArgument(out + ": cannot resolve the output path: " + ec.message());
-  if (fs::is_directory(target, ec)) {
-    return InvalidArgument(out + ": is a directory; --out names the file to write");
+  if (out.ends_with(".safetensors") && fs::is_directory(target, ec)) {
+    return InvalidArgument(out + ": is a directory; a path ending in .safetensors names the file "
+                           "to write (any other path names a model directory)");
   }
   for (const std::string& input : inputs) {
     std::error_code e;

@@ -18,7 +18,8 @@
 namespace tessera {
 
 // kInvalidArgument naming both paths when `out` is the same file as one of `inputs` (after
-// resolving symbolic links; hard links too), or names a directory; kInvalidArgument naming the
+// resolving symbolic links; hard links too), or ends in .safetensors and names a directory
+// (any other `out` is a model directory, hf_export.h); kInvalidArgument naming the
 // root when `out` lies inside a checkpoint root (a directory holding `catalog/` or a committed
 // step_<N>) or a checkpoint directory (one holding manifest.json). Missing inputs are ignored.
 Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);

@@ -1,0 +1,142 @@
+// models/hf_config_json.cc — ModelConfig to a Hugging Face config.json (hf_config.h), the
+// inverse of the intake in hf_config.cc: each field written is one the intake maps back.
+#include <cstdlib>
+
+#include "models/hf_config.h"
+#include "models/hf_weights.h"
+#include "runtime/core/yaml_reader.h"
+
+namespace tessera {
+namespace {
+
+// A float as the shortest decimal that reads back to it (1e-05, not 9.99999975e-06).
+double Decimal(float v) { return std::strtod(FormatYamlFloat(v).c_str(), nullptr); }
+
+Status NoType(const std::string& why) {
+  return FailedPrecondition("no Hugging Face model type Tessera writes computes this model: " +
+                            why);
+}
+
+// The model type of a Llama-family model, or why none fits.
+Result<std::string> LlamaType(const ModelConfig& m, bool routing_bias) {
+  if (!m.moe.enabled()) {
+    if (m.qkv_bias) return std::string("qwen2");
+    return std::string(m.sliding_window > 0 ? "mistral" : "llama");
+  }
+  const MoeConfig& e = m.moe;
+  if (routing_bias || DefaultHfMoeNames(m) != HfMoeNames::kMixtral) {
+    return NoType("its routing (sigmoid scores, groups, shared experts, a route scale, "
+                  "unnormalised gates or a routing bias) is not Mixtral's, and DeepSeek-V3's "
+                  "type needs MLA attention");
+  }
+  if (e.first_dense_layers != 0 || e.layer_interval != 1) {
+    return NoType("Mixtral has experts in every block; this model has dense blocks "
+                  "(model.moe.first_dense_layers / layer_interval)");
+  }
+  if (m.qkv_bias) return NoType("Mixtral has no q/k/v biases");
+  return std::string("mixtral");
+}
+
+void RopeScalingField(JsonWriter& w, const RopeScaling& r) {
+  w.Key("rope_scaling");
+  if (r.type == RopeScalingType::kNone) {
+    w.Null();
+    return;
+  }
+  w.BeginObject().Key("rope_type").String(RopeScalingName(r.type));
+  w.Key("factor").Double(Decimal(r.factor));
+  if (r.type == RopeScalingType::kLlama3) {
+    w.Key("low_freq_factor").Double(Decimal(r.low_freq_factor));
+    w.Key("high_freq_factor").Double(Decimal(r.high_freq_factor));
+    w.Key("original_max_position_embeddings").Int(r.original_max_position);
+  }
+  w.EndObject();
+}
+
+void Gpt2Fields(JsonWriter& w, const ModelConfig& m) {
+  w.Key("architectures").BeginArray().String("GPT2LMHeadModel").EndArray();
+  w.Key("model_type").String("gpt2");
+  w.Key("vocab_size").Int(m.vocab_size);
+  w.Key("n_positions").Int(m.max_seq_len);
+  w.Key("n_ctx").Int(m.max_seq_len);
+  w.Key("n_layer").Int(m.num_layers);
+  w.Key("n_embd").Int(m.hidden_size);
+  w.Key("n_head").Int(m.num_heads);
+  w.Key("n_inner");
+  if (m.ffn_size() == 4 * m.hidden_size) {
+    w.Null();  // HF's rule: 4 * n_embd
+  } else {
+    w.Int(m.ffn_size());
+  }
+  w.Key("activation_function").String("gelu_new");
+  w.Key("layer_norm_epsilon").Double(Decimal(m.norm_eps));
+  w.Key("tie_word_embeddings").Bool(m.tie_embeddings);
+  w.Key("initializer_range").Double(Decimal(m.init_std));
+}
+
+void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
+  static constexpr struct {
+    const char* type;
+    const char* architecture;
+  } kArchitectures[] = {{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+                        {"qwen2", "Qwen2ForCausalLM"}, {"mixtral", "MixtralForCausalLM"}};
+  for (const auto& a : kArchitectures) {
+    if (type == a.type) w.Key("architectures").BeginArray().String(a.architecture).EndArray();
+  }
+  w.Key("model_type").String(type);
+  w.Key("vocab_size").Int(m.vocab_size);
+  w.Key("max_position_embeddings").Int(m.max_seq_len);
+  w.Key("num_hidden_layers").Int(m.num_layers);
+  w.Key("hidden_size").Int(m.hidden_size);
+  w.Key("num_attention_heads").Int(m.num_heads);
+  w.Key("num_key_value_heads").Int(m.kv_heads());
+  // Mixtral's intermediate_size is each expert's width (its blocks have no dense MLP).
+  w.Key("intermediate_size").Int(type == "mixtral" ? m.expert_ffn() : m.ffn_size());
+  w.Key("hidden_act").String("silu");
+  w.Key("rms_norm_eps").Double(Decimal(m.norm_eps));
+  w.Key("rope_theta").Double(Decimal(m.rope_theta));
+  RopeScalingField(w, m.rope_scaling);
+  w.Key("tie_word_embeddings").Bool(m.tie_embeddings);
+  w.Key("initializer_range").Double(Decimal(m.init_std));
+  if (type == "llama") w.Key("attention_bias").Bool(false).Key("mlp_bias").Bool(false);
+  if (type == "mistral" || type == "mixtral") {
+    w.Key("sliding_window");
+    if (m.sliding_window > 0) {
+      w.Int(m.sliding_window);
+    } else {
+      w.Null();
+    }
+  }
+  if (type == "qwen2") {
+    // Every layer windowed (max_window_layers 0) or none.
+    w.Key("use_sliding_window").Bool(m.sliding_window > 0);
+    w.Key("sliding_window").Int(m.sliding_window > 0 ? m.sliding_window : m.max_seq_len);
+    w.Key("max_window_layers").Int(m.sliding_window > 0 ? 0 : m.num_layers);
+  }
+  if (type == "mixtral") {
+    w.Key("num_local_experts").Int(m.moe.num_experts);
+    w.Key("num_experts_per_tok").Int(m.moe.top_k);
+    w.Key("router_aux_loss_coef").Double(Decimal(m.moe.aux_loss));
+  }
+}
+
+}  // namespace
+
+Result<std::string> HfConfigJson(const ModelConfig& m, std::string_view torch_dtype,
+                                 bool routing_bias) {
+  JsonWriter w;
+  w.BeginObject();
+  if (m.family == ModelFamily::kGpt2) {
+    if (m.moe.enabled()) return NoType("GPT-2-family experts have no Hugging Face model type");
+    if (m.sliding_window > 0) return NoType("GPT-2 has no sliding window");
+    Gpt2Fields(w, m);
+  } else {
+    ASSIGN_OR_RETURN(std::string type, LlamaType(m, routing_bias));
+    LlamaFields(w, m, type);
+  }
+  w.Key("torch_dtype").String(torch_dtype);
+  w.EndObject();
+  return w.str();
+}
+
+}  // namespace tessera
