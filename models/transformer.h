@@ -165,6 +165,19 @@ class Transformer {
   virtual std::vector<int64_t> moe_layer_ids() const = 0;
   // Whether ForwardStage / ForwardBackward record routing statistics (default true).
   virtual void RecordRouting(bool on) = 0;
+
+  // What the last Forward computed, layer by layer, as fp32 (rows, cols) copies: "embeddings",
+  // per block "layers.{i}.attention" (the residual stream after the attention sublayer; kept
+  // by recompute none and selective only, skipped under full) and "layers.{i}.mlp" (after the
+  // MLP or MoE sublayer: the block's output), "final_norm", and "logits" (final_norm times
+  // the LM head, computed here on the model's backend). For `tessera validate`: a whole model
+  // on one rank (tp 1, one chunk; a CHECK failure otherwise), after Forward.
+  struct LayerOutput {
+    std::string name;
+    int64_t rows = 0, cols = 0;
+    std::vector<float> values;
+  };
+  virtual std::vector<LayerOutput> LayerOutputs() = 0;
 };
 
 }  // namespace tessera

@@ -101,6 +101,7 @@ class TransformerImpl final : public Transformer {
   std::span<MoeLayerState> moe_layers() override { return moe_states_; }
   std::vector<int64_t> moe_layer_ids() const override;
   void RecordRouting(bool on) override { record_routing_ = on; }
+  std::vector<LayerOutput> LayerOutputs() override;
   // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
   // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at

@@ -14,6 +14,7 @@
 #include "runtime/train/world.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/config_command.h"
 #include "tools/output_path.h"
 #include "tools/signal_link.h"
 #include "tools/supervised_rank.h"
@@ -21,43 +22,10 @@
 namespace tessera::cli {
 namespace {
 
-// The phase decides the exit code (exit_codes.h, ExitPhase): a rejected config or input is
-// final (do not restart), an I/O failure while running may not be.
-int Fail(const std::string& command, const Status& s, ExitPhase phase) {
-  std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), s.ToString().c_str());
-  return ExitCodeFor(s, phase);
-}
-
 // Config-time failures happen identically on every rank, and every rank prints them: when the
 // first rank exits, mpirun kills the others at once, so a message left to rank 0 alone can be
 // lost (seen in tests/multirank). The user may read the same line up to N times.
 int FailOnEveryRank(const Status& s, ExitPhase phase) { return Fail("train", s, phase); }
-
-int FailUsage(const std::string& command, const Status& s) {
-  std::fprintf(stderr, "%s\n", s.ToString().c_str());
-  return kExitUsage;
-}
-
-// A command line that does not name exactly one CONFIG: a usage error (exit 2), not a config.
-std::optional<Status> PositionalError(const ParsedArgs& p, const std::string& command) {
-  if (p.positional.size() == 1) return std::nullopt;
-  return InvalidArgument("tessera " + command + ": expected exactly one CONFIG file, got " +
-                         std::to_string(p.positional.size()) + " (see tessera " + command +
-                         " --help)");
-}
-
-// Loads the config named by the single positional argument, with --set overrides.
-// Under tessera launch, after a failure, the supervisor's MTBF measurement comes along for
-// checkpoint.interval: auto, and its control address for the memory tier (the address the
-// other hosts reach this one at is the one that routes there).
-Result<Config> LoadFromArgs(const ParsedArgs& p) {
-  std::vector<std::string> sets = p.All("--set");
-  if (p.Has("--strict-env")) sets.push_back("train.strict_env=true");
-  ASSIGN_OR_RETURN(Config config, LoadConfig(p.positional[0], sets));
-  if (const char* v = std::getenv(kEnvMeasuredMtbf)) config.checkpoint.measured_mtbf_s = std::atof(v);
-  if (const char* v = std::getenv(kEnvControlAddress)) config.checkpoint.route_toward = v;
-  return config;
-}
 
 }  // namespace
 

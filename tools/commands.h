@@ -22,6 +22,7 @@ int RunCkpt(const Args& args);
 int RunBench(const Args& args);
 int RunEnv(const Args& args);
 int RunInspect(const Args& args);
+int RunValidate(const Args& args);
 
 // True if args contain -h or --help.
 bool WantsHelp(const Args& args);

@@ -28,7 +28,8 @@ const Command kCommands[] = {
     {"chaos", "inject faults into a supervised run and check it against a fault-free one",
      RunChaos},
     {"eval", "print the mean loss of weights on held-out data", RunEval},
-    {"export", "write weights as safetensors with Hugging Face names", RunExport},
+    {"export", "write weights with Hugging Face names: one safetensors file or a model directory",
+     RunExport},
     {"data",
      "prepare data: 'tessera data tokenize --input FILE... --out DIR', 'tessera data index DIR'",
      RunData},
@@ -36,6 +37,8 @@ const Command kCommands[] = {
     {"bench", "measure step time, tokens/s and MFU against this machine's sgemm peak", RunBench},
     {"inspect", "what Tessera makes of a Hugging Face model directory (config.json, weights)",
      RunInspect},
+    {"validate", "every layer's output on a fixed input, compared with an independent implementation",
+     RunValidate},
     {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
 };
 

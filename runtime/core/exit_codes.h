@@ -25,6 +25,8 @@ enum ExitCode : int {
                                //   detection or completion; see its report)
   kExitNonFinite = 10,         // training produced NaN/Inf (train.on_nonfinite): stopped at the
                                //   last healthy state; a restart would diverge the same way
+  kExitDiverged = 11,          // tessera validate: a layer differs from the reference beyond
+                               //   its tolerance
 };
 
 // Codes a restart cannot cure: the same command line, config, input or checkpoints would fail

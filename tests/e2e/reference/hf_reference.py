@@ -2,8 +2,9 @@
 """An independent NumPy implementation of GPT-2 and Llama forward passes, written from the
 Hugging Face model definitions (not from Tessera's code), used to check Tessera's numerics.
 
-    hf_reference.py --family gpt2|llama --weights model.safetensors --tokens shard.bin \
-        --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] [--seq T] \
+    hf_reference.py --family gpt2|llama --weights model.safetensors|DIR \
+        (--tokens shard.bin --seq T | --layers tessera.safetensors --layers-out ref.safetensors) \
+        --heads NH [--kv-heads NKV] [--eps 1e-5] [--rope-theta 10000] \
         [--sliding-window W] \
         [--top-k K --score softmax|sigmoid [--no-norm-topk] [--route-scale S] \
          [--n-group G --topk-group g]]
@@ -21,12 +22,16 @@ top-2, the best topk_group groups kept, top-k, weights normalised when norm_topk
 multiplied by routed_scaling_factor). The routing options come from the command line, as
 they come from config.json.
 
-Reads the safetensors file and the token shard with its own parsers, splits the shard into
+Reads the safetensors file(s) and the token shard with its own parsers, splits the shard into
 consecutive windows of T+1 tokens, and prints the mean next-token cross-entropy (nats) over
-every window, computed in float64.
+every window, computed in float64. With --layers it instead runs the input_ids of a `tessera
+validate --out` file and writes every layer's output (embeddings, layers.N.attention and
+layers.N.mlp: the residual stream after each sublayer, final_norm, logits) under the names
+Tessera uses, for `tessera validate --reference`.
 """
 import argparse
 import json
+import os
 import struct
 import sys
 
@@ -54,6 +59,22 @@ def load_safetensors(path):
             arr = np.frombuffer(raw, dtype=np.dtype(DTYPES[info["dtype"]]).newbyteorder("<"))
         out[name] = arr.astype(np.float64).reshape(info["shape"])
     return out
+
+
+def load_weights(path):
+    """A .safetensors file, or a model directory: its model.safetensors or the shards its
+    model.safetensors.index.json names."""
+    if not os.path.isdir(path):
+        return load_safetensors(path)
+    index = os.path.join(path, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return load_safetensors(os.path.join(path, "model.safetensors"))
+    with open(index) as f:
+        files = sorted(set(json.load(f)["weight_map"].values()))
+    w = {}
+    for name in files:
+        w.update(load_safetensors(os.path.join(path, name)))
+    return w
 
 
 def load_tokens(path):
@@ -105,9 +126,10 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def gpt2_logits(w, ids, nh, eps):
+def gpt2_logits(w, ids, nh, eps, rec):
     B, T = ids.shape
     h = w["wte.weight"][ids] + w["wpe.weight"][np.arange(T)][None]
+    rec["embeddings"] = h
     layers = sorted({int(k.split(".")[1]) for k in w if k.startswith("h.")})
     for i in layers:
         p = f"h.{i}."
@@ -116,12 +138,16 @@ def gpt2_logits(w, ids, nh, eps):
         q, k, v = np.split(qkv, 3, axis=-1)
         y = merge_heads(attention(split_heads(q, nh), split_heads(k, nh), split_heads(v, nh)))
         h = h + y @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        rec[f"layers.{i}.attention"] = h
         m = layer_norm(h, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
         m = gelu_new(m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
         h = h + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+        rec[f"layers.{i}.mlp"] = h
     h = layer_norm(h, w["ln_f.weight"], w["ln_f.bias"], eps)
+    rec["final_norm"] = h
     head = w.get("lm_head.weight", w["wte.weight"])
-    return h @ head.T
+    rec["logits"] = h @ head.T
+    return rec["logits"]
 
 
 def rope(x, theta):
@@ -189,8 +215,9 @@ def linear(x, w, name):
     return y + w[name + ".bias"] if name + ".bias" in w else y
 
 
-def llama_logits(w, ids, nh, nkv, eps, theta, moe, window):
+def llama_logits(w, ids, nh, nkv, eps, theta, moe, window, rec):
     h = w["model.embed_tokens.weight"][ids]
+    rec["embeddings"] = h
     layers = sorted({int(k.split(".")[2]) for k in w if k.startswith("model.layers.")})
     for i in layers:
         p = f"model.layers.{i}."
@@ -202,27 +229,61 @@ def llama_logits(w, ids, nh, nkv, eps, theta, moe, window):
         rep = nh // nkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         h = h + merge_heads(attention(q, k, v, window)) @ w[p + "self_attn.o_proj.weight"].T
+        rec[f"layers.{i}.attention"] = h
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
         if p + "mlp.gate_proj.weight" in w:
             h = h + silu_mlp(x, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
                              w[p + "mlp.down_proj.weight"])
         else:
             h = h + moe_block(w, p, x, moe)
+        rec[f"layers.{i}.mlp"] = h
     h = rms_norm(h, w["model.norm.weight"], eps)
+    rec["final_norm"] = h
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return h @ head.T
+    rec["logits"] = h @ head.T
+    return rec["logits"]
+
+
+def load_input_ids(path):
+    """The input_ids (I32, (B, T)) of a `tessera validate --out` file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    info = json.loads(data[8 : 8 + n])["input_ids"]
+    assert info["dtype"] == "I32", "input_ids must be I32"
+    begin, end = info["data_offsets"]
+    raw = data[8 + n + begin : 8 + n + end]
+    return np.frombuffer(raw, dtype="<i4").astype(np.int64).reshape(info["shape"])
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> array, written as F32 (input_ids as I32), the header padded to 8."""
+    header, blobs, offset = {"__metadata__": {"producer": "hf_reference.py"}}, [], 0
+    for name, arr in tensors.items():
+        dtype, np_type = ("I32", "<i4") if name == "input_ids" else ("F32", "<f4")
+        blob = np.ascontiguousarray(arr, dtype=np_type).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", required=True, choices=["gpt2", "llama"])
     ap.add_argument("--weights", required=True)
-    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--tokens", help="token shard: print the mean loss over its windows")
+    ap.add_argument("--layers", help="a `tessera validate --out` file: run on its input_ids")
+    ap.add_argument("--layers-out", help="with --layers: write every layer's output here")
     ap.add_argument("--heads", type=int, required=True)
     ap.add_argument("--kv-heads", type=int, default=0)
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
-    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--seq", type=int, default=0)
     ap.add_argument("--sliding-window", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax")
@@ -231,16 +292,27 @@ def main():
     ap.add_argument("--n-group", type=int, default=1)
     ap.add_argument("--topk-group", type=int, default=1)
     a = ap.parse_args()
-    w = load_safetensors(a.weights)
+    w = load_weights(a.weights)
+
+    def forward(ids, rec):
+        if a.family == "gpt2":
+            return gpt2_logits(w, ids, a.heads, a.eps, rec)
+        return llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta, a,
+                            a.sliding_window, rec)
+
+    if a.layers:
+        ids = load_input_ids(a.layers)
+        rec = {"input_ids": ids}
+        forward(ids, rec)
+        write_safetensors(a.layers_out, rec)
+        print(f"wrote {len(rec) - 1} layer outputs for {ids.shape[0]} x {ids.shape[1]} tokens")
+        return 0
     tokens = load_tokens(a.tokens)
     T = a.seq
     n = (len(tokens) - 1) // T
     windows = np.stack([tokens[i * T : i * T + T + 1] for i in range(n)])
     ids, targets = windows[:, :-1], windows[:, 1:]
-    if a.family == "gpt2":
-        logits = gpt2_logits(w, ids, a.heads, a.eps)
-    else:
-        logits = llama_logits(w, ids, a.heads, a.kv_heads or a.heads, a.eps, a.rope_theta, a, a.sliding_window)
+    logits = forward(ids, {})
     z = logits - logits.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     loss = -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
