@@ -39,6 +39,7 @@ BlockWeights BlockLayout::Weights(const float* base, const float* expert_base) c
   w.moe.shared_fc_b = At(base, shared_fc_b);
   w.moe.shared_out_w = At(base, shared_out_w);
   w.moe.shared_out_b = At(base, shared_out_b);
+  w.moe.shared_gate = At(base, shared_gate);
   w.moe.fc_w = At(expert_base, experts_fc_w);
   w.moe.fc_b = At(expert_base, experts_fc_b);
   w.moe.out_w = At(expert_base, experts_out_w);
@@ -65,6 +66,7 @@ BlockGrads BlockLayout::Grads(float* base, float* expert_base) const {
   g.moe.shared_fc_b = At(base, shared_fc_b);
   g.moe.shared_out_w = At(base, shared_out_w);
   g.moe.shared_out_b = At(base, shared_out_b);
+  g.moe.shared_gate = At(base, shared_gate);
   g.moe.fc_w = At(expert_base, experts_fc_w);
   g.moe.fc_b = At(expert_base, experts_fc_b);
   g.moe.out_w = At(expert_base, experts_out_w);

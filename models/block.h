@@ -126,7 +126,7 @@ struct BlockLayout {
   // An MoE block: the router and shared experts in the block's unit, the routed experts
   // relative to the base of its expert unit (param_store.h).
   int64_t router = -1, shared_fc_w = -1, shared_fc_b = -1, shared_out_w = -1,
-          shared_out_b = -1;
+          shared_out_b = -1, shared_gate = -1;
   int64_t experts_fc_w = -1, experts_fc_b = -1, experts_out_w = -1, experts_out_b = -1;
 
   // Views at base + offset, the routed experts' at expert_base + offset (all null when the

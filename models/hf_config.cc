@@ -275,10 +275,21 @@ void ReadQwenMoe(FieldReader& r, ModelConfig& m, const std::string& type) {
     r.Missing("mlp_only_layers=" + r.Text("mlp_only_layers") + ": dense blocks at chosen places; "
               "Tessera's dense blocks are the first model.moe.first_dense_layers");
   }
-  if (type == "qwen2_moe" && r.Get("shared_expert_intermediate_size") != nullptr) {
-    r.Missing("shared_expert with shared_expert_gate (Qwen2-MoE's sigmoid-gated shared expert, "
-              "shared_expert_intermediate_size=" + r.Text("shared_expert_intermediate_size") +
-              "): not built yet; Tessera's shared experts are ungated (DeepSeek's)");
+  // Qwen2-MoE's shared expert: shared_expert_intermediate_size wide, its output gated by
+  // sigmoid(h . shared_expert_gate); Tessera's is shared_experts x expert_ffn_size wide.
+  const JsonValue* shared = type == "qwen2_moe" ? r.Get("shared_expert_intermediate_size") : nullptr;
+  const int64_t width = shared != nullptr && shared->is_integer() ? shared->as_int() : 0;
+  if (width > 0 && (e.expert_ffn_size <= 0 || width % e.expert_ffn_size != 0)) {
+    r.Missing("shared_expert_intermediate_size=" + N(width) + " is not a multiple of "
+              "moe_intermediate_size=" + N(e.expert_ffn_size) + ": Tessera's shared experts are "
+              "model.moe.shared_experts x expert_ffn_size wide");
+  } else if (width > 0) {
+    e.shared_experts = width / e.expert_ffn_size;
+    e.shared_expert_gate = true;
+    r.Record("model.moe.shared_experts", "shared_expert_intermediate_size", N(e.shared_experts));
+    r.Record("model.moe.shared_expert_gate", "model_type", "true");
+  } else {
+    r.Record("model.moe.shared_experts", "shared_expert_intermediate_size (none)", "0");
   }
 }
 
@@ -322,6 +333,8 @@ const KeyAccess kKeys[] = {
     TESSERA_INT_KEY("model.moe.top_k", moe.top_k),
     TESSERA_INT_KEY("model.moe.expert_ffn_size", moe.expert_ffn_size),
     TESSERA_INT_KEY("model.moe.layer_interval", moe.layer_interval),
+    TESSERA_INT_KEY("model.moe.shared_experts", moe.shared_experts),
+    TESSERA_BOOL_KEY("model.moe.shared_expert_gate", moe.shared_expert_gate),
     TESSERA_INT_KEY("model.moe.first_dense_layers", moe.first_dense_layers),
     TESSERA_BOOL_KEY("model.moe.normalize_gates", moe.normalize_gates),
     TESSERA_FLOAT_KEY("model.moe.aux_loss", moe.aux_loss),

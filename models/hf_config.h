@@ -72,7 +72,7 @@ void CopyModelKey(const ModelConfig& from, ModelConfig* to, const std::string& k
 // The other direction (hf_config_json.cc): the config.json of the supported model type that
 // computes exactly `m` — gpt2; llama, mistral (a sliding window), qwen2 (q/k/v biases, with or
 // without a window); mixtral (experts whose routing is Mixtral's in every block, no routing
-// bias) — such that MapHfConfig reads it back as `m` (every key it maps agrees). `dtype` is
+// bias); qwen2_moe (a gated shared expert, q/k/v biases, softmax routing) — such that MapHfConfig reads it back as `m` (every key it maps agrees). `dtype` is
 // written as torch_dtype. kFailedPrecondition naming what no supported type computes (GPT-2
 // experts, DeepSeek-style routing, dense blocks between MoE blocks, ...): a wrong config.json
 // would load as a different model, so none is written.

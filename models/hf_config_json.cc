@@ -24,6 +24,18 @@ Result<std::string> LlamaType(const ModelConfig& m, bool routing_bias) {
     return std::string(m.sliding_window > 0 ? "mistral" : "llama");
   }
   const MoeConfig& e = m.moe;
+  if (!routing_bias && e.shared_expert_gate) {  // Qwen2-MoE's, or nothing
+    if (!m.qkv_bias) return NoType("Qwen2-MoE (the gated shared expert's type) has q/k/v biases");
+    if (e.score != RouterScore::kSoftmax || e.groups != 1 || e.route_scale != 1.0f) {
+      return NoType("Qwen2-MoE routes by softmax top-k, without groups or a route scale");
+    }
+    if (e.first_dense_layers != e.layer_interval - 1) {
+      return NoType("Qwen2-MoE's dense blocks are those before every decoder_sparse_step-th; this "
+                    "model has first_dense_layers=" + std::to_string(e.first_dense_layers) +
+                    " with layer_interval=" + std::to_string(e.layer_interval));
+    }
+    return std::string("qwen2_moe");
+  }
   if (routing_bias || DefaultHfMoeNames(m) != HfMoeNames::kMixtral) {
     return NoType("its routing (sigmoid scores, groups, shared experts, a route scale, "
                   "unnormalised gates or a routing bias) is not Mixtral's, and DeepSeek-V3's "
@@ -79,7 +91,8 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
     const char* type;
     const char* architecture;
   } kArchitectures[] = {{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-                        {"qwen2", "Qwen2ForCausalLM"}, {"mixtral", "MixtralForCausalLM"}};
+                        {"qwen2", "Qwen2ForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+                        {"qwen2_moe", "Qwen2MoeForCausalLM"}};
   for (const auto& a : kArchitectures) {
     if (type == a.type) w.Key("architectures").BeginArray().String(a.architecture).EndArray();
   }
@@ -107,7 +120,7 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
       w.Null();
     }
   }
-  if (type == "qwen2") {
+  if (type == "qwen2" || type == "qwen2_moe") {
     // Every layer windowed (max_window_layers 0) or none.
     w.Key("use_sliding_window").Bool(m.sliding_window > 0);
     w.Key("sliding_window").Int(m.sliding_window > 0 ? m.sliding_window : m.max_seq_len);
@@ -117,6 +130,17 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
     w.Key("num_local_experts").Int(m.moe.num_experts);
     w.Key("num_experts_per_tok").Int(m.moe.top_k);
     w.Key("router_aux_loss_coef").Double(Decimal(m.moe.aux_loss));
+  }
+  if (type == "qwen2_moe") {
+    const MoeConfig& e = m.moe;
+    w.Key("num_experts").Int(e.num_experts);
+    w.Key("num_experts_per_tok").Int(e.top_k);
+    w.Key("moe_intermediate_size").Int(m.expert_ffn());
+    w.Key("shared_expert_intermediate_size").Int(e.shared_experts * m.expert_ffn());
+    w.Key("norm_topk_prob").Bool(e.normalize_gates);
+    w.Key("decoder_sparse_step").Int(e.layer_interval);
+    w.Key("mlp_only_layers").BeginArray().EndArray();
+    w.Key("router_aux_loss_coef").Double(Decimal(e.aux_loss));
   }
 }
 

@@ -81,6 +81,12 @@ std::optional<ModelConfigProblem> CheckMoe(const ModelConfig& m) {
   if (e.shared_experts < 0) {
     return Broken({"model.moe.shared_experts"}, "must be >= 0, got " + N(e.shared_experts));
   }
+  if (e.shared_expert_gate && (e.shared_experts < 1 || m.family != ModelFamily::kLlama)) {
+    return Broken({"model.moe.shared_expert_gate", "model.moe.shared_experts"},
+                  "gates the shared experts of a llama-family model: needs shared_experts >= 1 "
+                  "and family llama (got shared_experts=" + N(e.shared_experts) + ", family " +
+                      ModelFamilyName(m.family) + ")");
+  }
   if (e.first_dense_layers < 0 || e.first_dense_layers >= m.num_layers) {
     return Broken({"model.moe.first_dense_layers", "model.num_layers"},
                   "first_dense_layers=" + N(e.first_dense_layers) +

@@ -43,6 +43,11 @@ struct MoeConfig {
                                   //   0 = model.ffn_hidden_size's rule
   int64_t shared_experts = 0;     // model.moe.shared_experts: experts every token goes
                                   //   through (DeepSeek's), >= 0
+  bool shared_expert_gate = false;  // model.moe.shared_expert_gate: the shared experts'
+                                  //   output scaled per token by sigmoid(h . w_gate), w_gate
+                                  //   (1, C) (Qwen2-MoE's, with its names mlp.shared_expert.*
+                                  //   and mlp.shared_expert_gate); llama family, needs
+                                  //   shared_experts >= 1
   int64_t first_dense_layers = 0; // model.moe.first_dense_layers: the first K blocks keep a
                                   //   dense MLP, 0..num_layers-1
   int64_t layer_interval = 1;     // model.moe.layer_interval: after those, every N-th block

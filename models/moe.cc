@@ -23,6 +23,7 @@ MoeDims MoeDims::Of(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype)
   d.C = c.hidden_size;
   d.Fe = c.expert_ffn();
   d.S = c.moe.shared_experts * c.expert_ffn();
+  d.shared_gate = c.moe.shared_expert_gate;
   d.spec.E = c.moe.num_experts;
   d.spec.k = c.moe.top_k;
   d.spec.groups = c.moe.groups;
@@ -169,7 +170,8 @@ void MoeLayer::RunExperts(StepContext& step, MoeSaved& s, const MoeWeights& w, c
 }
 
 // out += shared(h): fc, activation, out projection over all R tokens (the projection's output
-// rounded to the activation dtype before it is added).
+// rounded to the activation dtype before it is added); under shared_gate the projection (kept)
+// is scaled per token by sigmoid(h . w_gate) (the logit kept) as it is added.
 void MoeLayer::Shared(StepContext& step, const float* h, float* out, const MoeSaved& s,
                       const MoeWeights& w) const {
   Backend& be = *step.backend;
@@ -180,10 +182,15 @@ void MoeLayer::Shared(StepContext& step, const float* h, float* out, const MoeSa
   be.LinearForward(fc, h, w.shared_fc_w, w.shared_fc_b, R, C, d_.shared_fc_dim());
   store.Commit(step, s.shared_fc_out, fc);
   const float* act = Activation(step, s.shared_act_out, fc, R, S);
-  Tensor proj = ws.Allocate(DType::kF32, {R, C});
+  Tensor proj = d_.shared_gate ? s.shared_proj : ws.Allocate(DType::kF32, {R, C});
   be.LinearForward(proj.f32(), act, w.shared_out_w, w.shared_out_b, R, S, C);
   if (d_.act_dtype != DType::kF32) be.Round(d_.act_dtype, proj.f32(), R * C);
-  be.AddInPlace(out, proj.f32(), R * C);
+  if (!d_.shared_gate) {
+    be.AddInPlace(out, proj.f32(), R * C);
+    return;
+  }
+  be.LinearForward(s.shared_logit.f32(), h, w.shared_gate, nullptr, R, C, 1);
+  be.GatedAddForward(out, proj.f32(), s.shared_logit.f32(), R, C);
 }
 
 void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const float* h,
@@ -207,6 +214,10 @@ void MoeLayer::Forward(StepContext& step, Arena& kept, Arena& dropped, const flo
   if (d_.S > 0) {
     s.shared_fc_out = store.Keep(step, kept, {R, d_.shared_fc_dim()});
     s.shared_act_out = store.Keep(step, dropped, {R, d_.S});
+    if (d_.shared_gate) {
+      s.shared_logit = kept.Allocate(DType::kF32, {R, 1});
+      s.shared_proj = kept.Allocate(DType::kF32, {R, C});
+    }
   }
   const size_t mark = ws.Mark();
 
@@ -323,7 +334,15 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
     const int64_t S = d_.S;
     Tensor d_act = ws.Allocate(DType::kF32, {R, S});
     Tensor d_fc = d_.gpt2 ? d_act : ws.Allocate(DType::kF32, {R, 2 * S});
-    be.LinearBackward(d_act.f32(), g.shared_out_w, g.shared_out_b, d_out,
+    // Gated: out += sigmoid(logit) * proj; d_proj = sigmoid(logit) * d_out.
+    Tensor d_proj = d_.shared_gate ? ws.Allocate(DType::kF32, {R, C}) : Tensor();
+    Tensor d_logit = d_.shared_gate ? ws.Allocate(DType::kF32, {R, 1}) : Tensor();
+    if (d_.shared_gate) {
+      be.GatedAddBackward(d_proj.f32(), d_logit.f32(), d_out, s.shared_proj.f32(),
+                          s.shared_logit.f32(), R, C);
+    }
+    const float* d_shared = d_.shared_gate ? d_proj.f32() : d_out;
+    be.LinearBackward(d_act.f32(), g.shared_out_w, g.shared_out_b, d_shared,
                       store.Read(step, shared_act_out), w.shared_out_w, R, S, C);
     const float* fc = store.Read(step, s.shared_fc_out);
     if (d_.gpt2) {
@@ -333,6 +352,12 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
     }
     be.LinearBackward(d_h, g.shared_fc_w, g.shared_fc_b, d_fc.f32(), h, w.shared_fc_w, R, C,
                       d_.shared_fc_dim());
+    if (d_.shared_gate) {  // logit = h . w_gate
+      Tensor d_h_gate = ws.Allocate(DType::kF32, {R, C});
+      be.LinearBackward(d_h_gate.f32(), g.shared_gate, nullptr, d_logit.f32(), h, w.shared_gate,
+                        R, C, 1);
+      be.AddInPlace(d_h, d_h_gate.f32(), R * C);
+    }
   } else {
     be.Zero(d_h, static_cast<size_t>(R * C) * sizeof(float));
   }

@@ -11,7 +11,7 @@
 //                                         adds nothing (the token keeps its residual)
 //   x_rows = h gathered in expert order   (rows, C)
 //   per expert e: y_e = out_e(act(fc_e(x_e)))   one GEMM per expert over its rows (grouped)
-//   out = sum_j gate_j * y[row(t, j)] + shared(h)
+//   out = sum_j gate_j * y[row(t, j)] + shared(h)   [* sigmoid(h . w_gate): shared_gate]
 // act is GELU (gpt2, with biases) or SwiGLU (llama); the shared experts are one MLP of width
 // shared_experts * expert_ffn applied to every token.
 // Auxiliary losses (added to the training loss, reported apart from it; all per micro-batch
@@ -62,6 +62,7 @@ struct MoeDims {
   int64_t C = 0;         // hidden size
   int64_t Fe = 0;        // each expert's MLP width
   int64_t S = 0;         // shared experts' width (shared_experts * Fe); 0 = none
+  bool shared_gate = false;  // their output scaled by sigmoid(h . w_gate) (Qwen2-MoE)
   MoeRouterSpec spec;    // E, k, groups, score, normalisation, scale
   float capacity_factor = 0.0f;  // 0: dropless
   float aux_loss = 0.0f, seq_aux_loss = 0.0f, z_loss = 0.0f;
@@ -93,6 +94,7 @@ struct MoeWeights {
   const float* shared_fc_b = nullptr;   // (S)
   const float* shared_out_w = nullptr;  // (C, S)
   const float* shared_out_b = nullptr;  // (C)
+  const float* shared_gate = nullptr;   // (1, C) Qwen2-MoE's gate of the shared experts
   const float* fc_w = nullptr;       // (E, fc_dim, C)  llama: each expert's [gate | up] rows
   const float* fc_b = nullptr;       // (E, Fe)
   const float* out_w = nullptr;      // (E, C, Fe)
@@ -105,6 +107,7 @@ struct MoeGrads {
   float* shared_fc_b = nullptr;
   float* shared_out_w = nullptr;
   float* shared_out_b = nullptr;
+  float* shared_gate = nullptr;
   float* fc_w = nullptr;
   float* fc_b = nullptr;
   float* out_w = nullptr;
@@ -143,6 +146,8 @@ struct MoeSaved {
                         //                gradient), returned from their ranks under ep
   Tensor shared_fc_out;   // (R, shared_fc_dim)
   Tensor shared_act_out;  // (R, S)           [selective: recomputed]
+  Tensor shared_logit;    // (R, 1) fp32 the shared experts' gate logit (shared_gate only)
+  Tensor shared_proj;     // (R, C) fp32 the shared experts' output before the gate
   std::vector<int64_t> offset;  // (E + 1) each expert's first row of this rank's (host)
   // The rows the experts compute, in segments of one local expert each (segment i is local
   // expert i): = offset without ep; under ep (E/ep + 1) offsets, each expert's rows from

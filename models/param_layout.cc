@@ -78,9 +78,11 @@ void DeclareRouterAndShared(const ModelConfig& c, const std::string& p, Declarer
     d.Matrix(p + "mlp.shared_experts.c_proj.weight", {C, S}, InitRule::kResidualNormal);
     d.Bias(p + "mlp.shared_experts.c_proj.bias", C);
   } else {
-    d.Matrix(p + "mlp.shared_experts.gate_proj.weight", {S, C});
-    d.Matrix(p + "mlp.shared_experts.up_proj.weight", {S, C});
-    d.Matrix(p + "mlp.shared_experts.down_proj.weight", {C, S}, InitRule::kResidualNormal);
+    const std::string shared = SharedExpertPrefix(c);
+    d.Matrix(p + shared + "gate_proj.weight", {S, C});
+    d.Matrix(p + shared + "up_proj.weight", {S, C});
+    d.Matrix(p + shared + "down_proj.weight", {C, S}, InitRule::kResidualNormal);
+    if (c.moe.shared_expert_gate) d.Matrix(p + "mlp.shared_expert_gate.weight", {1, C});
   }
 }
 
@@ -184,6 +186,10 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
 }
 
 }  // namespace
+
+std::string SharedExpertPrefix(const ModelConfig& c) {
+  return c.moe.shared_expert_gate ? "mlp.shared_expert." : "mlp.shared_experts.";
+}
 
 std::vector<ParamDecl> DeclareParameters(const ModelConfig& config) {
   Declarer d;

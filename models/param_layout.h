@@ -58,6 +58,11 @@ struct ParamDecl {
 // Every parameter of the model, in buffer order. Assumes a validated config.
 std::vector<ParamDecl> DeclareParameters(const ModelConfig& config);
 
+// A llama-family MoE block's shared experts, after "model.layers.N.": "mlp.shared_experts."
+// (DeepSeek's), or "mlp.shared_expert." under model.moe.shared_expert_gate (Qwen2-MoE's, whose
+// gate is "mlp.shared_expert_gate.weight").
+std::string SharedExpertPrefix(const ModelConfig& config);
+
 // Weights that enter a matmul per token (all kMatrix parameters, plus the embedding when it
 // doubles as the LM head; of the routed experts only the top_k / num_experts a token uses).
 // Embedding lookups are not matmuls and are excluded.

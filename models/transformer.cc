@@ -391,9 +391,11 @@ void TransformerImpl::BindMoeBlock(int64_t i, int unit, BlockLayout& b) {
     const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
     b.router = Rel(p + "gate.weight", unit);
     if (shared) {
-      CheckAdjacent(p + "shared_experts.gate_proj.weight", p + "shared_experts.up_proj.weight");
-      b.shared_fc_w = Rel(p + "shared_experts.gate_proj.weight", unit);
-      b.shared_out_w = Rel(p + "shared_experts.down_proj.weight", unit);
+      const std::string s = "model.layers." + std::to_string(i) + "." + SharedExpertPrefix(config_);
+      CheckAdjacent(s + "gate_proj.weight", s + "up_proj.weight");
+      b.shared_fc_w = Rel(s + "gate_proj.weight", unit);
+      b.shared_out_w = Rel(s + "down_proj.weight", unit);
+      if (config_.moe.shared_expert_gate) b.shared_gate = Rel(p + "shared_expert_gate.weight", unit);
     }
     b.experts_fc_w = Rel(p + "experts.gate_up_proj", expert_unit);
     b.experts_out_w = Rel(p + "experts.down_proj", expert_unit);

@@ -170,6 +170,12 @@ class Backend {
   virtual void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const float* y,
                                   const float* gate, const int32_t* row_of, int64_t R,
                                   int64_t k, int64_t C) = 0;
+  // out(R,C) += sigmoid(logit[t]) * x[t] (Qwen2-MoE's gated shared expert); backward writes
+  // d_x = sigmoid(logit) * d_out and d_logit[t] = sigmoid' * <d_out[t], x[t]>.
+  virtual void GatedAddForward(float* out, const float* x, const float* logit, int64_t R,
+                               int64_t C) = 0;
+  virtual void GatedAddBackward(float* d_x, float* d_logit, const float* d_out, const float* x,
+                                const float* logit, int64_t R, int64_t C) = 0;
   // probs_sum, counts and z_sum are host memory (measuring: unchanged).
   virtual void MoeBalanceStats(const MoeRouterSpec& spec, const float* logits,
                                const float* scores, const int32_t* expert, int64_t R,

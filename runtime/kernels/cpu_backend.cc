@@ -210,6 +210,16 @@ void CpuBackend::MoeCombine(float* out, const float* y, const float* gate,
                             const int32_t* row_of, int64_t R, int64_t k, int64_t C) {
   cpu::MoeCombine(out, y, gate, row_of, R, k, C);
 }
+void CpuBackend::GatedAddForward(float* out, const float* x, const float* logit, int64_t R,
+                                 int64_t C) {
+  cpu::GatedAddForward(out, x, logit, R, C);
+}
+
+void CpuBackend::GatedAddBackward(float* d_x, float* d_logit, const float* d_out, const float* x,
+                                  const float* logit, int64_t R, int64_t C) {
+  cpu::GatedAddBackward(d_x, d_logit, d_out, x, logit, R, C);
+}
+
 void CpuBackend::MoeCombineBackward(float* d_y, float* d_gate, const float* d_out,
                                     const float* y, const float* gate, const int32_t* row_of,
                                     int64_t R, int64_t k, int64_t C) {

@@ -100,6 +100,10 @@ class CpuBackend : public Backend {
   void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const float* y,
                           const float* gate, const int32_t* row_of, int64_t R, int64_t k,
                           int64_t C) override;
+  void GatedAddForward(float* out, const float* x, const float* logit, int64_t R,
+                       int64_t C) override;
+  void GatedAddBackward(float* d_x, float* d_logit, const float* d_out, const float* x,
+                        const float* logit, int64_t R, int64_t C) override;
   void MoeBalanceStats(const MoeRouterSpec& spec, const float* logits, const float* scores,
                        const int32_t* expert, int64_t R, double* probs_sum, double* counts,
                        double* z_sum) override;

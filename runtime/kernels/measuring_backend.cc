@@ -125,6 +125,9 @@ void MeasuringBackend::MoeCombine(float*, const float*, const float*, const int3
 void MeasuringBackend::MoeCombineBackward(float*, float*, const float*, const float*,
                                           const float*, const int32_t*, int64_t, int64_t,
                                           int64_t) {}
+void MeasuringBackend::GatedAddForward(float*, const float*, const float*, int64_t, int64_t) {}
+void MeasuringBackend::GatedAddBackward(float*, float*, const float*, const float*, const float*,
+                                        int64_t, int64_t) {}
 void MeasuringBackend::MoeBalanceStats(const MoeRouterSpec&, const float*, const float*,
                                        const int32_t*, int64_t, double*, double*, double*) {}
 void MeasuringBackend::MoeAuxBackward(const MoeRouterSpec&, const float*, const float*,

@@ -50,6 +50,7 @@ Status ReadMoe(YamlMap& s, MoeConfig* e) {
   RETURN_IF_ERROR(s.Int("top_k", 1, kMaxExperts, &e->top_k));
   RETURN_IF_ERROR(s.Int("expert_ffn_size", 0, kMaxWidth * 8, &e->expert_ffn_size));
   RETURN_IF_ERROR(s.Int("shared_experts", 0, kMaxExperts, &e->shared_experts));
+  RETURN_IF_ERROR(s.Bool("shared_expert_gate", &e->shared_expert_gate));
   RETURN_IF_ERROR(s.Int("first_dense_layers", 0, kMaxLayers, &e->first_dense_layers));
   RETURN_IF_ERROR(s.Int("layer_interval", 1, kMaxLayers, &e->layer_interval));
   RETURN_IF_ERROR(s.Enum<RouterScore>(

@@ -76,6 +76,7 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   Put(out, "top_k", e.top_k);
   Put(out, "expert_ffn_size", e.expert_ffn_size);
   Put(out, "shared_experts", e.shared_experts);
+  Put(out, "shared_expert_gate", e.shared_expert_gate);
   Put(out, "first_dense_layers", e.first_dense_layers);
   Put(out, "layer_interval", e.layer_interval);
   PutName(out, "score", RouterScoreName(e.score));

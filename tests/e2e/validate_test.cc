@@ -103,6 +103,16 @@ TEST_F(Validate, MixtralShapedExpertsAgree) {
   ExpectAgrees(7);
 }
 
+// Qwen2-MoE-shaped: q/k/v biases, softmax gates not renormalised, a gated shared expert.
+TEST_F(Validate, Qwen2MoeShapedExpertsAgree) {
+  if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
+  Prepare("configs/moe-mixtral-tiny.yaml",
+          " --set model.qkv_bias=true --set model.moe.normalize_gates=false"
+          " --set model.moe.shared_experts=1 --set model.moe.shared_expert_gate=true",
+          "llama", " --heads 4 --kv-heads 2 --top-k 2 --score softmax --no-norm-topk");
+  ExpectAgrees(7);
+}
+
 TEST_F(Validate, DeepSeekShapedExpertsAgree) {
   if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
   Prepare("configs/moe-deepseek-tiny.yaml", "", "llama",

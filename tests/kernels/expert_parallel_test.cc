@@ -30,7 +30,7 @@ namespace {
 constexpr int64_t kB = 2, kT = 8;
 constexpr uint64_t kSeed = 9;
 
-enum class Router { kMixtral, kDeepSeek };
+enum class Router { kMixtral, kDeepSeek, kQwen2 };
 
 struct Case {
   ModelFamily family;
@@ -60,6 +60,12 @@ ModelConfig TinyMoe(const Case& k) {
   if (k.router == Router::kMixtral) {
     e.aux_loss = 0.01f;
     e.z_loss = 0.001f;
+  } else if (k.router == Router::kQwen2) {  // gates not renormalised, a gated shared expert
+    e.normalize_gates = false;
+    e.shared_experts = 1;
+    e.shared_expert_gate = true;
+    e.aux_loss = 0.01f;
+    c.qkv_bias = true;
   } else {
     e.score = RouterScore::kSigmoid;
     e.groups = 4;
@@ -165,7 +171,9 @@ Outcome RunOne(const ModelConfig& config, int ep, bool skew) {
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const Case& k = info.param;
   return std::string(ModelFamilyName(k.family)) +
-         (k.router == Router::kMixtral ? "_mixtral_" : "_deepseek_") +
+         (k.router == Router::kMixtral ? "_mixtral_"
+          : k.router == Router::kQwen2 ? "_qwen2_"
+                                       : "_deepseek_") +
          RecomputePolicyName(k.policy) + "_ep" + std::to_string(k.ep) +
          (k.capacity ? "_capacity" : "_dropless");
 }
@@ -251,7 +259,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{ModelFamily::kGpt2, Router::kDeepSeek, RecomputePolicy::kSelective, 2, true},
         Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kSelective, 4, false},
         Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kNone, 4, false},
-        Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kFull, 2, true}),
+        Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kFull, 2, true},
+        Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kSelective, 2, false}),
     Name);
 
 TEST(EpModel, HoldsOnlyItsExpertsAndRefusesASplitThatDoesNotDivide) {

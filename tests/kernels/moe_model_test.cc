@@ -26,11 +26,12 @@ namespace {
 
 constexpr int64_t kB = 2, kT = 8;
 
-enum class Router { kMixtral, kDeepSeek };
+enum class Router { kMixtral, kDeepSeek, kQwen2 };
 
 // A tiny MoE model: Mixtral-like (softmax top-2 of 4, normalised, Switch aux + z-loss) or
 // DeepSeek-like (sigmoid, 2 groups of 3 with 1 kept... top-2, a shared expert, sequence-wise aux,
-// route scale, balancing bias, first block dense).
+// route scale, balancing bias, first block dense) or Qwen2-MoE-like (llama only: softmax top-2 of
+// 4 not renormalised, a shared expert gated by sigmoid(h . w), q/k/v biases).
 ModelConfig TinyMoe(ModelFamily family, Router router, RecomputePolicy policy) {
   ModelConfig c;
   c.family = family;
@@ -51,6 +52,14 @@ ModelConfig TinyMoe(ModelFamily family, Router router, RecomputePolicy policy) {
     e.top_k = 2;
     e.aux_loss = 0.01f;
     e.z_loss = 0.001f;
+  } else if (router == Router::kQwen2) {
+    e.num_experts = 4;
+    e.top_k = 2;
+    e.normalize_gates = false;
+    e.shared_experts = 1;
+    e.shared_expert_gate = true;
+    e.aux_loss = 0.01f;
+    c.qkv_bias = true;
   } else {
     e.num_experts = 6;
     e.top_k = 2;
@@ -109,7 +118,9 @@ ModelConfig CaseConfig(const Case& c) {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return std::string(ModelFamilyName(info.param.family)) +
-         (info.param.router == Router::kMixtral ? "_mixtral_" : "_deepseek_") +
+         (info.param.router == Router::kMixtral  ? "_mixtral_"
+          : info.param.router == Router::kQwen2 ? "_qwen2_"
+                                                : "_deepseek_") +
          RecomputePolicyName(info.param.policy) +
          (info.param.capacity_factor > 0 ? "_capacity" : "") +
          (info.param.layer_interval > 1 ? "_interval" : "");
@@ -142,7 +153,8 @@ TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLo
   for (const Parameter& p : m->parameters()) {
     const bool moe = p.name().find("router") != std::string::npos ||
                      p.name().find("mlp.gate.") != std::string::npos ||
-                     p.name().find("experts") != std::string::npos;
+                     p.name().find("experts") != std::string::npos ||
+                     p.name().find("shared_expert") != std::string::npos;
     if (!moe) continue;
     double sq = 0;
     for (int64_t i = 0; i < p.numel(); ++i) sq += double(g[p.offset + i]) * g[p.offset + i];
@@ -167,10 +179,20 @@ TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLo
   EXPECT_EQ(objective_at(std::vector<double>(static_cast<size_t>(P), 0.0), 0.0, &counts0), objective);
   std::mt19937 gen(3);
   std::normal_distribution<double> normal;
-  for (int k = 0; k < 5; ++k) {
+  // Direction 5: the gradient restricted to Qwen2-MoE's shared-expert gates, where present (a
+  // handful of weights that random directions barely move).
+  std::vector<double> gate_only(static_cast<size_t>(P), 0.0);
+  for (const Parameter& p : m->parameters()) {
+    if (p.name().find("shared_expert_gate") == std::string::npos) continue;
+    for (int64_t i = 0; i < p.numel(); ++i) gate_only[p.offset + i] = g[p.offset + i];
+  }
+  const bool gated = config.moe.shared_expert_gate;
+  for (int k = 0; k < (gated ? 6 : 5); ++k) {
     std::vector<double> d(static_cast<size_t>(P));
     if (k == 0) {
       for (int64_t i = 0; i < P; ++i) d[i] = g[i];
+    } else if (k == 5) {
+      d = gate_only;
     } else {
       for (auto& x : d) x = normal(gen);
     }
@@ -232,7 +254,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // capacity 0.75: ceil(16 * 2 / 4 * 0.75) = 6 of ~8 rows per expert kept
                       Case{ModelFamily::kGpt2, Router::kMixtral, RecomputePolicy::kNone, 0.75f},
                       Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kFull, 0.75f},
-                      Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone, 0.0f, 2}),
+                      Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone, 0.0f, 2},
+                      Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kNone},
+                      Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kSelective},
+                      Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kFull}),
     CaseName);
 
 TEST(MoeModel, TrainingForwardsRecordStatisticsAndEvaluationDoesNot) {

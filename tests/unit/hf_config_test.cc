@@ -147,9 +147,10 @@ TEST(HfConfig, MixtralAndTheQwenMoesMapTheirExperts) {
     "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
     "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
     "shared_expert_intermediate_size": 5632, "vocab_size": 151936})");
-  EXPECT_EQ(q2.missing.size(), 1u);
-  EXPECT_TRUE(MissingMentions(q2, "shared_expert_gate"));
+  EXPECT_TRUE(q2.missing.empty());
   EXPECT_TRUE(q2.model.qkv_bias);
+  EXPECT_EQ(q2.model.moe.shared_experts, 4);  // 5632 = 4 x 1408
+  EXPECT_TRUE(q2.model.moe.shared_expert_gate);
   EXPECT_EQ(q2.model.moe.num_experts, 60);
   EXPECT_FALSE(q2.model.moe.normalize_gates);
   // Qwen/Qwen3-30B-A3B (qwen3_moe): q_norm/k_norm and head_dim 128 != 2048 / 32.

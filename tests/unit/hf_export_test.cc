@@ -95,6 +95,19 @@ TEST(HfConfigJson, EachTypeReadsBackAsTheSameModel) {
   mixtral.moe.aux_loss = 0.02f;
   mixtral.sliding_window = 16;
   ExpectReadsBackAs(mixtral, "mixtral");
+
+  ModelConfig qwen2_moe = Llama();  // Qwen1.5-MoE-like: every block MoE, then every other
+  qwen2_moe.qkv_bias = true;
+  qwen2_moe.moe.num_experts = 6;
+  qwen2_moe.moe.top_k = 2;
+  qwen2_moe.moe.expert_ffn_size = 16;
+  qwen2_moe.moe.normalize_gates = false;
+  qwen2_moe.moe.shared_experts = 4;
+  qwen2_moe.moe.shared_expert_gate = true;
+  ExpectReadsBackAs(qwen2_moe, "qwen2_moe");
+  qwen2_moe.moe.layer_interval = 2;
+  qwen2_moe.moe.first_dense_layers = 1;
+  ExpectReadsBackAs(qwen2_moe, "qwen2_moe");
 }
 
 TEST(HfConfigJson, ModelsNoTypeComputesAreRefusedWithTheReason) {
@@ -120,6 +133,11 @@ TEST(HfConfigJson, ModelsNoTypeComputesAreRefusedWithTheReason) {
   ModelConfig dense_first = biased;
   dense_first.moe.first_dense_layers = 1;
   refused(dense_first, false, "dense blocks");
+  ModelConfig gated = Llama();
+  gated.moe.num_experts = 4;
+  gated.moe.shared_experts = 1;
+  gated.moe.shared_expert_gate = true;
+  refused(gated, false, "has q/k/v biases");
 }
 
 TEST(ShardSize, ParsesUnitsAndRefusesNonsense) {

@@ -180,7 +180,9 @@ void Rewrite(const std::string& in, const std::string& out, Edit edit) {
   ASSERT_TRUE(WriteSafetensors(out, tensors, {{"format", "pt"}}).ok());
 }
 
-TEST(HfMoe, QwenMoesGatedSharedExpertIsRefusedByName) {
+// Qwen2-MoE's gated shared expert: refused by name under a config without the gate (an
+// ungated model would compute something else), loaded bit for bit under one with it.
+TEST(HfMoe, QwenMoesGatedSharedExpertNeedsTheGateInTheConfig) {
   testing::ScopedTempDir dir("hf_moe_qwen_shared");
   ModelConfig c = Moe(false);  // sigmoid, one shared expert: Qwen / DeepSeek names
   Params out(c, 1.0f);
@@ -202,6 +204,19 @@ TEST(HfMoe, QwenMoesGatedSharedExpertIsRefusedByName) {
   EXPECT_NE(s.message().find("model.layers.1.mlp.shared_expert_gate.weight"), std::string::npos)
       << s.message();
   EXPECT_EQ(in.buffers, before);
+
+  ModelConfig gated = c;
+  gated.moe.shared_expert_gate = true;
+  Params src(gated, 3.0f);
+  const std::string exported = dir / "gated.safetensors";
+  ASSERT_TRUE(ExportHfWeights(exported, gated, src.params).ok());
+  auto f = SafetensorsFile::Open(exported);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NE((*f)->Find("model.layers.1.mlp.shared_expert_gate.weight"), nullptr);
+  EXPECT_NE((*f)->Find("model.layers.1.mlp.shared_expert.down_proj.weight"), nullptr);
+  Params dst(gated, 7.0f);
+  ASSERT_TRUE(LoadHfWeights(exported, gated, dst.params).ok());
+  EXPECT_EQ(dst.buffers, src.buffers);
 }
 
 TEST(HfMoe, AnExpertOfTheWrongShapeOrDtypeIsNamedAndNothingLoads) {

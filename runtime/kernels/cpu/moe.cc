@@ -12,6 +12,8 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/kernels/cpu/vec.h"
+
 namespace tessera::cpu {
 namespace {
 
@@ -234,6 +236,32 @@ void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const flo
       }
       d_gate[t * k + j] = static_cast<float>(dot);
     }
+  }
+}
+
+namespace {
+float Sigmoid(float z) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z)))); }
+}  // namespace
+
+void GatedAddForward(float* out, const float* x, const float* logit, int64_t R, int64_t C) {
+#pragma omp parallel for schedule(static) if (R * C >= vec::kMinParallelElems)
+  for (int64_t t = 0; t < R; ++t) {
+    const float g = Sigmoid(logit[t]);
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] += g * x[t * C + c];
+  }
+}
+
+void GatedAddBackward(float* d_x, float* d_logit, const float* d_out, const float* x,
+                      const float* logit, int64_t R, int64_t C) {
+#pragma omp parallel for schedule(static) if (R * C >= vec::kMinParallelElems)
+  for (int64_t t = 0; t < R; ++t) {
+    const float g = Sigmoid(logit[t]);
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      d_x[t * C + c] = g * d_out[t * C + c];
+      dot += static_cast<double>(d_out[t * C + c]) * x[t * C + c];
+    }
+    d_logit[t] = static_cast<float>(dot * g * (1.0 - g));
   }
 }
 

@@ -51,6 +51,12 @@ void MoeCombineBackward(float* d_y, float* d_gate, const float* d_out, const flo
                         const float* gate, const int32_t* row_of, int64_t R, int64_t k,
                         int64_t C);
 
+// out(R,C) += sigmoid(logit[t]) * x[t]; backward: d_x[t] = sigmoid(logit[t]) * d_out[t] and
+// d_logit[t] = s(1 - s) <d_out[t], x[t]> (both written; the dot in double, in column order).
+void GatedAddForward(float* out, const float* x, const float* logit, int64_t R, int64_t C);
+void GatedAddBackward(float* d_x, float* d_logit, const float* d_out, const float* x,
+                      const float* logit, int64_t R, int64_t C);
+
 // Balancing statistics of R rows for the auxiliary losses, in token order: probs_sum(E) +=
 // sum_t p_te (the balancing probabilities, moe_routing.h), counts(E) += the tokens choosing each
 // expert, and, with z_sum non-null, *z_sum += sum_t lse_t^2.

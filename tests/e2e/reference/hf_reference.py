@@ -16,7 +16,8 @@ window: key j is seen by query i when i - W < j <= i).
 Llama-family mixture-of-experts blocks are recognised by their tensors: Mixtral's
 (block_sparse_moe.gate, block_sparse_moe.experts.N.w1/w2/w3, MixtralSparseMoeBlock: softmax
 over the router logits, top-k, the k weights renormalised) or DeepSeek-V3's (mlp.gate with
-e_score_correction_bias, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.*; DeepseekV3
+e_score_correction_bias, mlp.experts.N.{gate,up,down}_proj, mlp.shared_experts.* — or
+Qwen2-MoE's mlp.shared_expert.* scaled by sigmoid(mlp.shared_expert_gate(x)); DeepseekV3
 MoEGate: sigmoid scores, the bias added for the choice only, groups scored by the sum of their
 top-2, the best topk_group groups kept, top-k, weights normalised when norm_topk_prob and
 multiplied by routed_scaling_factor). The routing options come from the command line, as
@@ -206,6 +207,10 @@ def moe_block(w, p, x, moe):
         out += (weights * rows).sum(-1, keepdims=True) * y
     if p + "mlp.shared_experts.gate_proj.weight" in w:
         out += silu_mlp(flat, *(w[f"{p}mlp.shared_experts.{n}_proj.weight"] for n in ("gate", "up", "down")))
+    if p + "mlp.shared_expert.gate_proj.weight" in w:  # Qwen2MoeSparseMoeBlock: a gated one
+        shared = silu_mlp(flat, *(w[f"{p}mlp.shared_expert.{n}_proj.weight"] for n in ("gate", "up", "down")))
+        gate = 1.0 / (1.0 + np.exp(-(flat @ w[p + "mlp.shared_expert_gate.weight"].T)))
+        out += gate * shared
     return out.reshape(B, T, C)
 
 
