@@ -34,6 +34,14 @@ message(STATUS "liburing: ${TESSERA_URING_LIB}")
 
 find_package(yaml-cpp REQUIRED)
 
+# SentencePiece (Debian libsentencepiece-dev), used only inside
+# runtime/train/data/sentencepiece_tokenizer.cc: a model's tokenizer.model for data tokenize.
+find_path(TESSERA_SPM_INCLUDE NAMES sentencepiece_processor.h REQUIRED)
+find_library(TESSERA_SPM_LIB NAMES sentencepiece REQUIRED)
+add_library(tessera_sentencepiece INTERFACE)
+target_link_libraries(tessera_sentencepiece INTERFACE ${TESSERA_SPM_LIB})
+target_include_directories(tessera_sentencepiece SYSTEM INTERFACE ${TESSERA_SPM_INCLUDE})
+
 # MPI (comm/: the host backend and the NCCL bootstrap). Skip Open MPI's deprecated C++ bindings:
 # they break the link (PLATFORM.md).
 set(MPI_CXX_SKIP_MPICXX ON)

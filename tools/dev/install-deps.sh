@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake git pkg-config ca-certificates iproute2
       libopenblas-openmp-dev libdnnl-dev libyaml-cpp-dev librocksdb-dev libboost-dev
       libopenmpi-dev openmpi-bin liburing-dev libgtest-dev libgmock-dev python3-numpy
+      libsentencepiece-dev sentencepiece  # tokenizer.model; spm_train/spm_encode: tests' reference
+      python3-regex                       # tests' reference pre-tokenizer (\p{L}, \p{N})
       clang libclang-rt-14-dev  # clang + its libFuzzer/sanitizer runtimes: tests/fuzz
       slurm-wlm munge)          # a real Slurm on the test hosts: tests/multirank/slurm_equivalence.py
 missing=()

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "runtime/core/check.h"
 #include "runtime/core/file_util.h"
@@ -28,9 +29,9 @@ namespace fs = std::filesystem;
 class ShardSequence {
  public:
   ShardSequence(std::string dir, std::string prefix, int64_t shard_tokens,
-                std::vector<std::string>* written)
+                std::vector<std::string>* written, int64_t vocab = kByteVocabSize)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens),
-        written_(written) {}
+        vocab_(vocab), written_(written) {}
 
   Status Append(const int32_t* tokens, int64_t count) {
     while (count > 0) {
@@ -38,7 +39,9 @@ class ShardSequence {
         char name[64];
         std::snprintf(name, sizeof(name), "%s_%06zu.bin", prefix_.c_str(), written_->size());
         current_ = (fs::path(dir_) / name).string();
-        ASSIGN_OR_RETURN(writer_, TokenShardWriter::Create(current_, 2, kByteVocabSize));
+        // 2-byte tokens while the vocabulary fits, 4-byte beyond (Llama 3, Qwen2).
+        ASSIGN_OR_RETURN(writer_, TokenShardWriter::Create(current_, vocab_ <= 65536 ? 2 : 4,
+                                                           static_cast<uint32_t>(vocab_)));
       }
       const int64_t n = std::min(count, shard_tokens_ - writer_->num_tokens());
       RETURN_IF_ERROR(writer_->Append({tokens, static_cast<size_t>(n)}));
@@ -62,6 +65,7 @@ class ShardSequence {
  private:
   std::string dir_, prefix_;
   int64_t shard_tokens_;
+  int64_t vocab_;
   std::vector<std::string>* written_;
   std::unique_ptr<TokenShardWriter> writer_;
   std::string current_;
@@ -110,6 +114,60 @@ Status WriteShards(const std::vector<std::string>& inputs, const std::string& ou
   return val.Close();
 }
 
+// A tokenizer's path: every input a document, read whole and encoded on `threads` threads
+// (input i by thread i mod threads), its tokens then the tokenizer's eos; then the stream is
+// split and written in input order, so the shards do not depend on the thread count.
+Status EncodeDocuments(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
+                       int threads, std::vector<std::vector<int32_t>>* docs, int64_t* bytes) {
+  docs->assign(inputs.size(), {});
+  std::vector<Status> status(inputs.size(), Status::Ok());
+  std::vector<int64_t> sizes(inputs.size(), 0);
+  auto work = [&](size_t first) {
+    for (size_t i = first; i < inputs.size(); i += static_cast<size_t>(threads)) {
+      auto text = ReadInputFile(inputs[i], uint64_t{4} << 30, "text to tokenize");
+      if (!text.ok()) {
+        status[i] = text.status();
+        continue;
+      }
+      sizes[i] = static_cast<int64_t>(text->size());
+      auto ids = tokenizer.Encode(*text);
+      if (!ids.ok()) {
+        status[i] = Status(ids.status().code(), inputs[i] + ": " + ids.status().message());
+        continue;
+      }
+      (*docs)[i] = std::move(*ids);
+      if (tokenizer.eos()) (*docs)[i].push_back(*tokenizer.eos());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
+  work(0);
+  for (std::thread& t : pool) t.join();
+  *bytes = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    RETURN_IF_ERROR(status[i]);
+    *bytes += sizes[i];
+  }
+  return Status::Ok();
+}
+
+Status WriteDocuments(const std::vector<std::vector<int32_t>>& docs, const std::string& out_dir,
+                      int64_t train_tokens, int64_t shard_tokens, int64_t vocab,
+                      TokenizeStats& s) {
+  ShardSequence train(out_dir, "train", shard_tokens, &s.train_files, vocab);
+  ShardSequence val(out_dir, "val", shard_tokens, &s.val_files, vocab);
+  int64_t position = 0;
+  for (const std::vector<int32_t>& doc : docs) {
+    const int64_t n = static_cast<int64_t>(doc.size());
+    const int64_t to_train = std::clamp<int64_t>(train_tokens - position, 0, n);
+    RETURN_IF_ERROR(train.Append(doc.data(), to_train));
+    RETURN_IF_ERROR(val.Append(doc.data() + to_train, n - to_train));
+    position += n;
+  }
+  RETURN_IF_ERROR(train.Close());
+  return val.Close();
+}
+
 // All or nothing: removes the shards a failed call committed, so out_dir holds no partial run
 // and a retry is not refused. Returns `cause`, noting any shard that could not be removed.
 Status RemoveShards(const std::string& out_dir, const TokenizeStats& s, Status cause) {
@@ -143,7 +201,8 @@ Status WriteIndex(const std::string& out_dir, const TokenizeStats& s) {
 }  // namespace
 
 Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& out_dir,
-                     double val_fraction, int64_t shard_tokens, TokenizeStats* stats) {
+                     double val_fraction, int64_t shard_tokens, TokenizeStats* stats,
+                     const Tokenizer* tokenizer, int threads) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
     return InvalidArgument("val_fraction must be in [0, 1), got " + std::to_string(val_fraction));
   }
@@ -161,12 +220,19 @@ Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& 
     if (ec) return IoError(input + ": cannot read its size: " + ec.message());
     total_bytes += static_cast<int64_t>(size);
   }
+  std::vector<std::vector<int32_t>> docs;
+  int64_t total_tokens = total_bytes;
+  if (tokenizer != nullptr) {
+    RETURN_IF_ERROR(EncodeDocuments(inputs, *tokenizer, std::max(1, threads), &docs, &total_bytes));
+    total_tokens = 0;
+    for (const std::vector<int32_t>& d : docs) total_tokens += static_cast<int64_t>(d.size());
+  }
   const int64_t val_tokens =
-      static_cast<int64_t>(std::floor(val_fraction * static_cast<double>(total_bytes)));
-  const int64_t train_tokens = total_bytes - val_tokens;
+      static_cast<int64_t>(std::floor(val_fraction * static_cast<double>(total_tokens)));
+  const int64_t train_tokens = total_tokens - val_tokens;
   if (train_tokens < 1) {
-    return InvalidArgument("inputs hold " + std::to_string(total_bytes) +
-                           " bytes: nothing left for the train split");
+    return InvalidArgument("inputs hold " + std::to_string(total_tokens) +
+                           " tokens: nothing left for the train split");
   }
 
   fs::create_directories(out_dir, ec);
@@ -187,7 +253,10 @@ Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& 
   TokenizeStats local;
   TokenizeStats& s = stats != nullptr ? *stats : local;
   s = TokenizeStats();
-  Status st = WriteShards(inputs, out_dir, total_bytes, train_tokens, shard_tokens, s);
+  Status st = tokenizer == nullptr
+                  ? WriteShards(inputs, out_dir, total_bytes, train_tokens, shard_tokens, s)
+                  : WriteDocuments(docs, out_dir, train_tokens, shard_tokens,
+                                   tokenizer->vocab_size(), s);
   if (st.ok()) st = WriteIndex(out_dir, s);
   if (!st.ok()) {
     st = RemoveShards(out_dir, s, std::move(st));

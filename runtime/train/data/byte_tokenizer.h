@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/train/data/tokenizer.h"
 
 namespace tessera {
 
@@ -40,8 +41,15 @@ struct TokenizeStats {
 // already holds train_*.bin / val_*.bin shards or an index.json (never mixes runs); kIoError from the OS or when
 // an input's size changed while it was read. All or nothing: on any error the shards this call
 // wrote are removed again (and *stats reset), so a retry is not refused. `stats` may be null.
+//
+// With a `tokenizer` (tokenizer.h: a model's BPE or SentencePiece) each input is one document:
+// read whole (up to 4 GiB), encoded on `threads` threads, followed by the tokenizer's
+// end-of-text id when it has one; the split and the shards are as above, in tokens, with the
+// tokenizer's vocab_size (4-byte tokens above 65536 ids) and independent of `threads`. A text
+// the tokenizer refuses is an error naming the file.
 Status TokenizeFiles(const std::vector<std::string>& inputs, const std::string& out_dir,
-                     double val_fraction, int64_t shard_tokens, TokenizeStats* stats);
+                     double val_fraction, int64_t shard_tokens, TokenizeStats* stats,
+                     const Tokenizer* tokenizer = nullptr, int threads = 1);
 
 // Bytes back from byte tokens (ids must be in [0, 256)).
 std::string DecodeBytes(const int32_t* tokens, int64_t count);
