@@ -217,15 +217,9 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
   if (!act.empty() && act != "silu") {
     r.Missing("hidden_act=\"" + act + "\": Tessera's Llama-family MLP is SwiGLU (silu)");
   }
-  // An explicit head_dim that is not hidden_size / heads (Qwen3, Mistral-Nemo, Gemma).
-  if (const JsonValue* hd = r.Get("head_dim"); hd != nullptr && m.num_heads > 0) {
-    const bool same = hd->is_integer() && hd->as_int() * m.num_heads == m.hidden_size;
-    if (!same) {
-      r.Missing("head_dim=" + r.Text("head_dim") + " with hidden_size=" + N(m.hidden_size) +
-                " and num_attention_heads=" + N(m.num_heads) + ": Tessera's head size is "
-                "hidden_size / num_heads");
-    }
-  }
+  // An explicit head_dim (Qwen3, Mistral-Nemo): 0 when it is hidden_size / heads anyway.
+  r.Int("head_dim", "model.head_dim", &m.head_dim, 0);
+  if (m.num_heads > 0 && m.head_dim * m.num_heads == m.hidden_size) m.head_dim = 0;
   ReadRopeScaling(r, m);
   if (r.True("attention_bias")) {
     r.Missing("attention_bias=true: biases on the q/k/v AND o projections; Tessera's Llama family "
@@ -318,6 +312,9 @@ const KeyAccess kKeys[] = {
     TESSERA_INT_KEY("model.num_layers", num_layers),
     TESSERA_INT_KEY("model.hidden_size", hidden_size),
     TESSERA_INT_KEY("model.num_heads", num_heads),
+    // By effect: 0 is hidden_size / num_heads.
+    {"model.head_dim", [](const ModelConfig& m) { return N(m.head_size()); },
+     [](const ModelConfig& f, ModelConfig* t) { t->head_dim = f.head_dim; }},
     // Compared by effect: 0 means "the rule" (num_heads; 4C or Llama's 8C/3), as the file's
     // absent field does.
     {"model.num_kv_heads", [](const ModelConfig& m) { return N(m.kv_heads()); },

@@ -103,6 +103,7 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
   w.Key("hidden_size").Int(m.hidden_size);
   w.Key("num_attention_heads").Int(m.num_heads);
   w.Key("num_key_value_heads").Int(m.kv_heads());
+  if (m.head_dim > 0) w.Key("head_dim").Int(m.head_dim);
   // Mixtral's intermediate_size is each expert's width (its blocks have no dense MLP).
   w.Key("intermediate_size").Int(type == "mixtral" ? m.expert_ffn() : m.ffn_size());
   w.Key("hidden_act").String("silu");

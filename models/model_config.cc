@@ -27,6 +27,7 @@ std::optional<ModelConfigProblem> CheckRanges(const ModelConfig& m) {
   if (m.num_layers < 1) return Broken({"model.num_layers"}, "must be >= 1, got " + N(m.num_layers));
   if (m.hidden_size < 1) return Broken({"model.hidden_size"}, "must be >= 1, got " + N(m.hidden_size));
   if (m.num_heads < 1) return Broken({"model.num_heads"}, "must be >= 1, got " + N(m.num_heads));
+  if (m.head_dim < 0) return Broken({"model.head_dim"}, "must be >= 0 (0: hidden_size / num_heads), got " + N(m.head_dim));
   if (m.num_kv_heads < 0) {
     return Broken({"model.num_kv_heads"}, "must be >= 0, got " + N(m.num_kv_heads));
   }
@@ -143,7 +144,11 @@ int64_t ModelConfig::moe_layers_before(int64_t layer) const {
 std::optional<ModelConfigProblem> ModelConfig::Check() const {
   if (std::optional<ModelConfigProblem> range = CheckRanges(*this)) return range;
   if (std::optional<ModelConfigProblem> moe_problem = CheckMoe(*this)) return moe_problem;
-  if (hidden_size % num_heads != 0) {
+  if (head_dim > 0 && family == ModelFamily::kGpt2) {
+    return Broken({"model.head_dim", "model.family"},
+                  "gpt2's heads are hidden_size / num_heads wide: head_dim must be 0");
+  }
+  if (head_dim == 0 && hidden_size % num_heads != 0) {
     return Broken({"model.num_heads", "model.hidden_size"},
                   "num_heads=" + N(num_heads) + " does not divide hidden_size=" + N(hidden_size));
   }
@@ -157,6 +162,7 @@ std::optional<ModelConfigProblem> ModelConfig::Check() const {
                       " must equal num_heads=" + N(num_heads) + " (or be 0)");
   }
   if (family == ModelFamily::kLlama && head_size() % 2 != 0) {
+    if (head_dim > 0) return Broken({"model.head_dim"}, "llama needs an even head size for RoPE, got " + N(head_dim));
     return Broken({"model.hidden_size", "model.num_heads", "model.family"},
                   "llama needs an even head size for RoPE, got hidden_size=" + N(hidden_size) +
                       " / num_heads=" + N(num_heads) + " = " + N(head_size()));

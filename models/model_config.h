@@ -88,6 +88,10 @@ struct ModelConfig {
   int64_t num_layers = 2;          // model.num_layers: transformer blocks, >= 1
   int64_t hidden_size = 64;        // model.hidden_size: C, divisible by num_heads
   int64_t num_heads = 4;           // model.num_heads: query heads, >= 1
+  int64_t head_dim = 0;            // model.head_dim: each attention head's width; 0 =
+                                   //   hidden_size / num_heads. Another width (Mistral-Nemo,
+                                   //   Qwen3: q/k/v project to heads x head_dim, o_proj back
+                                   //   to hidden_size) is llama only; even, for RoPE
   int64_t num_kv_heads = 0;        // model.num_kv_heads: key/value heads (GQA); 0 = num_heads;
                                    //   must divide num_heads
   int64_t ffn_hidden_size = 0;     // model.ffn_hidden_size: MLP width; 0 = 4*hidden_size
@@ -109,7 +113,7 @@ struct ModelConfig {
   RecomputePolicy recompute = RecomputePolicy::kNone;  // model.recompute: none|selective|full
   MoeConfig moe;                   // model.moe: experts (default: none, a dense model)
 
-  int64_t head_size() const { return hidden_size / num_heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t ffn_size() const {
     if (ffn_hidden_size > 0) return ffn_hidden_size;

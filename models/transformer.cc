@@ -50,7 +50,8 @@ std::string Num(int64_t v) { return std::to_string(v); }
 // attention probabilities), and the logits scratch.
 Status CheckFitsInMemory(const ModelConfig& c, int64_t B, int64_t T, bool owns_params, int ep) {
   const double C = c.hidden_size, L = c.num_layers, V = c.vocab_size, F = c.ffn_size();
-  const double NH = c.num_heads, HS = C / NH, NKV = c.kv_heads(), tokens = double(B) * T;
+  const double NH = c.num_heads, HS = static_cast<double>(c.head_size()), NKV = c.kv_heads();
+  const double tokens = double(B) * T;
   const double per_layer = C * (NH + 2 * NKV) * HS + NH * HS * C + 3 * C * F + 4 * C;
   double params = L * per_layer + V * C * (c.tie_embeddings ? 1 : 2) + c.max_seq_len * C;
   double acts = L * tokens * (16 * C + 3 * F) + L * B * NH * double(T) * T + tokens * 4 * C;

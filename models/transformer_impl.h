@@ -111,7 +111,8 @@ class TransformerImpl final : public Transformer {
   double TrainFlopsPerToken() const override {
     const double moe = static_cast<double>(MoeMatmulParams(config_));
     return (6.0 * (static_cast<double>(MatmulParams(config_)) - moe) +
-            12.0 * static_cast<double>(config_.num_layers * config_.hidden_size * T_)) /
+            12.0 * static_cast<double>(config_.num_layers * config_.num_heads *
+                                       config_.head_size() * T_)) /
                partition_->tp_size() +
            6.0 * moe;
   }

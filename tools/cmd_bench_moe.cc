@@ -45,7 +45,13 @@ std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
 // One sublayer's weights and gradients in host buffers.
 struct Weights {
   std::vector<float> router, fc, out, g_router, g_fc, g_out;
-  MoeWeights w() const { return {router.data(), nullptr, nullptr, nullptr, nullptr, fc.data(), nullptr, out.data(), nullptr}; }
+  MoeWeights w() const {
+    MoeWeights r;
+    r.router = router.data();
+    r.fc_w = fc.data();
+    r.out_w = out.data();
+    return r;
+  }
   MoeGrads g() {
     MoeGrads r;
     r.router = g_router.data();

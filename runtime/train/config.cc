@@ -102,6 +102,7 @@ Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Int("hidden_size", 1, kMaxWidth, &m->hidden_size));
   RETURN_IF_ERROR(s.Int("num_heads", 1, kMaxHeads, &m->num_heads));
   RETURN_IF_ERROR(s.Int("num_kv_heads", 0, kMaxHeads, &m->num_kv_heads));
+  RETURN_IF_ERROR(s.Int("head_dim", 0, kMaxWidth, &m->head_dim));
   RETURN_IF_ERROR(s.Int("ffn_hidden_size", 0, kMaxWidth * 8, &m->ffn_hidden_size));
   RETURN_IF_ERROR(s.Float("norm_eps", kPositive, &m->norm_eps));
   RETURN_IF_ERROR(s.Float("rope_theta", kPositive, &m->rope_theta));

@@ -48,6 +48,7 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   Put(out, "hidden_size", m.hidden_size);
   Put(out, "num_heads", m.num_heads);
   Put(out, "num_kv_heads", m.num_kv_heads);
+  Put(out, "head_dim", m.head_dim);
   Put(out, "ffn_hidden_size", m.ffn_hidden_size);
   Put(out, "norm_eps", m.norm_eps);
   Put(out, "rope_theta", m.rope_theta);

@@ -97,6 +97,13 @@ TEST_F(Validate, Qwen2AndMistralOperatorsAgree) {
   ExpectAgrees(7);
 }
 
+// Mistral-Nemo-like heads: 4 heads of 24 over a width of 64.
+TEST_F(Validate, AnExplicitHeadDimAgrees) {
+  if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
+  Prepare("configs/llama-tiny.yaml", " --set model.head_dim=24", "llama", " --heads 4 --kv-heads 2");
+  ExpectAgrees(7);
+}
+
 TEST_F(Validate, MixtralShapedExpertsAgree) {
   if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
   Prepare("configs/moe-mixtral-tiny.yaml", "", "llama", " --heads 4 --kv-heads 2 --top-k 2 --score softmax");

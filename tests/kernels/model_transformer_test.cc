@@ -160,6 +160,17 @@ TEST(GradCheckOptions, QkvBiasesAndSlidingWindow) {
   }
 }
 
+// An explicit head width (Mistral-Nemo, Qwen3): 4 heads of 6 over a width of 16, so q/k/v
+// project 16 -> 24 (+ 12 + 12) and o_proj 24 -> 16.
+TEST(GradCheckOptions, ExplicitHeadDim) {
+  for (RecomputePolicy policy : {RecomputePolicy::kNone, RecomputePolicy::kFull}) {
+    SCOPED_TRACE(RecomputePolicyName(policy));
+    ModelConfig c = Tiny(ModelFamily::kLlama, policy);
+    c.head_dim = 6;
+    ExpectGradientsMatchFiniteDifferences(c);
+  }
+}
+
 // A window changes the model (its loss) unless it covers the sequence.
 TEST(SlidingWindow, ChangesTheLossOnlyWhenShorterThanTheSequence) {
   const Batch b = MakeBatch(kB, kT, 32, 11);

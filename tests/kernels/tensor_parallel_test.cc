@@ -244,6 +244,17 @@ TEST(TensorParallel, QkvBiasesAndSlidingWindowMatchOneRank) {
   cpu::SetNumThreads(before);
 }
 
+// Heads of an explicit width (head_dim 6 over hidden 16): split by heads all the same.
+TEST(TensorParallel, ExplicitHeadDimMatchesOneRank) {
+  const int before = cpu::SetNumThreads(1);
+  ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
+  config.head_dim = 6;
+  const Batch batch = MakeBatch(config.vocab_size);
+  const Reference ref = RunOne(config, batch, 2);
+  ExpectMatches(config, 2, ref, RunTp(config, 2, false, batch, 2));
+  cpu::SetNumThreads(before);
+}
+
 TEST(TensorParallel, SequenceParallelKeepsLessActivationMemory) {
   cpu::SetNumThreads(1);
   const ModelConfig config = Tiny(ModelFamily::kGpt2, RecomputePolicy::kSelective);

@@ -80,6 +80,9 @@ TEST(HfConfigJson, EachTypeReadsBackAsTheSameModel) {
   ModelConfig mistral = Llama();
   mistral.sliding_window = 8;
   ExpectReadsBackAs(mistral, "mistral");
+  mistral.sliding_window = 0;
+  mistral.head_dim = 12;  // Mistral-Nemo's kind: heads x head_dim != hidden_size
+  ExpectReadsBackAs(mistral, "llama");
 
   ModelConfig qwen2 = Llama();
   qwen2.qkv_bias = true;
