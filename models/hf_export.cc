@@ -100,12 +100,19 @@ Status WriteFiles(const std::string& tmp, const HfExportTensors& all, const std:
 
 }  // namespace
 
-Result<HfDirExport> ExportHfModelDir(const std::string& dir, const ModelConfig& config,
+Result<HfDirExport> ExportHfModelDir(const std::string& dir_arg, const ModelConfig& config,
                                      std::span<const Parameter> params, DType dtype,
                                      const HfExtras* extras, uint64_t max_shard_bytes,
                                      FileSystem& fs) {
   if (max_shard_bytes == 0) return InvalidArgument("max shard size must be > 0 bytes");
+  // "out/" is "out": the partial directory is its sibling, never inside it.
+  std::string dir = dir_arg;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   RETURN_IF_ERROR(CheckTarget(dir));
+  // Parents are created as save_pretrained creates them.
+  std::error_code parent_ec;
+  std::filesystem::create_directories(ParentDir(dir), parent_ec);
+  if (parent_ec) return IoError(ParentDir(dir) + ": cannot create directory: " + parent_ec.message());
   ASSIGN_OR_RETURN(HfExportTensors all, CollectHfExport(dir, config, params, dtype, extras));
   HfDirExport out;
   Result<std::string> config_json = HfConfigJson(config, TorchDtype(dtype), all.routing_bias);

@@ -32,15 +32,24 @@ TEST(CheckpointIntervalAuto, TwoRanksSaveOnTheMeasuredScheduleAndFinish) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("next save at step [0-9]+, every [0-9]+ steps: "
                                                      "sqrt\\(2 x cost [0-9.]+ ms x MTBF 1.0 s\\)")))
       << r.output;
-  // The first save at step 10, then more on the measured schedule, then the final one.
+  // The first save at step 10, then (when the measured schedule announces its next save before
+  // the end: a slow disk, whose write time bounds the interval, can push it past step 200) a
+  // save at or after the announced step (later when one is still in flight), and the final one.
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "step_00000010" / "manifest.json"));
   EXPECT_TRUE(fs::exists(dir / "ckpt" / "step_00000200" / "manifest.json"));
-  int committed = 0;
+  std::smatch next;
+  ASSERT_TRUE(std::regex_search(r.output, next, std::regex("next save at step ([0-9]+)"))) << r.output;
+  const int announced = std::stoi(next[1]);
+  int scheduled = 0;  // committed saves between the announced step and the final one
   for (const auto& e : fs::directory_iterator(dir / "ckpt")) {
-    committed += e.path().filename().string().rfind("step_", 0) == 0 &&
-                 fs::exists(e.path() / "manifest.json");
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || !fs::exists(e.path() / "manifest.json")) continue;
+    const int step = std::stoi(name.substr(5));
+    scheduled += step >= announced && step < 200;
   }
-  EXPECT_GE(committed, 3) << r.output;
+  if (announced < 200) {
+    EXPECT_GE(scheduled, 1) << r.output;
+  }
 }
 
 // The memory tier on its own Young/Daly schedule beside the disk tier's: both say their
@@ -56,12 +65,12 @@ TEST(CheckpointIntervalAuto, TheMemoryTierKeepsItsOwnScheduleAndIsResumedFrom) {
       " --set checkpoint.memory_interval=auto --set checkpoint.mtbf_s=1 --set resume=auto"
       " --set checkpoint.memory_dir=" + (dir / "shm").string() +
       " --set checkpoint.dir=" + (dir / "ckpt").string() + " --set train.out_dir=" + (dir / "run").string() +
-      " --set train.steps=1000";
-  // A crash at step 900 (the fault hook kills rank 1) and no restart allowed: the launch gives
+      " --set train.steps=3000";
+  // A crash at step 2900 (the fault hook kills rank 1) and no restart allowed: the launch gives
   // up (exit 8); the disk tier holds nothing yet. Late enough that the first snapshot, at step
-  // 10, has committed even on a loaded machine (seen: 140 steps were not, in a container whose
-  // cores were shared with a build).
-  CommandResult r = RunCommand("TESSERA_FAULT_CRASH=1:900 " + run + " --max-restarts 0");
+  // 10, has committed even on a loaded machine (seen in fresh containers: neither 140 nor 826
+  // steps were enough).
+  CommandResult r = RunCommand("TESSERA_FAULT_CRASH=1:2900 " + run + " --max-restarts 0");
   ASSERT_EQ(r.exit_code, 8) << r.output;
   EXPECT_NE(r.output.find("memory_interval auto (Young/Daly): a first save 10 steps in"),
             std::string::npos) << r.output;
@@ -76,8 +85,8 @@ TEST(CheckpointIntervalAuto, TheMemoryTierKeepsItsOwnScheduleAndIsResumedFrom) {
                                                         "\\(the newest on disk: none\\)")))
       << r.output;
   EXPECT_GE(std::stoi(m[1]), 10);
-  EXPECT_LT(std::stoi(m[1]), 900);
-  EXPECT_NE(r.output.find("tessera: resumed at step " + m[1].str() + " of 1000"), std::string::npos) << r.output;
+  EXPECT_LT(std::stoi(m[1]), 2900);
+  EXPECT_NE(r.output.find("tessera: resumed at step " + m[1].str() + " of 3000"), std::string::npos) << r.output;
   // Finished without a final disk checkpoint (at_end: false): the snapshots stay.
   EXPECT_FALSE(fs::is_empty(dir / "shm"));
 }

@@ -226,6 +226,12 @@ TEST_F(HfExportDir, OneShardIsModelSafetensorsWithoutAnIndex) {
   Model src(Llama());
   const std::string dir = tmp_ / "one";
   fs::create_directories(dir);  // an empty directory may be the target
+  // A trailing slash names the same directory; missing parents are created.
+  auto nested = ExportHfModelDir(tmp_ / "a/b/c/", src.config, src.params, DType::kF32, nullptr);
+  ASSERT_TRUE(nested.ok()) << nested.status().ToString();
+  EXPECT_TRUE(fs::exists(tmp_ / "a/b/c/model.safetensors"));
+  EXPECT_FALSE(fs::exists(tmp_ / "a/b/c/.partial"));
+  EXPECT_FALSE(fs::exists(tmp_ / "a/b/c.partial"));
   auto r = ExportHfModelDir(dir, src.config, src.params, DType::kBF16, nullptr);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->files, (std::vector<std::string>{"model.safetensors", "config.json"}));
