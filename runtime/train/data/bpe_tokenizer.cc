@@ -110,14 +110,9 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   Status CheckNfc(std::string_view text) const {
-    for (size_t i = 0; i < text.size(); ++i) {
-      const unsigned char c = static_cast<unsigned char>(text[i]);
-      if (c < 0x80 || (c & 0xC0) == 0x80) continue;
-      char32_t cp = c < 0xE0 ? (c & 0x1F) : c < 0xF0 ? (c & 0x0F) : (c & 0x07);
-      for (size_t k = i + 1; k < text.size() && (text[k] & 0xC0) == 0x80; ++k) {
-        cp = (cp << 6) | (text[k] & 0x3F);
-      }
-      if (MayChangeUnderNfc(cp)) {
+    for (size_t i = 0, len = 1; i < text.size(); i += len) {
+      const char32_t cp = DecodeUtf8(text, i, &len);
+      if (cp != kInvalidUtf8 && MayChangeUnderNfc(cp)) {
         char hex[16];
         std::snprintf(hex, sizeof hex, "U+%04X", static_cast<unsigned>(cp));
         return InvalidArgument("byte " + std::to_string(i) + " holds " + hex + ", which NFC "
@@ -230,7 +225,9 @@ Result<PreTokenizerPattern> ReadPreTokenizer(const JsonValue* p, const std::stri
   const std::string type = Type(p);
   if (type == "ByteLevel") {
     if (Flag(*p, "add_prefix_space")) {
-      return InvalidArgument(where + ": pre_tokenizer ByteLevel with add_prefix_space is not implemented");
+      return InvalidArgument(where + ": pre_tokenizer ByteLevel with add_prefix_space=true: Tessera "
+                             "reads byte-level tokenizers that leave the text as written (GPT-2, "
+                             "Llama 3, Qwen2); refused rather than encoded without the prefix space");
     }
     const JsonValue* regex = Child(*p, "use_regex");
     if (regex != nullptr && regex->is_bool() && !regex->as_bool()) {
@@ -274,7 +271,9 @@ Status BpeTokenizer::Load(const JsonValue& j, const std::string& eos_token,
   }
   const std::string norm = Type(Child(j, "normalizer"));
   if (!norm.empty() && norm != "NFC") {
-    return InvalidArgument(where + ": normalizer '" + norm + "' is not implemented (none or NFC)");
+    return InvalidArgument(where + ": normalizer '" + norm + "': Tessera's byte-level BPE takes "
+                           "none, or NFC on text NFC leaves unchanged; refused rather than "
+                           "encoding text the normalizer would change");
   }
   nfc_ = norm == "NFC";
   ASSIGN_OR_RETURN(pattern_, ReadPreTokenizer(Child(j, "pre_tokenizer"), where));
@@ -323,7 +322,9 @@ Status BpeTokenizer::Load(const JsonValue& j, const std::string& eos_token,
       }
       if (Flag(t, "lstrip") || Flag(t, "rstrip") || Flag(t, "single_word")) {
         return InvalidArgument(where + ": added token " + JsonQuote(content->as_string()) +
-                               " with lstrip / rstrip / single_word is not implemented");
+                               " with lstrip / rstrip / single_word: Tessera matches added tokens "
+                               "exactly as written; refused rather than encoded without the "
+                               "stripping");
       }
       ASSIGN_OR_RETURN(int32_t v, take_id(*id, content->as_string()));
       added_.push_back({content->as_string(), v});

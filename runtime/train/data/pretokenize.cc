@@ -27,39 +27,13 @@ struct Decoded {
   size_t size() const { return cp.size(); }
 };
 
-// One UTF-8 sequence at s[i]: its code point and length, or (byte, 1) when invalid.
-char32_t DecodeOne(std::string_view s, size_t i, size_t* len) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) {
-    *len = 1;
-    return 0xFFFFFFFF;  // an invalid byte: kind kOther
-  }
-  char32_t cp = n == 1 ? c : c & (0x7F >> n);
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(k) & 0xC0) != 0x80) {
-      *len = 1;
-      return 0xFFFFFFFF;
-    }
-    cp = (cp << 6) | (b(k) & 0x3F);
-  }
-  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {  // overlong, surrogate
-    *len = 1;
-    return 0xFFFFFFFF;
-  }
-  *len = n;
-  return cp;
-}
-
 Decoded Decode(std::string_view s) {
   Decoded d;
   for (size_t i = 0; i < s.size();) {
     size_t len = 1;
-    const char32_t cp = DecodeOne(s, i, &len);
+    const char32_t cp = DecodeUtf8(s, i, &len);
     d.cp.push_back(cp);
-    d.kind.push_back(cp == 0xFFFFFFFF       ? kOther
+    d.kind.push_back(cp == kInvalidUtf8     ? kOther
                      : IsUnicodeLetter(cp)  ? kLetter
                      : IsUnicodeNumber(cp)  ? kNumber
                      : IsUnicodeWhitespace(cp) ? kSpace
@@ -171,6 +145,31 @@ class Matcher {
 };
 
 }  // namespace
+
+char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) {
+    *len = 1;
+    return kInvalidUtf8;  // an invalid byte: kind kOther
+  }
+  char32_t cp = n == 1 ? c : c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) {
+      *len = 1;
+      return kInvalidUtf8;
+    }
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {  // overlong, surrogate
+    *len = 1;
+    return kInvalidUtf8;
+  }
+  *len = n;
+  return cp;
+}
 
 std::optional<PreTokenizerPattern> RecognizePattern(std::string_view regex) {
   for (PreTokenizerPattern p :

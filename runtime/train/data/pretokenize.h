@@ -28,6 +28,11 @@ const char* PatternName(PreTokenizerPattern p);  // "gpt2" "llama3" "qwen2"
 // The regex text of each pattern (the one tokenizer.json writes).
 std::string_view PatternRegex(PreTokenizerPattern p);
 
+// The code point of the UTF-8 sequence at text[i] and its length in *len, or kInvalidUtf8
+// with *len = 1 (a malformed, overlong or surrogate sequence, or a stray byte).
+inline constexpr char32_t kInvalidUtf8 = 0xFFFFFFFF;
+char32_t DecodeUtf8(std::string_view text, size_t i, size_t* len);
+
 // `text` cut into pieces (views into it, in order, covering it exactly).
 std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizerPattern pattern);
 
