@@ -26,6 +26,8 @@ BlockWeights BlockLayout::Weights(const float* base, const float* expert_base) c
   w.norm1_b = At(base, norm1_b);
   w.qkv_w = At(base, qkv_w);
   w.qkv_b = At(base, qkv_b);
+  w.q_norm_w = At(base, q_norm_w);
+  w.k_norm_w = At(base, k_norm_w);
   w.proj_w = At(base, proj_w);
   w.proj_b = At(base, proj_b);
   w.norm2_w = At(base, norm2_w);
@@ -53,6 +55,8 @@ BlockGrads BlockLayout::Grads(float* base, float* expert_base) const {
   g.norm1_b = At(base, norm1_b);
   g.qkv_w = At(base, qkv_w);
   g.qkv_b = At(base, qkv_b);
+  g.q_norm_w = At(base, q_norm_w);
+  g.k_norm_w = At(base, k_norm_w);
   g.proj_w = At(base, proj_w);
   g.proj_b = At(base, proj_b);
   g.norm2_w = At(base, norm2_w);
@@ -170,6 +174,10 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   // ---- attention sublayer: mid = x + proj(attn(qkv(norm1(x))))
   AllocNorm(step, kept, at.norm_out, at.norm_mean, at.norm_rstd);
   at.qkv = store.Keep(step, kept, {N, QKV});
+  if (d_.qk_norm) {
+    at.qk_in = Alloc(kept, {N, d_.NH + d_.NKV, d_.HS});
+    at.qk_rstd = Alloc(kept, {N * (d_.NH + d_.NKV)});
+  }
   at.att = store.Keep(step, dropped, {d_.B, d_.NH, d_.T, d_.T});
   at.att_out = store.Keep(step, dropped, {N, A});
   s.mid = store.Keep(step, kept, {R, C});
@@ -181,6 +189,10 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   const float* qkv_in = Gathered(ws, norm1);
   float* qkv = store.Working(step, at.qkv);
   be.LinearForward(qkv, qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
+  if (d_.qk_norm) {
+    be.HeadRmsNormForward(qkv, at.qk_in.f32(), at.qk_rstd.f32(), w.q_norm_w, w.k_norm_w, N, d_.NH,
+                          d_.NKV, d_.HS, d_.eps);
+  }
   if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   store.Commit(step, at.qkv, qkv);
   const float* att_out = AttentionCore(step, at.att_out, at.att, qkv);
@@ -344,6 +356,11 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   if (!d_.gpt2()) {
     be.RopeBackward(d_qkv.f32(), d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   }
+  // q, k heads = head_norm(q, k heads of qkv_proj's output)
+  if (d_.qk_norm) {
+    be.HeadRmsNormBackward(d_qkv.f32(), g.q_norm_w, g.k_norm_w, at.qk_in.f32(), w.q_norm_w,
+                           w.k_norm_w, at.qk_rstd.f32(), N, d_.NH, d_.NKV, d_.HS);
+  }
   // qkv = qkv_proj(norm_out)
   const float* qkv_in = Gathered(ws, store.Read(step, at.norm_out));
   be.LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
@@ -404,6 +421,16 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
       if (*fields[i] != nullptr) *fields[i] = p + i * d_.C;
     }
   }
+  // Under tp each rank's q/k norm gradients come from its own heads only: computed into
+  // `qk_partial` (zeroed), summed over tp at the end, then accumulated into g.
+  const bool qk_partial_sum = d_.qk_norm && d_.tp != nullptr;
+  Tensor qk_partial;
+  if (qk_partial_sum) {
+    qk_partial = Alloc(ws, {2 * d_.HS});
+    be.Zero(qk_partial.f32(), qk_partial.nbytes());
+    gs.q_norm_w = qk_partial.f32();
+    gs.k_norm_w = qk_partial.f32() + d_.HS;
+  }
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
     Compute(step, ws, ws, x_in, nullptr, recomputed, w, moe, /*record_moe=*/false);
@@ -442,6 +469,11 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
     for (int i = 0; i < 6; ++i) {
       if (dst[i] != nullptr) be.AddInPlace(dst[i], sums[i], d_.C);
     }
+  }
+  if (qk_partial_sum) {
+    d_.tp->SumInPlace(qk_partial.f32(), 2 * d_.HS);
+    if (g.q_norm_w != nullptr) be.AddInPlace(g.q_norm_w, gs.q_norm_w, d_.HS);
+    if (g.k_norm_w != nullptr) be.AddInPlace(g.k_norm_w, gs.k_norm_w, d_.HS);
   }
   Round(be, d_res, d_.rows() * d_.C);
   ws.Release(mark);

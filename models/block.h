@@ -63,6 +63,7 @@ struct BlockDims {
   float eps = 1e-5f;     // norm epsilon
   RopeParams rope;       // llama: RoPE's base and long-context scaling
   int64_t window = 0;    // attention's sliding window (model.sliding_window), 0 = none
+  bool qk_norm = false;  // RMSNorm of each q and k head before RoPE (model.qk_norm, Qwen3)
   DType act_dtype = DType::kF32;  // activations are stored in / rounded to this type
   // Tensor parallelism (tensor_parallel.h), null without. NH, NKV and F are then THIS rank's
   // heads and MLP width (models/partition.h); under sequence parallelism the residual stream
@@ -89,6 +90,8 @@ struct BlockWeights {
   const float* norm1_b = nullptr;  // (C)
   const float* qkv_w = nullptr;    // (QKV, C)  [q | k | v] rows
   const float* qkv_b = nullptr;    // (QKV)
+  const float* q_norm_w = nullptr; // (HS) qk_norm: every query head's RMSNorm weight
+  const float* k_norm_w = nullptr; // (HS) qk_norm: every key head's
   const float* proj_w = nullptr;   // (C, NH*HS) attention output projection
   const float* proj_b = nullptr;   // (C)
   const float* norm2_w = nullptr;  // (C)
@@ -106,6 +109,8 @@ struct BlockGrads {
   float* norm1_b = nullptr;
   float* qkv_w = nullptr;
   float* qkv_b = nullptr;
+  float* q_norm_w = nullptr;
+  float* k_norm_w = nullptr;
   float* proj_w = nullptr;
   float* proj_b = nullptr;
   float* norm2_w = nullptr;
@@ -122,7 +127,8 @@ struct BlockGrads {
 // share offsets, so one layout serves both, whichever buffer (flat or a store's) holds them.
 struct BlockLayout {
   int64_t norm1_w = -1, norm1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1,
-          norm2_w = -1, norm2_b = -1, fc_w = -1, fc_b = -1, out_w = -1, out_b = -1;
+          norm2_w = -1, norm2_b = -1, fc_w = -1, fc_b = -1, out_w = -1, out_b = -1,
+          q_norm_w = -1, k_norm_w = -1;
   // An MoE block: the router and shared experts in the block's unit, the routed experts
   // relative to the base of its expert unit (param_store.h).
   int64_t router = -1, shared_fc_w = -1, shared_fc_b = -1, shared_out_w = -1,
@@ -155,6 +161,8 @@ struct AttentionSaved {
   Tensor norm_mean;  // (N)           LayerNorm mean (GPT-2 only)
   Tensor norm_rstd;  // (N)           1 / std (LayerNorm) or 1 / rms (RMSNorm)
   Tensor qkv;        // (N, QKV)      packed [q | k | v], after RoPE for Llama
+  Tensor qk_in;      // (N, NH+NKV, HS) qk_norm: the q and k heads before their norms (fp32)
+  Tensor qk_rstd;    // (N*(NH+NKV))  qk_norm: their 1 / rms
   Tensor att;        // (B, NH, T, T) softmax probabilities          [selective: recomputed]
   Tensor att_out;    // (N, NH*HS)    heads concatenated, input of proj [selective: recomputed]
 };

@@ -200,7 +200,7 @@ void ReadSlidingWindow(FieldReader& r, ModelConfig& m, const std::string& type) 
 }
 
 // The fields every Llama-family config shares (llama, mistral, qwen2, mixtral, qwen2_moe,
-// qwen3_moe), and what of theirs Tessera lacks.
+// qwen3, qwen3_moe), and what of theirs Tessera lacks.
 void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
   m.family = ModelFamily::kLlama;
   r.Int("vocab_size", "model.vocab_size", &m.vocab_size);
@@ -209,7 +209,9 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
   r.Int("hidden_size", "model.hidden_size", &m.hidden_size);
   r.Int("num_attention_heads", "model.num_heads", &m.num_heads);
   r.Int("num_key_value_heads", "model.num_kv_heads", &m.num_kv_heads, m.num_heads);
-  r.Int("intermediate_size", "model.ffn_hidden_size", &m.ffn_hidden_size);
+  // Mixtral's intermediate_size is its experts' width (ReadMixtral): its blocks have no dense
+  // MLP, so model.ffn_hidden_size stays the YAML's (unused) and cannot disagree.
+  if (type != "mixtral") r.Int("intermediate_size", "model.ffn_hidden_size", &m.ffn_hidden_size);
   r.Float("rms_norm_eps", "model.norm_eps", &m.norm_eps, 1e-6f);
   r.Float("rope_theta", "model.rope_theta", &m.rope_theta, 10000.0f);
   r.Bool("tie_word_embeddings", "model.tie_embeddings", &m.tie_embeddings, false);
@@ -218,7 +220,9 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
     r.Missing("hidden_act=\"" + act + "\": Tessera's Llama-family MLP is SwiGLU (silu)");
   }
   // An explicit head_dim (Qwen3, Mistral-Nemo): 0 when it is hidden_size / heads anyway.
-  r.Int("head_dim", "model.head_dim", &m.head_dim, 0);
+  // Qwen3's default is 128 in transformers, not hidden_size / heads.
+  r.Int("head_dim", "model.head_dim", &m.head_dim,
+        type == "qwen3" || type == "qwen3_moe" ? 128 : 0);
   if (m.num_heads > 0 && m.head_dim * m.num_heads == m.hidden_size) m.head_dim = 0;
   ReadRopeScaling(r, m);
   if (r.True("attention_bias")) {
@@ -229,9 +233,9 @@ void ReadLlamaBase(FieldReader& r, ModelConfig& m, const std::string& type) {
   // Qwen2 and Qwen2-MoE always bias q, k and v (no config field says so).
   m.qkv_bias = type == "qwen2" || type == "qwen2_moe";
   r.Record("model.qkv_bias", "model_type", m.qkv_bias ? "true" : "false");
-  if (type == "qwen3_moe") {
-    r.Missing("q_norm / k_norm (Qwen3's per-head RMSNorm of queries and keys): not built yet");
-  }
+  // Qwen3 and Qwen3-MoE always norm every q and k head (no config field says so).
+  m.qk_norm = type == "qwen3" || type == "qwen3_moe";
+  r.Record("model.qk_norm", "model_type", m.qk_norm ? "true" : "false");
   ReadSlidingWindow(r, m, type);
 }
 
@@ -239,8 +243,7 @@ void ReadMixtral(FieldReader& r, ModelConfig& m) {
   MoeConfig& e = m.moe;
   r.Int("num_local_experts", "model.moe.num_experts", &e.num_experts);
   r.Int("num_experts_per_tok", "model.moe.top_k", &e.top_k);
-  e.expert_ffn_size = m.ffn_hidden_size;  // Mixtral's experts are intermediate_size wide
-  r.Record("model.moe.expert_ffn_size", "intermediate_size", N(e.expert_ffn_size));
+  r.Int("intermediate_size", "model.moe.expert_ffn_size", &e.expert_ffn_size);
   e.score = RouterScore::kSoftmax;
   e.normalize_gates = true;
   r.Suggested("router_aux_loss_coef", "model.moe.aux_loss", &e.aux_loss);
@@ -326,6 +329,7 @@ const KeyAccess kKeys[] = {
     TESSERA_BOOL_KEY("model.tie_embeddings", tie_embeddings),
     TESSERA_INT_KEY("model.sliding_window", sliding_window),
     TESSERA_BOOL_KEY("model.qkv_bias", qkv_bias),
+    TESSERA_BOOL_KEY("model.qk_norm", qk_norm),
     TESSERA_INT_KEY("model.moe.num_experts", moe.num_experts),
     TESSERA_INT_KEY("model.moe.top_k", moe.top_k),
     TESSERA_INT_KEY("model.moe.expert_ffn_size", moe.expert_ffn_size),
@@ -369,7 +373,7 @@ void CopyModelKey(const ModelConfig& from, ModelConfig* to, const std::string& k
 }
 
 std::string SupportedHfModelTypes() {
-  return "gpt2, llama, mistral, qwen2, mixtral, qwen2_moe, qwen3_moe";
+  return "gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe";
 }
 
 Result<HfModelIntake> MapHfConfig(const JsonValue& c, const std::string& where) {
@@ -387,8 +391,8 @@ Result<HfModelIntake> MapHfConfig(const JsonValue& c, const std::string& where) 
   ModelConfig& m = out.model;
   if (t == "gpt2") {
     ReadGpt2(r, m);
-  } else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "mixtral" || t == "qwen2_moe" ||
-             t == "qwen3_moe") {
+  } else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "mixtral" ||
+             t == "qwen2_moe" || t == "qwen3_moe") {
     ReadLlamaBase(r, m, t);
     if (t == "mixtral") ReadMixtral(r, m);
     if (t == "qwen2_moe" || t == "qwen3_moe") ReadQwenMoe(r, m, t);

@@ -17,8 +17,28 @@ Status NoType(const std::string& why) {
                             why);
 }
 
+// A model with q/k norms: Qwen3's or Qwen3-MoE's, or why neither fits.
+Result<std::string> Qwen3Type(const ModelConfig& m, bool routing_bias) {
+  if (m.qkv_bias) return NoType("Qwen3 (the q/k norms' type) has no q/k/v biases");
+  if (m.sliding_window > 0) return NoType("Qwen3 as Tessera writes it has no sliding window");
+  if (!m.moe.enabled()) return std::string("qwen3");
+  const MoeConfig& e = m.moe;
+  if (routing_bias || e.score != RouterScore::kSoftmax || e.groups != 1 || e.route_scale != 1.0f ||
+      e.shared_experts > 0) {
+    return NoType("Qwen3-MoE routes by softmax top-k, without groups, a route scale, shared "
+                  "experts or a routing bias");
+  }
+  if (e.first_dense_layers != e.layer_interval - 1) {
+    return NoType("Qwen3-MoE's dense blocks are those before every decoder_sparse_step-th; this "
+                  "model has first_dense_layers=" + std::to_string(e.first_dense_layers) +
+                  " with layer_interval=" + std::to_string(e.layer_interval));
+  }
+  return std::string("qwen3_moe");
+}
+
 // The model type of a Llama-family model, or why none fits.
 Result<std::string> LlamaType(const ModelConfig& m, bool routing_bias) {
+  if (m.qk_norm) return Qwen3Type(m, routing_bias);
   if (!m.moe.enabled()) {
     if (m.qkv_bias) return std::string("qwen2");
     return std::string(m.sliding_window > 0 ? "mistral" : "llama");
@@ -92,7 +112,8 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
     const char* architecture;
   } kArchitectures[] = {{"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
                         {"qwen2", "Qwen2ForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
-                        {"qwen2_moe", "Qwen2MoeForCausalLM"}};
+                        {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+                        {"qwen3_moe", "Qwen3MoeForCausalLM"}};
   for (const auto& a : kArchitectures) {
     if (type == a.type) w.Key("architectures").BeginArray().String(a.architecture).EndArray();
   }
@@ -103,7 +124,9 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
   w.Key("hidden_size").Int(m.hidden_size);
   w.Key("num_attention_heads").Int(m.num_heads);
   w.Key("num_key_value_heads").Int(m.kv_heads());
-  if (m.head_dim > 0) w.Key("head_dim").Int(m.head_dim);
+  const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
+  // Qwen3's head_dim defaults to 128 in transformers, not hidden_size / heads: always written.
+  if (m.head_dim > 0 || qwen3) w.Key("head_dim").Int(m.head_size());
   // Mixtral's intermediate_size is each expert's width (its blocks have no dense MLP).
   w.Key("intermediate_size").Int(type == "mixtral" ? m.expert_ffn() : m.ffn_size());
   w.Key("hidden_act").String("silu");
@@ -112,7 +135,8 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
   RopeScalingField(w, m.rope_scaling);
   w.Key("tie_word_embeddings").Bool(m.tie_embeddings);
   w.Key("initializer_range").Double(Decimal(m.init_std));
-  if (type == "llama") w.Key("attention_bias").Bool(false).Key("mlp_bias").Bool(false);
+  if (type == "llama" || qwen3) w.Key("attention_bias").Bool(false);
+  if (type == "llama") w.Key("mlp_bias").Bool(false);
   if (type == "mistral" || type == "mixtral") {
     w.Key("sliding_window");
     if (m.sliding_window > 0) {
@@ -121,7 +145,7 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
       w.Null();
     }
   }
-  if (type == "qwen2" || type == "qwen2_moe") {
+  if (type == "qwen2" || type == "qwen2_moe" || qwen3) {
     // Every layer windowed (max_window_layers 0) or none.
     w.Key("use_sliding_window").Bool(m.sliding_window > 0);
     w.Key("sliding_window").Int(m.sliding_window > 0 ? m.sliding_window : m.max_seq_len);
@@ -132,12 +156,14 @@ void LlamaFields(JsonWriter& w, const ModelConfig& m, const std::string& type) {
     w.Key("num_experts_per_tok").Int(m.moe.top_k);
     w.Key("router_aux_loss_coef").Double(Decimal(m.moe.aux_loss));
   }
-  if (type == "qwen2_moe") {
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
     const MoeConfig& e = m.moe;
     w.Key("num_experts").Int(e.num_experts);
     w.Key("num_experts_per_tok").Int(e.top_k);
     w.Key("moe_intermediate_size").Int(m.expert_ffn());
-    w.Key("shared_expert_intermediate_size").Int(e.shared_experts * m.expert_ffn());
+    if (type == "qwen2_moe") {
+      w.Key("shared_expert_intermediate_size").Int(e.shared_experts * m.expert_ffn());
+    }
     w.Key("norm_topk_prob").Bool(e.normalize_gates);
     w.Key("decoder_sparse_step").Int(e.layer_interval);
     w.Key("mlp_only_layers").BeginArray().EndArray();

@@ -1,12 +1,15 @@
-// models/hf_weights.cc — HF safetensors -> Parameters (validate everything, then copy) and
-// Parameters -> one HF safetensors file. See hf_weights.h for the contracts.
+// models/hf_weights.cc — HF safetensors -> Parameters: validate everything (HfWeightSource::Open),
+// then read element ranges (HfWeightSource::Read). See hf_weights.h for the contracts.
 #include "models/hf_weights.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "models/hf_layout.h"
+#include "models/param_layout.h"
 #include "models/quote.h"
 #include "models/safetensors.h"
 
@@ -28,134 +31,6 @@ std::string ListNames(const std::vector<std::string>& names) {
   return out;
 }
 
-// HF layout of a parameter: its global shape, or the 2-D transpose for Conv1D weights.
-Shape HfShape(const Parameter& p) {
-  if (!p.hf_transposed) return p.spec.global_shape;
-  return Shape{p.spec.global_shape[1], p.spec.global_shape[0]};
-}
-
-// The parameters must be whole f32 CPU tensors with unique names (a caller bug otherwise, but
-// reported as a Status because this sits on a user-facing path).
-Status CheckParams(std::span<const Parameter> params) {
-  std::set<std::string_view> seen;
-  for (const Parameter& p : params) {
-    const std::string where = "parameter " + Quote(p.name());
-    if (!seen.insert(p.name()).second) return InvalidArgument("duplicate " + where);
-    if (!p.spec.IsWhole()) {
-      return InvalidArgument(where + ": holds a slice (" + p.spec.ToString() +
-                             "): HF import/export takes whole tensors (gather them first)");
-    }
-    if (p.value.empty() && p.spec.global_shape.numel() > 0) {
-      return InvalidArgument(where + ": no value buffer");
-    }
-    if (p.value.dtype() != DType::kF32 || p.value.device() != Device::kCpu) {
-      return InvalidArgument(where + ": value must be an f32 CPU tensor");
-    }
-    if (p.value.numel() != p.spec.global_shape.numel()) {
-      return InvalidArgument(where + ": value has " + std::to_string(p.value.numel()) +
-                             " elements, spec shape " + p.spec.global_shape.ToString());
-    }
-    if (p.hf_transposed && p.spec.global_shape.rank() != 2) {
-      return InvalidArgument(where + ": hf_transposed needs a 2-D shape, got " +
-                             p.spec.global_shape.ToString());
-    }
-  }
-  return Status::Ok();
-}
-
-// One tensor of an HF file and where it lives in Tessera: a parameter whole, or (routed experts,
-// stacked on the expert axis in Tessera) one expert's block of it, contiguous at `offset`.
-struct HfTensor {
-  std::string name;
-  Shape shape;            // in the file
-  size_t param;           // index in the parameter list
-  int64_t offset = 0;     // elements into its value
-  bool transposed = false;  // GPT-2 Conv1D: (in, out) in the file
-};
-
-// "model.layers.3.mlp.experts.gate_up_proj" -> "model.layers.3." (empty if not a layer name).
-std::string LayerPrefix(const std::string& name) {
-  const size_t at = name.find(".mlp.");
-  return at == std::string::npos ? std::string() : name.substr(0, at + 1);
-}
-
-// Every HF tensor of `params` (CheckParams passed). Llama-family MoE blocks are written per
-// expert in one of the two HF dialects:
-//   kMixtral   block_sparse_moe.gate.weight, block_sparse_moe.experts.N.{w1 (gate), w3 (up),
-//              w2 (down)}.weight
-//   kQwenMoe   mlp.gate.weight, mlp.experts.N.{gate,up,down}_proj.weight (Qwen2-MoE's and
-//              DeepSeek's routed experts), the shared experts as mlp.shared_experts.* and the
-//              routing bias as mlp.gate.e_score_correction_bias (DeepSeek's; Qwen2-MoE's
-//              singular shared_expert with its shared_expert_gate is not modelled)
-// GPT-2-family experts have no HF convention: their stacked tensors keep Tessera's names.
-std::vector<HfTensor> HfLayout(const ModelConfig& config, std::span<const Parameter> params,
-                               HfMoeNames dialect) {
-  std::vector<HfTensor> out;
-  const bool llama = config.family == ModelFamily::kLlama;
-  const int64_t E = config.moe.num_experts, Fe = config.expert_ffn(), C = config.hidden_size;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Parameter& p = params[i];
-    const std::string& name = p.name();
-    const bool mixtral = llama && dialect == HfMoeNames::kMixtral;
-    if (mixtral && name.ends_with(".mlp.gate.weight")) {
-      out.push_back({LayerPrefix(name) + "block_sparse_moe.gate.weight", p.spec.global_shape, i});
-      continue;
-    }
-    if (!llama || name.find(".mlp.experts.") == std::string::npos) {
-      out.push_back({name, HfShape(p), i, 0, p.hf_transposed});
-      continue;
-    }
-    const std::string layer = LayerPrefix(name);
-    const std::string experts = layer + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.");
-    const bool gate_up = name.ends_with("experts.gate_up_proj");
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = experts + std::to_string(e) + ".";
-      if (gate_up) {  // (E, 2Fe, C): expert e's [gate | up] rows
-        out.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), Shape{Fe, C}, i, e * 2 * Fe * C});
-        out.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), Shape{Fe, C}, i, e * 2 * Fe * C + Fe * C});
-      } else {        // (E, C, Fe)
-        out.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), Shape{C, Fe}, i, e * C * Fe});
-      }
-    }
-  }
-  return out;
-}
-
-// The dialect of the file's MoE tensor names (Mixtral's when it has a block_sparse_moe tensor).
-template <typename Map>
-HfMoeNames DialectOf(const Map& by_name) {
-  for (const auto& [name, entry] : by_name) {
-    if (name.find(".block_sparse_moe.") != std::string::npos) return HfMoeNames::kMixtral;
-  }
-  return HfMoeNames::kQwenMoe;
-}
-
-// True if name == prefix + <layer index < num_layers> + suffix.
-bool MatchesLayerPattern(std::string_view name, std::string_view prefix, std::string_view suffix,
-                         int64_t num_layers) {
-  if (name.size() <= prefix.size() + suffix.size()) return false;
-  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return false;
-  std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return false;
-  int64_t layer = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return false;
-    layer = layer * 10 + (c - '0');
-  }
-  return layer < num_layers;
-}
-
-// Buffers HF files carry that are not parameters (recomputed by Tessera), and the tied head.
-bool IsIgnorable(std::string_view name, const ModelConfig& config) {
-  if (config.tie_embeddings && name == "lm_head.weight") return true;
-  if (config.family == ModelFamily::kGpt2) {
-    return MatchesLayerPattern(name, "h.", ".attn.bias", config.num_layers) ||
-           MatchesLayerPattern(name, "h.", ".attn.masked_bias", config.num_layers);
-  }
-  return MatchesLayerPattern(name, "model.layers.", ".self_attn.rotary_emb.inv_freq",
-                             config.num_layers);
-}
-
 Result<std::unique_ptr<SafetensorsCheckpoint>> OpenCheckpoint(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -171,85 +46,63 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> OpenCheckpoint(const std::string&
   return SafetensorsCheckpoint::OpenFile(path);
 }
 
-struct LoadItem {
-  const HfTensor* tensor;
-  Parameter* param;
-  const SafetensorsCheckpoint::Entry* entry;
-};
-
-// Copies one validated tensor into its parameter, transposing (in, out) -> (out, in) if needed.
-Status CopyIntoParam(const LoadItem& item, std::vector<float>& scratch) {
-  const SafetensorsFile& file = *item.entry->file;
-  const SafetensorsTensorInfo& info = *item.entry->info;
-  const HfTensor& t = *item.tensor;
-  float* value = item.param->value.f32() + t.offset;
-  // NaN/Inf weights would train to NaN at the first step (or silently poison a fine-tune).
-  auto finite = [&](const float* values) -> Status {
-    const int64_t bad = FirstNonFinite(values, info.shape.numel(), DType::kF32);
-    if (bad < 0) return Status::Ok();
-    return DataLoss(file.path() + ": tensor " + Quote(info.name) + " holds a NaN or Inf (element " +
-                    std::to_string(bad) + "): refusing non-finite weights");
-  };
-  if (!t.transposed) {
-    RETURN_IF_ERROR(file.ReadAsF32(info, value));
-    return finite(value);
-  }
-  const int64_t in = info.shape[0], out = info.shape[1];  // HF Conv1D layout (in, out)
-  scratch.resize(static_cast<size_t>(in * out));
-  RETURN_IF_ERROR(file.ReadAsF32(info, scratch.data()));
-  RETURN_IF_ERROR(finite(scratch.data()));
-  float* dst = value;  // (out, in)
-  for (int64_t i = 0; i < in; ++i) {
-    for (int64_t o = 0; o < out; ++o) dst[o * in + i] = scratch[static_cast<size_t>(i * out + o)];
-  }
-  return Status::Ok();
-}
-
-// The MoE blocks' routing-bias tensors of a file, by name (DeepSeek-V3's
-// e_score_correction_bias beside the router, one per MoE block), in layer order.
-std::vector<std::string> MoeBiasNames(const ModelConfig& config) {
-  std::vector<std::string> names;
-  const bool gpt2 = config.family == ModelFamily::kGpt2;
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    if (!config.is_moe_layer(l)) continue;
-    names.push_back(gpt2 ? "h." + std::to_string(l) + ".mlp.router.e_score_correction_bias"
-                         : "model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias");
-  }
-  return names;
-}
-
 }  // namespace
 
-HfMoeNames DefaultHfMoeNames(const ModelConfig& config) {
-  const MoeConfig& e = config.moe;
-  // Exactly what HF's Mixtral block computes: softmax, top-k renormalised, nothing else.
-  const bool mixtral = e.score == RouterScore::kSoftmax && e.normalize_gates &&
-                       e.route_scale == 1.0f && e.shared_experts == 0 && e.groups == 1;
-  return mixtral ? HfMoeNames::kMixtral : HfMoeNames::kQwenMoe;
+std::vector<Parameter> HfGlobalSpecs(const ModelConfig& config) {
+  std::vector<Parameter> specs;
+  int64_t offset = 0;
+  for (const ParamDecl& d : DeclareParameters(config)) {
+    Parameter p;
+    p.kind = d.kind;
+    p.hf_transposed = d.hf_transposed;
+    p.offset = offset;
+    p.spec = ShardedTensor::Whole(d.name, d.shape);
+    specs.push_back(std::move(p));
+    offset += d.shape.numel();
+  }
+  return specs;
 }
 
-Status LoadHfWeights(const std::string& path, const ModelConfig& config,
-                     std::span<Parameter> params, HfExtras* extras) {
-  RETURN_IF_ERROR(CheckParams(params));
-  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, OpenCheckpoint(path));
+struct HfWeightSource::Piece {
+  const SafetensorsCheckpoint::Entry* entry = nullptr;
+  int64_t offset = 0;  // first element of the parameter it holds
+  int64_t numel = 0;
+  bool transposed = false;
+};
+
+HfWeightSource::~HfWeightSource() = default;
+const std::string& HfWeightSource::path() const { return ckpt_->path(); }
+size_t HfWeightSource::num_files() const { return ckpt_->files().size(); }
+
+Result<std::unique_ptr<HfWeightSource>> HfWeightSource::Open(const std::string& path,
+                                                             const ModelConfig& config,
+                                                             std::span<const Parameter> params,
+                                                             bool routing_bias, HfReadFault fault) {
+  RETURN_IF_ERROR(CheckHfParams(params, /*values=*/false));
+  std::unique_ptr<HfWeightSource> src(new HfWeightSource());
+  src->fault_ = std::move(fault);
+  ASSIGN_OR_RETURN(src->ckpt_, OpenCheckpoint(path));
+  const SafetensorsCheckpoint& ckpt = *src->ckpt_;
 
   // File names -> Tessera names (GPT-2 files may carry the GPT2LMHeadModel prefix).
   std::map<std::string, const SafetensorsCheckpoint::Entry*, std::less<>> by_name;
-  for (const auto& [name, entry] : ckpt->entries()) {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : ckpt.entries()) {
     std::string canonical = name;
     if (config.family == ModelFamily::kGpt2 && canonical.starts_with(kGpt2Prefix)) {
       canonical.erase(0, std::string_view(kGpt2Prefix).size());
     }
     auto [it, inserted] = by_name.emplace(canonical, &entry);
     if (!inserted) {
-      return InvalidArgument(ckpt->path() + ": tensor " + Quote(canonical) +
+      return InvalidArgument(ckpt.path() + ": tensor " + Quote(canonical) +
                              " is present both with and without the \"transformer.\" prefix");
     }
+    names.push_back(canonical);
   }
 
-  // Validate everything before touching any parameter.
-  const std::vector<HfTensor> layout = HfLayout(config, params, DialectOf(by_name));
-  std::vector<LoadItem> items;
+  // Validate everything before anything can be read.
+  const std::vector<HfTensor> layout = HfLayout(config, params, HfDialectOf(names));
+  src->pieces_.resize(params.size());
   std::vector<std::string> missing, mismatched;
   std::set<std::string_view> expected;
   auto check_shape = [&](const SafetensorsCheckpoint::Entry& entry, const Shape& want,
@@ -275,35 +128,37 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
       missing.push_back(t.name);
       continue;
     }
-    Parameter& p = params[t.param];
+    const Parameter& p = params[t.param];
     const std::string note = t.transposed ? " (HF (in, out) layout of Tessera " +
                                                 p.spec.global_shape.ToString() + ")"
                                           : "";
-    if (check_shape(*it->second, t.shape, note)) items.push_back({&t, &p, it->second});
+    if (check_shape(*it->second, t.shape, note)) {
+      src->pieces_[t.param].push_back({it->second, t.offset, t.shape.numel(), t.transposed});
+    }
   }
-  // The routing bias: read into `extras` when the caller takes it (all blocks or none).
+  // The routing bias (all blocks or none).
   std::vector<const SafetensorsCheckpoint::Entry*> bias_entries;
-  if (extras != nullptr) {
-    for (const std::string& name : MoeBiasNames(config)) {
+  if (routing_bias) {
+    for (const std::string& name : HfMoeBiasNames(config)) {
       auto it = by_name.find(name);
       if (it == by_name.end()) continue;
       expected.insert(it->first);
       if (check_shape(*it->second, Shape{config.moe.num_experts}, "")) bias_entries.push_back(it->second);
     }
-    if (!bias_entries.empty() && bias_entries.size() != MoeBiasNames(config).size()) {
-      mismatched.push_back(ckpt->path() + ": has e_score_correction_bias for " +
+    if (!bias_entries.empty() && bias_entries.size() != HfMoeBiasNames(config).size()) {
+      mismatched.push_back(ckpt.path() + ": has e_score_correction_bias for " +
                            std::to_string(bias_entries.size()) + " of the " +
-                           std::to_string(MoeBiasNames(config).size()) + " MoE blocks");
+                           std::to_string(HfMoeBiasNames(config).size()) + " MoE blocks");
     }
   }
   std::vector<std::string> unexpected;
   for (const auto& [canonical, entry] : by_name) {
-    if (!expected.count(canonical) && !IsIgnorable(canonical, config)) {
+    if (!expected.count(canonical) && !HfIgnorable(canonical, config)) {
       unexpected.push_back(entry->info->name);
     }
   }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::string msg = ckpt->path() + ": weights do not match the " +
+    std::string msg = ckpt.path() + ": weights do not match the " +
                       ModelFamilyName(config.family) + (config.moe.enabled() ? " MoE" : "") +
                       " model; nothing was loaded";
     if (!missing.empty()) {
@@ -321,92 +176,126 @@ Status LoadHfWeights(const std::string& path, const ModelConfig& config,
     }
     return InvalidArgument(msg);
   }
-
-  // The routing bias is read and checked first: nothing is written until all of it is good.
-  std::vector<std::vector<float>> bias;
+  for (auto& list : src->pieces_) {
+    std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  }
   for (const SafetensorsCheckpoint::Entry* entry : bias_entries) {
-    std::vector<float>& row = bias.emplace_back(static_cast<size_t>(config.moe.num_experts));
-    RETURN_IF_ERROR(entry->file->ReadAsF32(*entry->info, row.data()));
-    if (FirstNonFinite(row.data(), static_cast<int64_t>(row.size()), DType::kF32) >= 0) {
-      return DataLoss(entry->file->path() + ": tensor " + Quote(entry->info->name) +
-                      " holds a NaN or Inf; nothing was loaded");
+    std::vector<float>& row = src->bias_.emplace_back(static_cast<size_t>(config.moe.num_experts));
+    const Request whole{0, config.moe.num_experts, row.data()};
+    RETURN_IF_ERROR(src->ReadPiece({entry, 0, config.moe.num_experts, false},
+                                   std::span<const Request>(&whole, 1)));
+  }
+  return src;
+}
+
+Status HfWeightSource::Read(size_t param, std::span<const Request> requests) const {
+  TESSERA_CHECK(param < pieces_.size());
+  std::vector<Request> mine;
+  for (const Piece& piece : pieces_[param]) {
+    mine.clear();  // the requests' parts inside this file tensor, in its element numbers
+    for (const Request& r : requests) {
+      const int64_t lo = std::max(r.begin, piece.offset);
+      const int64_t hi = std::min(r.begin + r.n, piece.offset + piece.numel);
+      if (lo < hi) mine.push_back({lo - piece.offset, hi - lo, r.out + (lo - r.begin)});
     }
+    if (!mine.empty()) RETURN_IF_ERROR(ReadPiece(piece, mine));
   }
-  std::vector<float> scratch;
-  for (const LoadItem& item : items) {
-    Status st = CopyIntoParam(item, scratch);
-    if (!st.ok()) return st.WithPrefix("parameters are partially loaded (restore or reload)");
-  }
-  if (extras != nullptr) extras->moe_bias = std::move(bias);
   return Status::Ok();
 }
 
-Result<HfExportTensors> CollectHfExport(const std::string& where, const ModelConfig& config,
-                                        std::span<const Parameter> params, DType dtype,
-                                        const HfExtras* extras) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    return InvalidArgument(where + ": HF export dtype must be f32, bf16 or f16, got " +
-                           std::string(DTypeName(dtype)));
-  }
-  RETURN_IF_ERROR(CheckParams(params));
-  for (const Parameter& p : params) {
-    if (config.tie_embeddings && p.name() == "lm_head.weight") {
-      return InvalidArgument(where + ": parameter 'lm_head.weight' exists but the config ties "
-                             "embeddings");
+// The requests of one file tensor (element numbers in Tessera's layout); a failure or a
+// non-finite value is retried once.
+Status HfWeightSource::ReadPiece(const Piece& piece, std::span<const Request> requests) const {
+  const SafetensorsFile& file = *piece.entry->file;
+  const SafetensorsTensorInfo& info = *piece.entry->info;
+  const std::string where = file.path() + ": tensor " + Quote(info.name);
+  auto read = [&]() -> Status {
+    if (piece.transposed) return ReadTransposed(piece, requests);
+    for (const Request& r : requests) {
+      RETURN_IF_ERROR(file.ReadRangeAsF32(info, r.begin, r.n, r.out));
+      bytes_read_ += r.n * static_cast<int64_t>(DTypeSize(info.dtype));
     }
-  }
-  HfExportTensors out;
-  if (extras != nullptr) {  // an all-zero bias is no bias: not written
-    for (const std::vector<float>& row : extras->moe_bias) {
-      for (float v : row) out.routing_bias |= v != 0.0f;
+    return Status::Ok();
+  };
+  Status st = Status::Ok();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    st = fault_ ? fault_(info.name, attempt) : Status::Ok();
+    if (st.ok()) st = read();
+    if (!st.ok()) {
+      st = st.WithPrefix(where);
+      continue;
     }
-  }
-  // A routing bias is DeepSeek's: Mixtral's names would hide that the routing differs.
-  out.moe_names = out.routing_bias ? HfMoeNames::kQwenMoe : DefaultHfMoeNames(config);
-  const std::vector<HfTensor> layout = HfLayout(config, params, out.moe_names);
-  out.owned.reserve(layout.size());  // (in, out) copies of Conv1D weights; never reallocated
-  for (const HfTensor& h : layout) {
-    SafetensorsTensorOut t;
-    t.name = h.name;
-    t.shape = h.shape;
-    t.source_dtype = DType::kF32;
-    t.dtype = dtype;
-    const Parameter& p = params[h.param];
-    t.data = p.value.f32() + h.offset;
-    if (h.transposed) {
-      const int64_t rows = p.spec.global_shape[0], cols = p.spec.global_shape[1];
-      const float* src = p.value.f32();  // (out, in)
-      std::vector<float>& dst = out.owned.emplace_back(static_cast<size_t>(cols * rows));
-      for (int64_t o = 0; o < rows; ++o) {
-        for (int64_t i = 0; i < cols; ++i) dst[static_cast<size_t>(i * rows + o)] = src[o * cols + i];
+    // NaN/Inf weights would train to NaN at the first step (or silently poison a fine-tune).
+    for (const Request& r : requests) {
+      const int64_t bad = FirstNonFinite(r.out, r.n, DType::kF32);
+      if (bad < 0) continue;
+      int64_t element = r.begin + bad;  // in the file's layout
+      if (piece.transposed) {
+        const int64_t in = info.shape[0], rows = info.shape[1];
+        element = (element % in) * rows + element / in;
       }
-      t.data = dst.data();
+      st = DataLoss(where + " holds a NaN or Inf (element " + std::to_string(element) +
+                    "): refusing non-finite weights");
+      break;
     }
-    out.tensors.push_back(std::move(t));
+    if (st.ok()) return st;
   }
-  if (!out.routing_bias) return out;
-  const std::vector<std::string> bias_names = MoeBiasNames(config);
-  if (extras->moe_bias.size() != bias_names.size()) {
-    return InvalidArgument(where + ": " + std::to_string(extras->moe_bias.size()) +
-                           " MoE bias rows for " + std::to_string(bias_names.size()) +
-                           " MoE blocks");
-  }
-  for (size_t i = 0; i < bias_names.size(); ++i) {
-    SafetensorsTensorOut t;
-    t.name = bias_names[i];
-    t.shape = Shape{static_cast<int64_t>(extras->moe_bias[i].size())};
-    t.source_dtype = DType::kF32;
-    t.dtype = DType::kF32;  // a selection bias: kept exact whatever the weights' dtype
-    t.data = extras->moe_bias[i].data();
-    out.tensors.push_back(std::move(t));
-  }
-  return out;
+  return Status(st.code(), st.message() + " (read twice)");
 }
 
-Status ExportHfWeights(const std::string& path, const ModelConfig& config,
-                       std::span<const Parameter> params, DType dtype, const HfExtras* extras) {
-  ASSIGN_OR_RETURN(HfExportTensors out, CollectHfExport(path, config, params, dtype, extras));
-  return WriteSafetensors(path, out.tensors, {{"format", "pt"}});
+// GPT-2's Conv1D weights: the file holds (in, out), Tessera (out, in), so Tessera's row o is the
+// file's column o. The requests, cut into pieces of one Tessera row each, are bounded by file
+// rows [i_lo, i_hi) and columns [o_lo, o_hi); those file rows are read in blocks through the
+// buffer (each block one contiguous range, from column o_lo of its first row to o_hi of its
+// last) and each row piece takes its elements from every block.
+Status HfWeightSource::ReadTransposed(const Piece& piece, std::span<const Request> requests) const {
+  const SafetensorsFile& file = *piece.entry->file;
+  const SafetensorsTensorInfo& info = *piece.entry->info;
+  const int64_t in = info.shape[0], rows = info.shape[1];  // Tessera: rows x in
+  struct RowPiece {
+    int64_t o, i0, i1;
+    float* out;  // element i0
+  };
+  std::vector<RowPiece> pieces;
+  int64_t i_lo = in, i_hi = 0, o_lo = rows, o_hi = 0;
+  for (const Request& r : requests) {
+    for (int64_t t = r.begin; t < r.begin + r.n;) {
+      const int64_t o = t / in, i0 = t % in, i1 = std::min(in, i0 + (r.begin + r.n - t));
+      pieces.push_back({o, i0, i1, r.out + (t - r.begin)});
+      i_lo = std::min(i_lo, i0), i_hi = std::max(i_hi, i1);
+      o_lo = std::min(o_lo, o), o_hi = std::max(o_hi, o + 1);
+      t += i1 - i0;
+    }
+  }
+  if (pieces.empty()) return Status::Ok();
+  const int64_t span = o_hi - o_lo;
+  const int64_t per_read = std::max<int64_t>(1, (kHfReadBufferElems - span) / rows + 1);
+  std::vector<float> buf(static_cast<size_t>((std::min(per_read, i_hi - i_lo) - 1) * rows + span));
+  for (int64_t b0 = i_lo; b0 < i_hi; b0 += per_read) {
+    const int64_t b1 = std::min(i_hi, b0 + per_read);
+    const int64_t count = (b1 - b0 - 1) * rows + span;
+    RETURN_IF_ERROR(file.ReadRangeAsF32(info, b0 * rows + o_lo, count, buf.data()));
+    bytes_read_ += count * static_cast<int64_t>(DTypeSize(info.dtype));
+    for (const RowPiece& p : pieces) {
+      for (int64_t i = std::max(p.i0, b0); i < std::min(p.i1, b1); ++i) {
+        p.out[i - p.i0] = buf[static_cast<size_t>((i - b0) * rows + (p.o - o_lo))];
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status LoadHfWeights(const std::string& path, const ModelConfig& config,
+                     std::span<Parameter> params, HfExtras* extras) {
+  RETURN_IF_ERROR(CheckHfParams(params, /*values=*/true));
+  ASSIGN_OR_RETURN(std::unique_ptr<HfWeightSource> src,
+                   HfWeightSource::Open(path, config, params, extras != nullptr));
+  for (size_t i = 0; i < params.size(); ++i) {
+    Status st = src->Read(i, 0, params[i].value.numel(), params[i].value.f32());
+    if (!st.ok()) return st.WithPrefix("parameters are partially loaded (restore or reload)");
+  }
+  if (extras != nullptr) extras->moe_bias = src->routing_bias();
+  return Status::Ok();
 }
 
 }  // namespace tessera

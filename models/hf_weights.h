@@ -8,10 +8,16 @@
 // Import is all-or-nothing with respect to the file's contents: every name, shape and dtype is
 // validated before the first byte is written into a parameter, so a wrong file never leaves a
 // half-loaded model. Only an I/O failure during the copy itself (the file changed or the disk
-// failed after validation) can leave parameters partly written; that Status says so.
-// Thread-safety: none; the caller owns `params` for the duration of the call.
+// failed after validation) can leave parameters partly written; that Status says so (the
+// trainer then refuses to start on every rank).
+// Import is implemented in hf_weights.cc, export in hf_weights_export.cc, the name mapping they
+// share in hf_layout.h.
+// Thread-safety: LoadHfWeights and the exports: none, the caller owns `params` for the call.
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,9 +48,72 @@ struct HfExtras {
   std::vector<std::vector<float>> moe_bias;
 };
 
-// Loads HF weights into `params` (whole, f32, CPU tensors). `path` is a .safetensors file, a
-// model.safetensors.index.json, or a directory holding model.safetensors or
-// model.safetensors.index.json (the single file wins if both exist).
+// The one-rank model's parameters without values, in DeclareParameters order: names, global
+// shapes, kinds and hf_transposed -- what HfWeightSource maps a file onto.
+std::vector<Parameter> HfGlobalSpecs(const ModelConfig& config);
+
+// Test seam of HfWeightSource: called before each attempt at reading a piece of the file
+// tensor `tensor` (attempt 0, then 1 for the retry); a non-OK Status fails that attempt as a
+// failed read would.
+using HfReadFault = std::function<Status(std::string_view tensor, int attempt)>;
+
+// An HF checkpoint validated against a model, from which any element range of any parameter
+// can be read: the sharded loader's source (each rank reads only what its layout holds).
+//
+// Open validates every name, shape and dtype against `params` (their specs: names, global
+// shapes, hf_transposed; values are not used) before returning, with LoadHfWeights' errors,
+// and reads the routing bias when `routing_bias` (all MoE blocks' or none; without, a file
+// holding one is refused). Read then touches only the bytes of the requested elements, except
+// for GPT-2's transposed Conv1D weights, whose rows are strided in the file: those read, once
+// per call, the file rows and columns that bound all of the call's requests (so a rank's
+// pieces of one tensor should come in one call).
+// Memory: F32 data is read straight into the destination; F16/BF16 and transposed tensors go
+// through a buffer of at most kHfReadBufferElems (or one file row, if larger) per call.
+// A failed or short read, or a non-finite value, is retried once, then refused naming file,
+// tensor and element (kIoError / kDataLoss). Thread-safety: Read is safe to call concurrently.
+inline constexpr int64_t kHfReadBufferElems = int64_t{1} << 20;
+class HfWeightSource {
+ public:
+  static Result<std::unique_ptr<HfWeightSource>> Open(const std::string& path,
+                                                      const ModelConfig& config,
+                                                      std::span<const Parameter> params,
+                                                      bool routing_bias, HfReadFault fault = {});
+  ~HfWeightSource();
+
+  // Elements [begin, begin + n) of params[param] in Tessera's row-major layout, as f32.
+  struct Request {
+    int64_t begin = 0, n = 0;
+    float* out = nullptr;
+  };
+  Status Read(size_t param, std::span<const Request> requests) const;
+  Status Read(size_t param, int64_t begin, int64_t n, float* out) const {
+    const Request r{begin, n, out};
+    return Read(param, std::span<const Request>(&r, 1));
+  }
+
+  // The routing bias of every MoE block in layer order (empty when the file has none).
+  const std::vector<std::vector<float>>& routing_bias() const { return bias_; }
+  const std::string& path() const;
+  size_t num_files() const;
+  int64_t bytes_read() const { return bytes_read_.load(); }  // by Read so far, retries included
+
+ private:
+  struct Piece;  // one file tensor's share of a parameter
+  HfWeightSource() = default;
+  Status ReadPiece(const Piece& piece, std::span<const Request> requests) const;
+  Status ReadTransposed(const Piece& piece, std::span<const Request> requests) const;
+
+  std::unique_ptr<SafetensorsCheckpoint> ckpt_;
+  std::vector<std::vector<Piece>> pieces_;  // per parameter, by offset
+  std::vector<std::vector<float>> bias_;
+  HfReadFault fault_;
+  mutable std::atomic<int64_t> bytes_read_{0};
+};
+
+// Loads HF weights into `params` (whole, f32, CPU tensors): HfWeightSource::Open, then every
+// parameter read whole. `path` is a .safetensors file, a model.safetensors.index.json, or a
+// directory holding model.safetensors or model.safetensors.index.json (the single file wins if
+// both exist).
 // Tensors in F32, F16 or BF16 are converted to f32. Ignored without complaint: GPT-2's causal
 // mask buffers "h.{i}.attn.bias" / "h.{i}.attn.masked_bias", Llama's
 // "model.layers.{i}.self_attn.rotary_emb.inv_freq", and "lm_head.weight" when

@@ -41,6 +41,9 @@ std::optional<ModelConfigProblem> CheckRanges(const ModelConfig& m) {
   if (m.sliding_window < 0) {
     return Broken({"model.sliding_window"}, "must be >= 0 (0: no window), got " + N(m.sliding_window));
   }
+  if (!llama && m.qk_norm) {
+    return Broken({"model.qk_norm", "model.family"}, "is a llama-family option (Qwen3's)");
+  }
   if (!llama && m.qkv_bias) {
     return Broken({"model.qkv_bias", "model.family"},
                   "is a llama-family option: gpt2's c_attn always has its bias");

@@ -107,6 +107,9 @@ struct ModelConfig {
                                    //   causal context, >= 0
   bool qkv_bias = false;           // model.qkv_bias: biases on the q/k/v projections (Qwen2);
                                    //   llama only (gpt2's c_attn always has one)
+  bool qk_norm = false;            // model.qk_norm: RMSNorm of every query and key head before
+                                   //   RoPE, one weight of head_size per q and per k (Qwen3);
+                                   //   llama only
   bool tie_embeddings = true;      // model.tie_embeddings: LM head shares wte; default true for
                                    //   gpt2, false for llama
   float init_std = 0.02f;          // model.init_std: std of the normal init of weights, > 0

@@ -165,6 +165,10 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
       d.Bias(p + "self_attn.v_proj.bias", NKV * HS);
       d.Split(TpSplit::kRows);
     }
+    if (c.qk_norm) {  // Qwen3: one weight for every q head, one for every k head (whole on tp ranks)
+      d.NormWeight(p + "self_attn.q_norm.weight", HS);
+      d.NormWeight(p + "self_attn.k_norm.weight", HS);
+    }
     d.Matrix(p + "self_attn.o_proj.weight", {C, NH * HS}, InitRule::kResidualNormal);
     d.Split(TpSplit::kCols);
     d.NormWeight(p + "post_attention_layernorm.weight", C);

@@ -26,7 +26,6 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; a big-endian host needs byte swaps");
 
 // Conversions and I/O go through bounded chunks so a multi-GB tensor needs no second copy.
-constexpr size_t kChunkElems = size_t{1} << 20;
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -247,21 +246,27 @@ Status SafetensorsFile::ReadRaw(const SafetensorsTensorInfo& info, void* out) co
 }
 
 Status SafetensorsFile::ReadAsF32(const SafetensorsTensorInfo& info, float* out) const {
+  return ReadRangeAsF32(info, 0, info.numel(), out);
+}
+
+Status SafetensorsFile::ReadRangeAsF32(const SafetensorsTensorInfo& info, int64_t begin, int64_t n,
+                                       float* out) const {
   TESSERA_CHECK(Find(info.name) == &info);
+  TESSERA_CHECK(begin >= 0 && n >= 0 && begin + n <= info.numel());
   const uint64_t base = 8 + header_bytes_ + info.data_begin;
   switch (info.dtype) {
     case DType::kF32:
-      return ReadBytes(base, info.nbytes(), out);
+      return ReadBytes(base + static_cast<uint64_t>(begin) * 4, static_cast<size_t>(n) * 4, out);
     case DType::kF16:
     case DType::kBF16: {
       const bool bf16 = info.dtype == DType::kBF16;
-      const size_t total = static_cast<size_t>(info.numel());
-      std::vector<uint16_t> buf(std::min(total, kChunkElems));
+      const size_t total = static_cast<size_t>(n);
+      std::vector<uint16_t> buf(std::min(total, kSafetensorsChunkElems));
       for (size_t done = 0; done < total;) {
-        size_t n = std::min(total - done, kChunkElems);
-        RETURN_IF_ERROR(ReadBytes(base + done * 2, n * 2, buf.data()));
-        for (size_t i = 0; i < n; ++i) out[done + i] = bf16 ? Bf16ToF32(buf[i]) : F16ToF32(buf[i]);
-        done += n;
+        const size_t k = std::min(total - done, kSafetensorsChunkElems);
+        RETURN_IF_ERROR(ReadBytes(base + (static_cast<uint64_t>(begin) + done) * 2, k * 2, buf.data()));
+        for (size_t i = 0; i < k; ++i) out[done + i] = bf16 ? Bf16ToF32(buf[i]) : F16ToF32(buf[i]);
+        done += k;
       }
       return Status::Ok();
     }
@@ -300,9 +305,9 @@ Status WriteTensorData(AtomicFileWriter& out, const SafetensorsTensorOut& t) {
   if (t.source_dtype == t.dtype) return out.Append(t.data, total * DTypeSize(t.dtype));
   const float* src = static_cast<const float*>(t.data);
   const bool bf16 = t.dtype == DType::kBF16;
-  std::vector<uint16_t> buf(std::min(total, kChunkElems));
+  std::vector<uint16_t> buf(std::min(total, kSafetensorsChunkElems));
   for (size_t done = 0; done < total;) {
-    size_t n = std::min(total - done, kChunkElems);
+    size_t n = std::min(total - done, kSafetensorsChunkElems);
     for (size_t i = 0; i < n; ++i) {
       buf[i] = bf16 ? F32ToBf16(src[done + i]) : F32ToF16(src[done + i]);
     }

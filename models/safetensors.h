@@ -38,6 +38,9 @@ namespace tessera {
 // means a corrupt or hostile file, and we would otherwise allocate it.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;  // 100 MiB
 
+// The most elements a 16-bit tensor is converted through at once, reading or writing (2 MiB).
+inline constexpr size_t kSafetensorsChunkElems = size_t{1} << 20;
+
 // One tensor as described by a validated header.
 struct SafetensorsTensorInfo {
   std::string name;
@@ -88,6 +91,11 @@ class SafetensorsFile {
   Status ReadRaw(const SafetensorsTensorInfo& info, void* out) const;
   // Converts F32/F16/BF16 to f32 into out[0 .. numel). kInvalidArgument for I32 tensors.
   Status ReadAsF32(const SafetensorsTensorInfo& info, float* out) const;
+  // Elements [begin, begin + n) of the tensor (row-major) as f32 into out[0 .. n): only those
+  // bytes are read; F16/BF16 go through a buffer of at most kSafetensorsChunkElems
+  // elements. The range must lie inside the tensor.
+  Status ReadRangeAsF32(const SafetensorsTensorInfo& info, int64_t begin, int64_t n,
+                        float* out) const;
 
  private:
   SafetensorsFile() = default;

@@ -171,6 +171,7 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   d.eps = c.norm_eps;
   d.rope = RopeParams{c.rope_theta, c.rope_scaling};
   d.window = c.sliding_window;
+  d.qk_norm = c.qk_norm;
   d.act_dtype = act_dtype;
   return d;
 }
@@ -357,6 +358,10 @@ void TransformerImpl::BindAttention(int64_t i, int unit, BlockLayout& b) {
       CheckAdjacent(p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias");
       CheckAdjacent(p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias");
       b.qkv_b = Rel(p + "self_attn.q_proj.bias", unit);
+    }
+    if (config_.qk_norm) {
+      b.q_norm_w = Rel(p + "self_attn.q_norm.weight", unit);
+      b.k_norm_w = Rel(p + "self_attn.k_norm.weight", unit);
     }
     b.proj_w = Rel(p + "self_attn.o_proj.weight", unit);
     b.norm2_w = Rel(p + "post_attention_layernorm.weight", unit);

@@ -99,6 +99,17 @@ class Backend {
   virtual void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out,
                                const float* inp, const float* weight, const float* rstd,
                                int64_t N, int64_t C) = 0;
+  // Qwen3's q/k norms: RMSNorm over every head of the q and k parts of packed [q | k | v] rows
+  // (N rows of (NH + 2*NKV) * HS), in place, q heads with w_q (HS), k heads with w_k (HS).
+  // Saves the pre-norm values `qk_in` (N, NH + NKV, HS) and `rstd` (N * NH for q, then
+  // N * NKV for k). Backward: d_qkv's q and k parts become the pre-norm gradients; d_w_q and
+  // d_w_k accumulate (+=).
+  virtual void HeadRmsNormForward(float* qkv, float* qk_in, float* rstd, const float* w_q,
+                                  const float* w_k, int64_t N, int64_t NH, int64_t NKV,
+                                  int64_t HS, float eps) = 0;
+  virtual void HeadRmsNormBackward(float* d_qkv, float* d_w_q, float* d_w_k, const float* qk_in,
+                                   const float* w_q, const float* w_k, const float* rstd,
+                                   int64_t N, int64_t NH, int64_t NKV, int64_t HS) = 0;
 
   // ---- Activations and residual ------------------------------------------------------------
   virtual void GeluForward(float* out, const float* inp, int64_t n) = 0;

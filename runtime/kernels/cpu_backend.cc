@@ -98,6 +98,29 @@ void CpuBackend::RmsNormBackward(float* d_inp, float* d_weight, const float* d_o
   cpu::RmsNormBackward(d_inp, d_weight, d_out, inp, weight, rstd, N, C);
 }
 
+// The q heads are rows (n, h < NH) of the packed rows, the k heads follow them (NormRows: NH
+// or NKV rows of HS per packed row); in qk_in the same heads are packed NH + NKV per row.
+void CpuBackend::HeadRmsNormForward(float* qkv, float* qk_in, float* rstd, const float* w_q,
+                                    const float* w_k, int64_t N, int64_t NH, int64_t NKV,
+                                    int64_t HS, float eps) {
+  const int64_t QKV = (NH + 2 * NKV) * HS, QK = (NH + NKV) * HS;
+  for (int64_t n = 0; n < N; ++n) std::memcpy(qk_in + n * QK, qkv + n * QKV, QK * sizeof(float));
+  cpu::RmsNormForwardRows(qkv, {NH, QKV}, rstd, qk_in, {NH, QK}, w_q, N * NH, HS, eps);
+  cpu::RmsNormForwardRows(qkv + NH * HS, {NKV, QKV}, rstd + N * NH, qk_in + NH * HS, {NKV, QK},
+                          w_k, N * NKV, HS, eps);
+}
+
+void CpuBackend::HeadRmsNormBackward(float* d_qkv, float* d_w_q, float* d_w_k,
+                                     const float* qk_in, const float* w_q, const float* w_k,
+                                     const float* rstd, int64_t N, int64_t NH, int64_t NKV,
+                                     int64_t HS) {
+  const int64_t QKV = (NH + 2 * NKV) * HS, QK = (NH + NKV) * HS;
+  cpu::RmsNormBackwardRows(d_qkv, {NH, QKV}, d_w_q, d_qkv, {NH, QKV}, qk_in, {NH, QK}, w_q, rstd,
+                           N * NH, HS);
+  cpu::RmsNormBackwardRows(d_qkv + NH * HS, {NKV, QKV}, d_w_k, d_qkv + NH * HS, {NKV, QKV},
+                           qk_in + NH * HS, {NKV, QK}, w_k, rstd + N * NH, N * NKV, HS);
+}
+
 void CpuBackend::GeluForward(float* out, const float* inp, int64_t n) {
   cpu::GeluForward(out, inp, n);
 }

@@ -48,6 +48,15 @@ void MeasuringBackend::RmsNormBackward(float* d_inp, float* d_weight, const floa
                                        const float* inp, const float* weight, const float* rstd,
                                        int64_t N, int64_t C) {}
 
+void MeasuringBackend::HeadRmsNormForward(float* qkv, float* qk_in, float* rstd, const float* w_q,
+                                          const float* w_k, int64_t N, int64_t NH, int64_t NKV,
+                                          int64_t HS, float eps) {}
+
+void MeasuringBackend::HeadRmsNormBackward(float* d_qkv, float* d_w_q, float* d_w_k,
+                                           const float* qk_in, const float* w_q, const float* w_k,
+                                           const float* rstd, int64_t N, int64_t NH, int64_t NKV,
+                                           int64_t HS) {}
+
 void MeasuringBackend::GeluForward(float* out, const float* inp, int64_t n) {}
 
 void MeasuringBackend::GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n) {

@@ -53,6 +53,12 @@ class MeasuringBackend final : public Backend {
                       int64_t C, float eps) override;
   void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
                        const float* weight, const float* rstd, int64_t N, int64_t C) override;
+  void HeadRmsNormForward(float* qkv, float* qk_in, float* rstd, const float* w_q,
+                          const float* w_k, int64_t N, int64_t NH, int64_t NKV, int64_t HS,
+                          float eps) override;
+  void HeadRmsNormBackward(float* d_qkv, float* d_w_q, float* d_w_k, const float* qk_in,
+                           const float* w_q, const float* w_k, const float* rstd, int64_t N,
+                           int64_t NH, int64_t NKV, int64_t HS) override;
   void GeluForward(float* out, const float* inp, int64_t n) override;
   void GeluBackward(float* d_inp, const float* d_out, const float* inp, int64_t n) override;
   void SwigluForward(float* out, const float* inp, int64_t N, int64_t H) override;

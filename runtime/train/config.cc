@@ -108,6 +108,7 @@ Status ReadModel(YamlMap& s, ModelConfig* m) {
   RETURN_IF_ERROR(s.Float("rope_theta", kPositive, &m->rope_theta));
   RETURN_IF_ERROR(s.Int("sliding_window", 0, kMaxSeqLen, &m->sliding_window));
   RETURN_IF_ERROR(s.Bool("qkv_bias", &m->qkv_bias));
+  RETURN_IF_ERROR(s.Bool("qk_norm", &m->qk_norm));
   bool tie_given = false;
   RETURN_IF_ERROR(s.Bool("tie_embeddings", &m->tie_embeddings, &tie_given));
   if (!tie_given) m->tie_embeddings = m->family == ModelFamily::kGpt2;  // GPT-2 ties, Llama not

@@ -64,6 +64,7 @@ void EmitModel(YAML::Emitter& out, const ModelConfig& m) {
   }
   Put(out, "sliding_window", m.sliding_window);
   Put(out, "qkv_bias", m.qkv_bias);
+  Put(out, "qk_norm", m.qk_norm);
   Put(out, "tie_embeddings", m.tie_embeddings);
   Put(out, "init_std", m.init_std);
   PutName(out, "recompute", RecomputePolicyName(m.recompute));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "models/hf_weights.h"
+
 namespace tessera {
 
 int TpRankOf(const ParallelConfig& p, int rank) { return rank % std::max(1, p.tp); }
@@ -40,18 +42,8 @@ std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamW
 // The global (one-rank) model's parameters as views over a flat fp32 buffer of all of them,
 // in DeclareParameters order (for a weights file).
 std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
-  std::vector<Parameter> views;
-  int64_t offset = 0;
-  for (const ParamDecl& d : DeclareParameters(model)) {
-    Parameter p;
-    p.kind = d.kind;
-    p.hf_transposed = d.hf_transposed;
-    p.offset = offset;
-    p.spec = ShardedTensor::Whole(d.name, d.shape);
-    p.value = Tensor(base + offset, DType::kF32, d.shape);
-    views.push_back(std::move(p));
-    offset += d.shape.numel();
-  }
+  std::vector<Parameter> views = HfGlobalSpecs(model);
+  for (Parameter& p : views) p.value = Tensor(base + p.offset, DType::kF32, p.spec.global_shape);
   return views;
 }
 

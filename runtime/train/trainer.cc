@@ -25,6 +25,8 @@
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/expert_split_state.h"
+#include "runtime/train/grad_sync.h"
+#include "runtime/train/hf_load.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
 
@@ -360,19 +362,42 @@ Status Trainer::LoadInitialWeights() {
                            " is not a checkpoint (" + dir.status().message() +
                            "); a weights file has no optimizer state");
   } else {
-    // The whole file is read on every rank (each keeps its pieces): a transient full fp32
-    // copy of the global model, released before training starts.
-    std::vector<float> full(static_cast<size_t>(UnitBounds(c.model).back()));
-    std::vector<Parameter> views = GlobalViews(c.model, full.data());
-    HfExtras extras;
-    RETURN_IF_ERROR(LoadHfWeights(c.init_from, c.model, views, &extras));
-    if (!extras.moe_bias.empty()) {  // the file's routing bias (DeepSeek-V3's)
-      moe_bias_ = extras.moe_bias;
-      for (Transformer* m : Models()) SetMoeBias(c.model, *m, moe_bias_);
+    RETURN_IF_ERROR(LoadHfInitialWeights());
+  }
+  return Status::Ok();
+}
+
+// init_from an HF checkpoint: each rank reads only what it holds (hf_load.h). Every rank
+// learns whether every other one loaded, so a failure anywhere stops all of them before any
+// training (never a job with one half-loaded rank).
+Status Trainer::LoadHfInitialWeights() {
+  const int threads = std::clamp(cpu::NumThreads(), 2, 8);
+  Result<HfLoadReport> r = LoadHfShare(config_.init_from, *partition_, *shards_, threads);
+  // Per rank: its Status code (0: loaded), then kHfLoadFields numbers (see hf_load_).
+  const std::vector<double> mine = {
+      static_cast<double>(static_cast<int>(r.status().code())),
+      r.ok() ? static_cast<double>(r->bytes_read) : 0.0,
+      r.ok() ? static_cast<double>(r->peak_rss_growth) : -1.0,
+      r.ok() ? static_cast<double>(r->share) : 0.0};
+  const size_t fields = mine.size();
+  std::vector<double> all = mine;
+  if (all_ != nullptr) {
+    ASSIGN_OR_RETURN(all, AllGatherDoubles(all_, mine));
+  }
+  if (!r.ok()) return r.status();
+  for (size_t rank = 0; rank < all.size() / fields; ++rank) {
+    const double code = all[rank * fields];
+    if (code != 0.0) {  // the same code, so every rank exits as the failed one does
+      return Status(static_cast<StatusCode>(static_cast<int>(code)),
+                    "init_from " + config_.init_from + ": rank " + std::to_string(rank) +
+                        " could not load its share (see its message); no rank starts training");
     }
-    RETURN_IF_ERROR(shards_->Load([&](int64_t b, int64_t e, float* out) {
-      FillFromGlobal(*partition_, full.data(), b, e, out);
-    }));
+    hf_load_.insert(hf_load_.end(), all.begin() + rank * fields + 1, all.begin() + (rank + 1) * fields);
+  }
+  hf_load_line_ = DescribeHfLoad(*r);
+  if (!r->routing_bias.empty()) {  // the file's routing bias (DeepSeek-V3's)
+    moe_bias_ = r->routing_bias;
+    for (Transformer* m : Models()) SetMoeBias(config_.model, *m, moe_bias_);
   }
   return Status::Ok();
 }

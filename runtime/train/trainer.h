@@ -150,6 +150,7 @@ class Trainer {
   Status SetUpParameters();
   Status BuildModels(ModelOptions mo);
   Status LoadInitialWeights();
+  Status LoadHfInitialWeights();
   void SetUpLossScaler();  // fp16
   // resume: auto — the newest usable checkpoint's tensors and state (step, data position,
   // loss scale); a fresh start when there is none.
@@ -169,6 +170,7 @@ class Trainer {
   // The loop's phases (Run reads as their sequence; trainer.cc, trainer_report.cc).
   Result<RunProgress> BeginRun(FILE* out);
   void PrintBanner(int64_t tokens_per_step, FILE* out) const;
+  void PrintHfLoadBanner(FILE* out) const;
   void PrintTensorParallelBanner(FILE* out) const;
   std::string DataRanks() const;
   void PrintPipelineBanner(FILE* out) const;
@@ -243,6 +245,12 @@ class Trainer {
   std::optional<LossScaler> loss_scaler_;  // fp16 only
   std::optional<StepGuard> guard_;          // non-finite and loss-spike policy (step_guard.h)
   bool init_from_checkpoint_ = false;       // init_from names a Tessera checkpoint
+  // init_from an HF checkpoint: every rank's {bytes read, peak resident growth (-1: not
+  // measured), parameters held} in rank order, and rank 0's description of its load (the
+  // banner prints it).
+  static constexpr size_t kHfLoadFields = 3;
+  std::vector<double> hf_load_;
+  std::string hf_load_line_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<Checkpointer> memory_tier_;  // checkpoint.memory_interval_steps > 0 only
   RunLink* link_ = nullptr;             // null: standalone

@@ -21,7 +21,8 @@ namespace tessera {
 namespace {
 
 // <out_dir>/memory.json: the layout and each rank's peak reserved bytes by kind.
-std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks) {
+std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks,
+                       const std::vector<double>& hf_load) {
   const int kinds = static_cast<int>(MemoryKind::kCount);
   JsonWriter w;
   w.BeginObject();
@@ -43,7 +44,19 @@ std::string MemoryJson(const Config& c, const std::vector<double>& all, int rank
     }
     w.EndObject();
   }
-  w.EndArray().EndObject();
+  w.EndArray();
+  if (!hf_load.empty()) {  // init_from an HF checkpoint: what each rank's sharded load took
+    w.Key("init_from_load").BeginArray();
+    for (size_t r = 0; r < hf_load.size() / 3; ++r) {  // Trainer::hf_load_'s fields
+      w.BeginObject().Key("rank").Int(static_cast<int64_t>(r));
+      w.Key("bytes_read").Int(static_cast<int64_t>(hf_load[3 * r]));
+      w.Key("peak_rss_growth_bytes").Int(static_cast<int64_t>(hf_load[3 * r + 1]));
+      w.Key("parameters_held").Int(static_cast<int64_t>(hf_load[3 * r + 2]));
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
   return w.str() + "\n";
 }
 
@@ -115,6 +128,7 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
                static_cast<long long>(config_.model.num_layers),
                RecomputePolicyName(config_.model.recompute));
   std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
+  if (!hf_load_line_.empty()) PrintHfLoadBanner(out);
   if (dp_size_ > 1 || config_.parallel.zero > 0 || config_.precision != Precision::kFp32 ||
       config_.optimizer.offload != OptimizerOffload::kNone) {
     std::fprintf(out, "tessera: data parallel: %s, %s, optimizer offload %s\n",
@@ -148,6 +162,26 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
                                   : "sgemm peak",
                peak_flops_ / 1e9);
   std::fflush(out);
+}
+
+// init_from an HF checkpoint: rank 0's load, and with several ranks the largest of them.
+void Trainer::PrintHfLoadBanner(FILE* out) const {
+  std::fprintf(out, "tessera: init_from %s: %s\n", config_.init_from.c_str(), hf_load_line_.c_str());
+  const size_t ranks = hf_load_.size() / kHfLoadFields;
+  if (ranks < 2) return;
+  double read = 0, peak = -1;
+  size_t peak_rank = 0;
+  for (size_t r = 0; r < ranks; ++r) {
+    const double* f = &hf_load_[r * kHfLoadFields];
+    read += f[0];
+    if (f[1] > peak) peak = f[1], peak_rank = r;
+  }
+  std::fprintf(out, "tessera: init_from: %zu ranks read %.1f MiB in all", ranks, read / (1 << 20));
+  if (peak >= 0) {
+    std::fprintf(out, "; the largest peak memory growth was +%.1f MiB (rank %zu)", peak / (1 << 20),
+                 peak_rank);
+  }
+  std::fprintf(out, "\n");
 }
 
 void Trainer::PrintTensorParallelBanner(FILE* out) const {
@@ -209,7 +243,7 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
                                   DType::kF32, &extras));
   const int ranks = all_ != nullptr ? all_->size() : 1;
-  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks)));
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks, hf_load_)));
   std::string report = memory_.Report();
   if (ranks > 1) report += FormatMemoryTable(memory, ranks);
   summary.moe_histogram = MoeHistogram(run);

@@ -126,6 +126,33 @@ TEST_F(HfIntake, AQwen2DirectoryTrainsWithItsBiases) {
   EXPECT_TRUE(Contains(ReadFile(dir_ / "ft/config.yaml"), "qkv_bias: true"));
 }
 
+// Qwen3: q/k norms in the file (a run with model.qk_norm wrote them, head_dim 16 = 64 / 4 given
+// explicitly, as Qwen3's config.json does); exported as a directory whose config.json says
+// qwen3, which then fine-tunes with no shape in the YAML.
+TEST_F(HfIntake, AQwen3DirectoryTrainsWithItsQkNorms) {
+  CommandResult base = Tessera("train " + Repo("configs/llama-tiny.yaml") +
+                               " --set model.qk_norm=true --set train.steps=3 --set train.threads=1"
+                               " --set train.peak_gflops=1 --set train.out_dir=" + (dir_ / "q3"));
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::string exported = dir_ / "Qwen3-Tiny";
+  CommandResult e = Tessera("export " + Repo("configs/llama-tiny.yaml") +
+                            " --set model.qk_norm=true --init-from " + (dir_ / "q3/model.safetensors") +
+                            " --out " + exported);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const std::string config = ReadFile(exported + "/config.json");
+  EXPECT_TRUE(Contains(config, "\"model_type\":\"qwen3\"")) << config;
+  EXPECT_TRUE(Contains(config, "\"head_dim\":16")) << config;
+  CommandResult i = Tessera("inspect " + exported);
+  ASSERT_EQ(i.exit_code, 0) << i.output;
+  EXPECT_TRUE(Contains(i.output, "model.qk_norm: true")) << i.output;
+  EXPECT_TRUE(Contains(i.output, "weights: 25 tensors")) << i.output;  // llama-tiny's 21 + 2 x 2 norms
+  CommandResult r = Tessera("train " + Repo("configs/finetune.yaml") + " --set init_from=" + exported +
+                            " --set train.steps=3 --set train.threads=1 --set train.peak_gflops=1"
+                            " --set train.out_dir=" + (dir_ / "ft"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(ReadFile(dir_ / "ft/config.yaml"), "qk_norm: true"));
+}
+
 // The round trip: a sharded model directory written by `tessera export --out DIR` (shards,
 // index, config.json), fine-tuned from, exported again as a directory, and read back: the
 // re-export of what was loaded is the fine-tuned run's own file, byte for byte (fp32).

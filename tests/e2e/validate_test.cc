@@ -104,6 +104,22 @@ TEST_F(Validate, AnExplicitHeadDimAgrees) {
   ExpectAgrees(7);
 }
 
+// Qwen3-shaped: every query and key head RMSNormed before RoPE, 4 heads of 24 over 64.
+TEST_F(Validate, Qwen3QkNormsAgree) {
+  if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
+  Prepare("configs/llama-tiny.yaml", " --set model.qk_norm=true --set model.head_dim=24", "llama",
+          " --heads 4 --kv-heads 2");
+  ExpectAgrees(7);
+}
+
+// Qwen3-MoE-shaped: q/k norms and Mixtral-like routing (softmax top-k renormalised).
+TEST_F(Validate, Qwen3MoeShapedAgrees) {
+  if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
+  Prepare("configs/moe-mixtral-tiny.yaml", " --set model.qk_norm=true", "llama",
+          " --heads 4 --kv-heads 2 --top-k 2 --score softmax");
+  ExpectAgrees(7);
+}
+
 TEST_F(Validate, MixtralShapedExpertsAgree) {
   if (!HaveNumpy()) GTEST_SKIP() << "python3-numpy is not installed";
   Prepare("configs/moe-mixtral-tiny.yaml", "", "llama", " --heads 4 --kv-heads 2 --top-k 2 --score softmax");

@@ -171,6 +171,19 @@ TEST(GradCheckOptions, ExplicitHeadDim) {
   }
 }
 
+// Qwen3's q/k norms (an RMSNorm over every query and key head before RoPE), with heads of an
+// explicit width as Qwen3's are, under each policy.
+TEST(GradCheckOptions, QkNorms) {
+  for (RecomputePolicy policy :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    SCOPED_TRACE(RecomputePolicyName(policy));
+    ModelConfig c = Tiny(ModelFamily::kLlama, policy);
+    c.qk_norm = true;
+    c.head_dim = 6;
+    ExpectGradientsMatchFiniteDifferences(c);
+  }
+}
+
 // A window changes the model (its loss) unless it covers the sequence.
 TEST(SlidingWindow, ChangesTheLossOnlyWhenShorterThanTheSequence) {
   const Batch b = MakeBatch(kB, kT, 32, 11);
@@ -416,6 +429,17 @@ TEST(Layout, PublishedParameterCounts) {
   qwen2.tie_embeddings = true;
   qwen2.qkv_bias = true;
   EXPECT_EQ(Total(qwen2), 494032768);
+  ModelConfig qwen3 = qwen2;  // Qwen3-0.6B: q/k norms, 16 heads of 128 over a width of 1024
+  qwen3.qkv_bias = false;
+  qwen3.qk_norm = true;
+  qwen3.num_layers = 28;
+  qwen3.hidden_size = 1024;
+  qwen3.num_heads = 16;
+  qwen3.num_kv_heads = 8;
+  qwen3.head_dim = 128;
+  qwen3.ffn_hidden_size = 3072;
+  // 0.44B without the embedding, as its model card says: 440,466,432 + 155,582,464.
+  EXPECT_EQ(Total(qwen3), 596049920);
 }
 
 TEST(Layout, TrainFlopsPerTokenIsPalmFormula) {

@@ -113,6 +113,44 @@ struct NormCase {
   }
 };
 
+// Strided rows (NormRows: q|k heads inside packed [q | k | v] rows, as the q/k norms use them)
+// compute exactly what RmsNormForward/Backward compute on the same rows gathered contiguously,
+// with rows interleaved so a wrong stride would pick another row's values.
+TEST(RmsNorm, StridedRowsEqualTheContiguousKernelBitForBit) {
+  const int64_t T = 5, NH = 3, NKV = 2, HS = 7, QKV = (NH + 2 * NKV) * HS;
+  const float eps = 1e-6f;
+  auto packed = RandomVector(T * QKV, 4, -2.0f, 2.0f), w = RandomVector(HS, 5);
+  auto dy_packed = RandomVector(T * QKV, 6);
+  std::vector<float> q(T * NH * HS), dq(T * NH * HS);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < NH * HS; ++i) {
+      q[t * NH * HS + i] = packed[t * QKV + i];
+      dq[t * NH * HS + i] = dy_packed[t * QKV + i];
+    }
+  }
+  std::vector<float> ref(q.size()), ref_rstd(T * NH), ref_dx(q.size()), ref_dw(HS, 0.0f);
+  RmsNormForward(ref.data(), ref_rstd.data(), q.data(), w.data(), T * NH, HS, eps);
+  RmsNormBackward(ref_dx.data(), ref_dw.data(), dq.data(), q.data(), w.data(), ref_rstd.data(),
+                  T * NH, HS);
+  std::vector<float> out = packed, rstd(T * NH), dx = dy_packed, dw(HS, 0.0f);
+  RmsNormForwardRows(out.data(), {NH, QKV}, rstd.data(), packed.data(), {NH, QKV}, w.data(),
+                     T * NH, HS, eps);
+  RmsNormBackwardRows(dx.data(), {NH, QKV}, dw.data(), dx.data(), {NH, QKV}, packed.data(),
+                      {NH, QKV}, w.data(), rstd.data(), T * NH, HS);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < NH * HS; ++i) {
+      ASSERT_EQ(out[t * QKV + i], ref[t * NH * HS + i]) << t << " " << i;
+      ASSERT_EQ(dx[t * QKV + i], ref_dx[t * NH * HS + i]) << t << " " << i;
+    }
+    for (int64_t i = NH * HS; i < QKV; ++i) {  // k and v untouched
+      ASSERT_EQ(out[t * QKV + i], packed[t * QKV + i]);
+      ASSERT_EQ(dx[t * QKV + i], dy_packed[t * QKV + i]);
+    }
+  }
+  EXPECT_TRUE(BitEqual(rstd, ref_rstd));
+  EXPECT_TRUE(BitEqual(dw, ref_dw));
+}
+
 TEST(Norms, DeterministicAndParamGradsIndependentOfThreadCount) {
   NormCase k;
   const int threads = NumThreads();

@@ -229,12 +229,9 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.tp) + (c.sp ? "_sp_" : "_") + policy;
     });
 
-// Qwen2's q/k/v biases (split by heads with their weights) and Mistral's sliding window.
-TEST(TensorParallel, QkvBiasesAndSlidingWindowMatchOneRank) {
+// tp 2, with and without sequence parallelism, against one rank.
+void ExpectTp2MatchesOneRank(const ModelConfig& config) {
   const int before = cpu::SetNumThreads(1);
-  ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kSelective);
-  config.qkv_bias = true;
-  config.sliding_window = 3;
   const Batch batch = MakeBatch(config.vocab_size);
   const Reference ref = RunOne(config, batch, 2);
   for (bool sp : {false, true}) {
@@ -242,6 +239,14 @@ TEST(TensorParallel, QkvBiasesAndSlidingWindowMatchOneRank) {
     ExpectMatches(config, 2, ref, RunTp(config, 2, sp, batch, 2));
   }
   cpu::SetNumThreads(before);
+}
+
+// Qwen2's q/k/v biases (split by heads with their weights) and Mistral's sliding window.
+TEST(TensorParallel, QkvBiasesAndSlidingWindowMatchOneRank) {
+  ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kSelective);
+  config.qkv_bias = true;
+  config.sliding_window = 3;
+  ExpectTp2MatchesOneRank(config);
 }
 
 // Heads of an explicit width (head_dim 6 over hidden 16): split by heads all the same.
@@ -253,6 +258,15 @@ TEST(TensorParallel, ExplicitHeadDimMatchesOneRank) {
   const Reference ref = RunOne(config, batch, 2);
   ExpectMatches(config, 2, ref, RunTp(config, 2, false, batch, 2));
   cpu::SetNumThreads(before);
+}
+
+// Qwen3's q/k norms: whole on every tp rank, each rank norming its own heads, their gradients
+// summed over tp.
+TEST(TensorParallel, QkNormsMatchOneRank) {
+  ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kSelective);
+  config.qk_norm = true;
+  config.head_dim = 6;
+  ExpectTp2MatchesOneRank(config);
 }
 
 TEST(TensorParallel, SequenceParallelKeepsLessActivationMemory) {

@@ -160,12 +160,38 @@ TEST(HfConfig, MixtralAndTheQwenMoesMapTheirExperts) {
     "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
     "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
     "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "vocab_size": 151936})");
-  EXPECT_EQ(q3.missing.size(), 1u);  // head_dim 128 maps; q/k norms do not
-  EXPECT_TRUE(MissingMentions(q3, "q_norm / k_norm"));
+  EXPECT_TRUE(q3.missing.empty());
+  EXPECT_TRUE(q3.model.qk_norm);
+  EXPECT_FALSE(q3.model.qkv_bias);
   EXPECT_EQ(q3.model.head_size(), 128);
   EXPECT_EQ(q3.model.moe.num_experts, 128);
   EXPECT_EQ(q3.model.moe.top_k, 8);
   EXPECT_EQ(q3.model.expert_ffn(), 768);
+}
+
+// Qwen/Qwen3-0.6B's config.json (qwen3): q/k norms, head_dim 128 (not 1024 / 16), tied.
+// Without a head_dim the transformers default is 128, not hidden_size / heads.
+TEST(HfConfig, Qwen3DenseMapsItsQkNormsAndHeadDim) {
+  const HfModelIntake q = Map(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+  EXPECT_TRUE(q.missing.empty());
+  EXPECT_TRUE(q.model.qk_norm);
+  EXPECT_FALSE(q.model.qkv_bias);
+  EXPECT_EQ(q.model.head_size(), 128);
+  EXPECT_EQ(q.model.sliding_window, 0);
+  EXPECT_TRUE(q.model.tie_embeddings);
+  const HfModelIntake no_dim = Map(R"({"model_type": "qwen3", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 96, "max_position_embeddings": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+    "vocab_size": 64})");
+  EXPECT_EQ(no_dim.model.head_size(), 128);
 }
 
 TEST(HfConfig, MlaAndUnknownTypesAreAChecklistNotAnError) {

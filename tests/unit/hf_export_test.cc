@@ -111,6 +111,18 @@ TEST(HfConfigJson, EachTypeReadsBackAsTheSameModel) {
   qwen2_moe.moe.layer_interval = 2;
   qwen2_moe.moe.first_dense_layers = 1;
   ExpectReadsBackAs(qwen2_moe, "qwen2_moe");
+
+  ModelConfig qwen3 = Llama();  // q/k norms; head_dim written even when it is C / heads
+  qwen3.qk_norm = true;
+  ExpectReadsBackAs(qwen3, "qwen3");
+  qwen3.head_dim = 12;
+  ExpectReadsBackAs(qwen3, "qwen3");
+
+  ModelConfig qwen3_moe = qwen3;  // softmax top-k renormalised, no shared experts
+  qwen3_moe.moe.num_experts = 4;
+  qwen3_moe.moe.top_k = 2;
+  qwen3_moe.moe.expert_ffn_size = 16;
+  ExpectReadsBackAs(qwen3_moe, "qwen3_moe");
 }
 
 TEST(HfConfigJson, ModelsNoTypeComputesAreRefusedWithTheReason) {

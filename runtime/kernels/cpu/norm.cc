@@ -106,11 +106,21 @@ void LayerNormBackward(float* d_inp, float* d_weight, float* d_bias, const float
 // rstd = 1/sqrt(mean(x^2) + eps); out = x * rstd * weight
 void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                     int64_t C, float eps) {
+  RmsNormForwardRows(out, {}, rstd, inp, {}, weight, N, C, eps);
+}
+
+void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
+                     const float* weight, const float* rstd, int64_t N, int64_t C) {
+  RmsNormBackwardRows(d_inp, {}, d_weight, d_out, {}, inp, {}, weight, rstd, N, C);
+}
+
+void RmsNormForwardRows(float* out, NormRows out_rows, float* rstd, const float* inp,
+                        NormRows in_rows, const float* weight, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static) if (N * C >= vec::kMinParallelElems)
   for (int64_t i = 0; i < N; ++i) {
-    const float* x = inp + i * C;
+    const float* x = inp + in_rows.At(i, C);
     const float s = 1.0f / std::sqrt(vec::Dot(x, x, C) / static_cast<float>(C) + eps);
-    float* o = out + i * C;
+    float* o = out + out_rows.At(i, C);
     for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * weight[c];
     if (rstd != nullptr) rstd[i] = s;
   }
@@ -118,8 +128,9 @@ void RmsNormForward(float* out, float* rstd, const float* inp, const float* weig
 
 // With n = x * rstd and g = weight * d_out:
 //   d_x = rstd * (g - n * mean(g * n)),  d_weight += sum_rows d_out * n
-void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
-                     const float* weight, const float* rstd, int64_t N, int64_t C) {
+void RmsNormBackwardRows(float* d_inp, NormRows d_inp_rows, float* d_weight, const float* d_out,
+                         NormRows d_out_rows, const float* inp, NormRows in_rows,
+                         const float* weight, const float* rstd, int64_t N, int64_t C) {
   const bool parallel = N * C >= vec::kMinParallelElems;
   // Parameter gradient first, so that d_inp may alias d_out.
   if (d_weight != nullptr) {
@@ -130,8 +141,8 @@ void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const fl
       const int64_t width = std::min(kChannelBlock, C - c0);
       float acc[kChannelBlock] = {};
       for (int64_t i = 0; i < N; ++i) {
-        const float* x = inp + i * C + c0;
-        const float* dy = d_out + i * C + c0;
+        const float* x = inp + in_rows.At(i, C) + c0;
+        const float* dy = d_out + d_out_rows.At(i, C) + c0;
         const float s = rstd[i];
         for (int64_t c = 0; c < width; ++c) acc[c] += dy[c] * (x[c] * s);
       }
@@ -141,9 +152,9 @@ void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const fl
   if (d_inp != nullptr) {
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < N; ++i) {
-      const float* x = inp + i * C;
-      const float* dy = d_out + i * C;
-      float* dx = d_inp + i * C;
+      const float* x = inp + in_rows.At(i, C);
+      const float* dy = d_out + d_out_rows.At(i, C);
+      float* dx = d_inp + d_inp_rows.At(i, C);
       const float s = rstd[i];
       for (int64_t c = 0; c < C; ++c) dx[c] = weight[c] * dy[c];
       // mean(g * n) = rstd * mean(g * x)

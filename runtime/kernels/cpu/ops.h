@@ -56,6 +56,21 @@ void RmsNormForward(float* out, float* rstd, const float* inp, const float* weig
                     int64_t C, float eps);
 void RmsNormBackward(float* d_inp, float* d_weight, const float* d_out, const float* inp,
                      const float* weight, const float* rstd, int64_t N, int64_t C);
+// Where row i of C elements starts in a buffer: i * C (contiguous), or in groups of `per` rows
+// `stride` apart -- e.g. the q heads of packed [q | k | v] rows: per = NH, stride = QKV.
+struct NormRows {
+  int64_t per = 1, stride = 0;  // stride 0: contiguous
+  int64_t At(int64_t i, int64_t C) const {
+    return stride == 0 ? i * C : (i / per) * stride + (i % per) * C;
+  }
+};
+// RMSNorm over rows laid out as `*_rows` say (the same arithmetic as RmsNormForward/Backward,
+// which are these with contiguous rows). Outputs may alias inputs row for row.
+void RmsNormForwardRows(float* out, NormRows out_rows, float* rstd, const float* inp,
+                        NormRows in_rows, const float* weight, int64_t N, int64_t C, float eps);
+void RmsNormBackwardRows(float* d_inp, NormRows d_inp_rows, float* d_weight, const float* d_out,
+                         NormRows d_out_rows, const float* inp, NormRows in_rows,
+                         const float* weight, const float* rstd, int64_t N, int64_t C);
 
 // ---- Activations --------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's "gelu_new"). n elements.

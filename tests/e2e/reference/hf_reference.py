@@ -9,7 +9,9 @@ Hugging Face model definitions (not from Tessera's code), used to check Tessera'
         [--top-k K --score softmax|sigmoid [--no-norm-topk] [--route-scale S] \
          [--n-group G --topk-group g]]
 
-Llama-family attention takes q/k/v biases when the file has them (Qwen2Attention) and, with
+Llama-family attention takes q/k/v biases when the file has them (Qwen2Attention), RMSNorms
+every query and key head before RoPE when the file has self_attn.q_norm / k_norm (Qwen3Attention)
+and, with
 --sliding-window W, masks keys more than W-1 positions back (MistralAttention's sliding
 window: key j is seen by query i when i - W < j <= i).
 
@@ -230,6 +232,9 @@ def llama_logits(w, ids, nh, nkv, eps, theta, moe, window, rec):
         q = split_heads(linear(x, w, p + "self_attn.q_proj"), nh)
         k = split_heads(linear(x, w, p + "self_attn.k_proj"), nkv)
         v = split_heads(linear(x, w, p + "self_attn.v_proj"), nkv)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3Attention: RMSNorm of each head, then RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q, k = rope(q, theta), rope(k, theta)
         rep = nh // nkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)

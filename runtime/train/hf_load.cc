@@ -1,0 +1,125 @@
+// runtime/train/hf_load.cc — the sharded HF loader (hf_load.h).
+#include "runtime/train/hf_load.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tessera {
+namespace {
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); -1 if unreadable.
+int64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1) * 1024;
+  }
+  return -1;
+}
+
+// Resets the kernel's resident high-water mark to the current resident size (Linux >= 4.0).
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+std::string Thousands(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string MiB(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& partition,
+                                 ParamState& shards, int threads, HfReadFault fault) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool measured = ResetPeakRss();
+  const int64_t rss_start = ProcStatusBytes("VmRSS");
+  const std::vector<Parameter> specs = HfGlobalSpecs(partition.config());
+  ASSIGN_OR_RETURN(std::unique_ptr<HfWeightSource> src,
+                   HfWeightSource::Open(path, partition.config(), specs, /*routing_bias=*/true,
+                                        std::move(fault)));
+  HfLoadReport report;
+  report.threads = std::max(1, threads);
+  report.files = static_cast<int>(src->num_files());
+  for (const Parameter& p : specs) report.model += p.spec.global_shape.numel();
+  for (const TpParam& p : partition.params()) {
+    for (const TpSegment& seg : p.segments) report.share += seg.length;
+  }
+  // Per thread at most a transposed block (f32) and a 16-bit conversion chunk.
+  report.buffer_bytes = int64_t{report.threads} *
+                        (kHfReadBufferElems * 4 + static_cast<int64_t>(kSafetensorsChunkElems) * 2);
+
+  Status failed = Status::Ok();
+  std::mutex mu;
+  RETURN_IF_ERROR(shards.Load([&](int64_t b, int64_t e, float* out) {
+    std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));  // vocabulary padding
+    if (!failed.ok()) return;
+    // This call's pieces by tensor: one Read per tensor, so a transposed tensor's rows are
+    // read once for all of them.
+    std::map<int, std::vector<HfWeightSource::Request>> by_param;
+    partition.ForEachGlobalPiece(b, e, [&](const TpParam& p, int64_t global_begin, int64_t n,
+                                           int64_t local) {
+      by_param[p.global_index].push_back({global_begin, n, out + (local - b)});
+      report.elements += n;
+    });
+    std::vector<const std::pair<const int, std::vector<HfWeightSource::Request>>*> work;
+    for (const auto& item : by_param) work.push_back(&item);
+    std::atomic<size_t> next{0};
+    auto reader = [&] {
+      for (size_t i; (i = next++) < work.size();) {
+        Status st = src->Read(static_cast<size_t>(work[i]->first), work[i]->second);
+        if (st.ok()) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = st;
+        return;
+      }
+    };
+    const int n = std::min<int>(report.threads, static_cast<int>(work.size()));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < n; ++t) pool.emplace_back(reader);
+    reader();
+    for (std::thread& t : pool) t.join();
+  }));
+  RETURN_IF_ERROR(failed);
+  report.bytes_read = src->bytes_read();
+  report.routing_bias = src->routing_bias();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t hwm = ProcStatusBytes("VmHWM");
+  if (measured && rss_start >= 0 && hwm >= 0) report.peak_rss_growth = std::max<int64_t>(0, hwm - rss_start);
+  return report;
+}
+
+std::string DescribeHfLoad(const HfLoadReport& r) {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f s", r.seconds);
+  std::string s = "read " + MiB(r.bytes_read) + " from " + std::to_string(r.files) +
+                  (r.files == 1 ? " file" : " files") + " in " + secs + " on " +
+                  std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads") +
+                  " for this rank's " + Thousands(r.share) + " of the model's " +
+                  Thousands(r.model) + " parameters";
+  s += r.peak_rss_growth >= 0 ? "; peak memory +" + MiB(r.peak_rss_growth)
+                              : std::string("; peak memory not measurable here");
+  return s + " (read buffers at most " + MiB(r.buffer_bytes) + ")";
+}
+
+}  // namespace tessera
