@@ -96,5 +96,32 @@ TEST(BpeTokenizer, MergesLowestRankFirstAddedTokensFirstAndRoundTrips) {
   EXPECT_EQ(*Tiny(true)->Encode("x wor"), (std::vector<int32_t>{'x', 261}));  // whole
 }
 
+// One id for two tokens would make decoding (and what a shard's ids mean) depend on which one
+// won; an id far past the vocabulary's size would allocate a table up to it. Both refused.
+TEST(BpeTokenizer, SharedAndSparseIdsAreRefusedNamingThem) {
+  auto load = [](const std::string& extra, const std::string& added) {
+    std::string vocab;
+    for (int b = 0; b < 256; ++b) vocab += JsonQuote(ByteSymbol(b)) + ":" + std::to_string(b) + ",";
+    const std::string json = R"({"added_tokens":[)" + added + R"(],"pre_tokenizer":{"type":"ByteLevel","use_regex":true},)"
+                             R"("model":{"type":"BPE","vocab":{)" + vocab + extra + R"(},"merges":["h e"]}})";
+    auto parsed = ParseJson(json);
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    return MakeBpeTokenizer(*parsed, "", "tokenizer.json");
+  };
+  auto shared = load(R"("he":104)", "");
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(shared.status().message().find("id 104 is both"), std::string::npos) << shared.status().ToString();
+  auto added = load(R"("he":256)", R"({"id":256,"content":"<eot>"})");
+  ASSERT_FALSE(added.ok());
+  EXPECT_NE(added.status().message().find("id 256 is both"), std::string::npos) << added.status().ToString();
+  auto sparse = load(R"("he":100000000)", "");
+  ASSERT_FALSE(sparse.ok());
+  EXPECT_NE(sparse.status().message().find("ids reach 100000000 for 257 tokens"), std::string::npos)
+      << sparse.status().ToString();
+  // An added token that is also in the vocabulary under the same id is one token.
+  EXPECT_TRUE(load(R"("he":256,"<eot>":257)", R"({"id":257,"content":"<eot>"})").ok());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -12,6 +12,9 @@
 namespace tessera {
 namespace {
 
+// How far a vocabulary's largest id may pass its number of tokens (holes in the id space).
+constexpr int64_t kMaxIdGap = 1 << 16;
+
 // GPT-2's byte alphabet: printable bytes stand for themselves, the others for U+0100 onwards.
 std::vector<char32_t> ByteToChar() {
   std::vector<char32_t> map(256, 0);
@@ -334,9 +337,28 @@ Status BpeTokenizer::Load(const JsonValue& j, const std::string& eos_token,
   std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
     return x.content.size() > y.content.size();
   });
+  // Ids index a table: a sparse id space (a hostile or damaged file giving one token id 10^9)
+  // would allocate for every id up to it. Real vocabularies are dense.
+  const int64_t entries = static_cast<int64_t>(vocab_.size() + added_.size());
+  if (size > entries + kMaxIdGap) {
+    return DataLoss(where + ": ids reach " + std::to_string(size - 1) + " for " +
+                    std::to_string(entries) + " tokens (a vocabulary's ids are dense)");
+  }
+  // One id, one token: else decoding (and the shards' meaning) would depend on which won.
   token_of_.assign(static_cast<size_t>(size), std::string());
-  for (const auto& [token, id] : vocab_) token_of_[static_cast<size_t>(id)] = token;
-  for (const AddedToken& t : added_) token_of_[static_cast<size_t>(t.id)] = t.content;
+  std::vector<bool> taken(static_cast<size_t>(size), false);
+  auto claim = [&](int32_t id, const std::string& token) -> Status {
+    std::string& slot = token_of_[static_cast<size_t>(id)];
+    if (taken[static_cast<size_t>(id)] && slot != token) {
+      return DataLoss(where + ": id " + std::to_string(id) + " is both " + JsonQuote(slot) +
+                      " and " + JsonQuote(token));
+    }
+    taken[static_cast<size_t>(id)] = true;
+    slot = token;
+    return Status::Ok();
+  };
+  for (const auto& [token, id] : vocab_) RETURN_IF_ERROR(claim(id, token));
+  for (const AddedToken& t : added_) RETURN_IF_ERROR(claim(t.id, t.content));
   const std::vector<char32_t> map = ByteToChar();
   for (int b = 0; b < 256; ++b) {
     byte_char_.push_back(Utf8(map[b]));
