@@ -6,8 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/train/data/nfc.h"
 #include "runtime/train/data/pretokenize.h"
-#include "runtime/train/data/unicode_tables.h"
 
 namespace tessera {
 namespace {
@@ -29,16 +29,7 @@ std::vector<char32_t> ByteToChar() {
 
 std::string Utf8(char32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  AppendUtf8(c, s);
   return s;
 }
 
@@ -50,7 +41,6 @@ struct AddedToken {
 class BpeTokenizer final : public Tokenizer {
  public:
   Result<std::vector<int32_t>> Encode(std::string_view text) const override {
-    if (nfc_) RETURN_IF_ERROR(CheckNfc(text));
     std::vector<int32_t> ids;
     size_t begin = 0;  // of the ordinary text before the next added token
     for (size_t i = 0; i < text.size();) {
@@ -112,22 +102,12 @@ class BpeTokenizer final : public Tokenizer {
     return nullptr;
   }
 
-  Status CheckNfc(std::string_view text) const {
-    for (size_t i = 0, len = 1; i < text.size(); i += len) {
-      const char32_t cp = DecodeUtf8(text, i, &len);
-      if (cp != kInvalidUtf8 && MayChangeUnderNfc(cp)) {
-        char hex[16];
-        std::snprintf(hex, sizeof hex, "U+%04X", static_cast<unsigned>(cp));
-        return InvalidArgument("byte " + std::to_string(i) + " holds " + hex + ", which NFC "
-                               "normalisation (this tokenizer's normalizer) may change; Tessera "
-                               "does not normalise: convert the text to NFC first (e.g. Python's "
-                               "unicodedata.normalize('NFC', text))");
-      }
-    }
-    return Status::Ok();
-  }
-
-  Status EncodeOrdinary(std::string_view text, std::vector<int32_t>& ids) const {
+  // The text between added tokens: normalised (NFC, when the tokenizer asks for it: added
+  // tokens are matched on the raw text first, as transformers' tokenizers do), pre-tokenized,
+  // each piece mapped to the byte alphabet and merged.
+  Status EncodeOrdinary(std::string_view raw, std::vector<int32_t>& ids) const {
+    const std::string normalized = nfc_ ? NfcNormalize(raw) : std::string();
+    const std::string_view text = nfc_ ? std::string_view(normalized) : raw;
     for (std::string_view piece : PreTokenize(text, pattern_)) {
       std::string mapped;
       for (unsigned char b : piece) mapped += byte_char_[b];

@@ -9,9 +9,8 @@
 // or a Sequence of a Split by one of the known patterns and a ByteLevel without regex),
 // normalizer (none or NFC). The end-of-text id comes from tokenizer_config.json's eos_token
 // beside it, else "<|endoftext|>".
-// NFC: the text is not normalised here; a text holding a code point NFC may change (a
-// combining mark, ...; unicode_tables.h) is refused with the position, never encoded
-// differently. Anything else a tokenizer.json asks for (byte_fallback, Metaspace, another
+// NFC: the text between added tokens is normalised (nfc.h) before it is pre-tokenized, as
+// the tokenizers library does; Decode gives back the normalised text. Anything else a tokenizer.json asks for (byte_fallback, Metaspace, another
 // pattern, lstrip/rstrip added tokens, dropout) is refused when it loads, naming it.
 #pragma once
 

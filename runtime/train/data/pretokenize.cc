@@ -171,6 +171,24 @@ char32_t DecodeUtf8(std::string_view s, size_t i, size_t* len) {
   return cp;
 }
 
+void AppendUtf8(char32_t c, std::string& s) {
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (c >> 18));
+    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
 std::optional<PreTokenizerPattern> RecognizePattern(std::string_view regex) {
   for (PreTokenizerPattern p :
        {PreTokenizerPattern::kGpt2, PreTokenizerPattern::kLlama3, PreTokenizerPattern::kQwen2}) {

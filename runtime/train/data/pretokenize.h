@@ -32,6 +32,8 @@ std::string_view PatternRegex(PreTokenizerPattern p);
 // with *len = 1 (a malformed, overlong or surrogate sequence, or a stray byte).
 inline constexpr char32_t kInvalidUtf8 = 0xFFFFFFFF;
 char32_t DecodeUtf8(std::string_view text, size_t i, size_t* len);
+// Appends the UTF-8 bytes of code point `cp` (<= 0x10FFFF) to `out`.
+void AppendUtf8(char32_t cp, std::string& out);
 
 // `text` cut into pieces (views into it, in order, covering it exactly).
 std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizerPattern pattern);

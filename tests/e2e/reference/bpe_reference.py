@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 
 import regex
+import unicodedata
 
 PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
@@ -117,6 +118,7 @@ class Bpe:
         pre = tok["pre_tokenizer"]
         self.pattern = PATTERNS["gpt2"] if pre["type"] == "ByteLevel" else pre["pretokenizers"][0]["pattern"]["Regex"]
         self.added = {t["content"]: t["id"] for t in tok["added_tokens"]}
+        self.nfc = (tok.get("normalizer") or {}).get("type") == "NFC"
         self.eos = self.added.get("<|endoftext|>")
 
     def bpe(self, word):
@@ -150,6 +152,8 @@ class Bpe:
             if part in self.added:
                 ids.append(self.added[part])
                 continue
+            if self.nfc:  # the text between added tokens, as the tokenizers library normalizes it
+                part = unicodedata.normalize("NFC", part)
             for w in words(part, self.pattern):
                 ids.extend(self.bpe(w))
         return ids
