@@ -373,6 +373,12 @@ Status Trainer::LoadInitialWeights() {
 Status Trainer::LoadHfInitialWeights() {
   const int threads = std::clamp(cpu::NumThreads(), 2, 8);
   Result<HfLoadReport> r = LoadHfShare(config_.init_from, *partition_, *shards_, threads);
+  // A failing rank says why before the others learn of it: once any rank exits, mpirun ends
+  // the job, and a message left for the exit could be lost.
+  if (!r.ok()) {
+    std::fprintf(stderr, "tessera: rank %d: %s\n", world_rank_, r.status().ToString().c_str());
+    std::fflush(stderr);
+  }
   // Per rank: its Status code (0: loaded), then kHfLoadFields numbers (see hf_load_).
   const std::vector<double> mine = {
       static_cast<double>(static_cast<int>(r.status().code())),
@@ -384,7 +390,10 @@ Status Trainer::LoadHfInitialWeights() {
   if (all_ != nullptr) {
     ASSIGN_OR_RETURN(all, AllGatherDoubles(all_, mine));
   }
-  if (!r.ok()) return r.status();
+  if (!r.ok()) {
+    return Status(r.status().code(), "init_from " + config_.init_from +
+                                         ": this rank could not load its share (the line above)");
+  }
   for (size_t rank = 0; rank < all.size() / fields; ++rank) {
     const double code = all[rank * fields];
     if (code != 0.0) {  // the same code, so every rank exits as the failed one does

@@ -3,8 +3,8 @@ only the elements it holds, straight into its parameter state (runtime/train/hf_
 
 Usage: hf_load.py TESSERA MPIEXEC CONFIG WORK [MPIRUN_FLAGS...]
 
-  * A directory of f32 shards (exported, 100 KB each, from a two-step run) loads under one
-    rank, tp 2 x pp 2, dp 2 with ZeRO-3, dp 2 x tp 2 in bf16 with ZeRO-1, and for an MoE
+  * A directory of f32 shards (exported, 100 KB each, from a two-step run; for llama-tiny with
+    q/k/v biases, q/k norms and heads of width 24) loads under one rank, tp 2 x pp 2, dp 2 with ZeRO-3, dp 2 x tp 2 in bf16 with ZeRO-1, and for an MoE
     config ep 2 and ep 2 x tp 2. Each run takes one step at lr 1e-30: an update below half an
     ulp of every non-zero weight, so the final export must be the source's weights bit for bit
     (elements that are exactly 0 in the source may move by < 1e-29; none may move more).
@@ -22,8 +22,12 @@ import json, os, re, struct, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tessera_runs import Runner, weights  # noqa: E402
 
+# llama-tiny runs with Qwen2's q/k/v biases (split by heads under tp) and Qwen3's q/k norms
+# (whole on every tp rank) on heads of their own width.
+VARIANT = (["model.qkv_bias=true", "model.qk_norm=true", "model.head_dim=24"]
+           if os.path.basename(sys.argv[3]) == "llama-tiny.yaml" else [])
 runner = Runner(sys.argv, ["train.micro_batch_size=2", "train.seq_len=16",
-                           "train.grad_accum_steps=2"])
+                           "train.grad_accum_steps=2"] + VARIANT)
 work, tessera, config = runner.work, runner.tessera, runner.config
 moe = "moe" in os.path.basename(config)
 gpt2 = os.path.basename(config) == "tiny.yaml"
@@ -31,9 +35,9 @@ failures = []
 TINY_LR = ["train.steps=1", "optimizer.lr=1e-30"]
 
 
-def export(src, out, dtype, extra_sets=()):
+def export(src, out, dtype):
     cmd = [tessera, "export", config, "--init-from", src, "--out", out, "--dtype", dtype,
-           "--max-shard-size", "100KB"] + sum((["--set", s] for s in extra_sets), [])
+           "--max-shard-size", "100KB"] + sum((["--set", s] for s in VARIANT), [])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(p.stdout.strip())
     if p.returncode != 0:
