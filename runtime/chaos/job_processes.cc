@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/memory.h"
+
 namespace tessera {
 namespace {
 
@@ -70,12 +72,8 @@ std::map<int, pid_t> FindRankPids(const std::string& marker) {
 }
 
 double ResidentMiB(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;  // kB
-  }
-  return 0;
+  const int64_t bytes = ProcessMemoryBytes(pid, "VmRSS");
+  return bytes < 0 ? 0.0 : static_cast<double>(bytes) / (1 << 20);
 }
 
 RankSlower::RankSlower(pid_t pid, std::chrono::steady_clock::time_point until, int stop_ms, int run_ms)

@@ -108,4 +108,11 @@ class Arena {
 // "1.23 GiB", "456.0 MiB", "12.0 KiB", "17 B".
 std::string FormatBytes(size_t bytes);
 
+// A memory field of /proc/<pid>/status ("VmRSS": resident now, "VmHWM": its high-water mark)
+// in bytes, for process `pid` (0: this process); -1 if unreadable (the process is gone).
+int64_t ProcessMemoryBytes(int pid, const std::string& field);
+// Resets this process's resident high-water mark (VmHWM) to its resident size now, so a later
+// VmHWM is the peak since this call (Linux >= 4.0). False where /proc does not allow it.
+bool ResetPeakResident();
+
 }  // namespace tessera

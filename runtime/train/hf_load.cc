@@ -6,31 +6,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "runtime/core/memory.h"
+
 namespace tessera {
 namespace {
-
-// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"); -1 if unreadable.
-int64_t ProcStatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::atoll(line.c_str() + field.size() + 1) * 1024;
-  }
-  return -1;
-}
-
-// Resets the kernel's resident high-water mark to the current resident size (Linux >= 4.0).
-bool ResetPeakRss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 std::string Thousands(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -41,19 +24,13 @@ std::string Thousands(int64_t n) {
   return out;
 }
 
-std::string MiB(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 }  // namespace
 
 Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& partition,
                                  ParamState& shards, int threads, HfReadFault fault) {
   const auto start = std::chrono::steady_clock::now();
-  const bool measured = ResetPeakRss();
-  const int64_t rss_start = ProcStatusBytes("VmRSS");
+  const bool measured = ResetPeakResident();
+  const int64_t rss_start = ProcessMemoryBytes(0, "VmRSS");
   const std::vector<Parameter> specs = HfGlobalSpecs(partition.config());
   ASSIGN_OR_RETURN(std::unique_ptr<HfWeightSource> src,
                    HfWeightSource::Open(path, partition.config(), specs, /*routing_bias=*/true,
@@ -104,7 +81,7 @@ Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& 
   report.bytes_read = src->bytes_read();
   report.routing_bias = src->routing_bias();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t hwm = ProcStatusBytes("VmHWM");
+  const int64_t hwm = ProcessMemoryBytes(0, "VmHWM");
   if (measured && rss_start >= 0 && hwm >= 0) report.peak_rss_growth = std::max<int64_t>(0, hwm - rss_start);
   return report;
 }
@@ -112,14 +89,14 @@ Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& 
 std::string DescribeHfLoad(const HfLoadReport& r) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.2f s", r.seconds);
-  std::string s = "read " + MiB(r.bytes_read) + " from " + std::to_string(r.files) +
+  std::string s = "read " + FormatBytes(static_cast<size_t>(r.bytes_read)) + " from " + std::to_string(r.files) +
                   (r.files == 1 ? " file" : " files") + " in " + secs + " on " +
                   std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads") +
                   " for this rank's " + Thousands(r.share) + " of the model's " +
                   Thousands(r.model) + " parameters";
-  s += r.peak_rss_growth >= 0 ? "; peak memory +" + MiB(r.peak_rss_growth)
+  s += r.peak_rss_growth >= 0 ? "; peak memory +" + FormatBytes(static_cast<size_t>(r.peak_rss_growth))
                               : std::string("; peak memory not measurable here");
-  return s + " (read buffers at most " + MiB(r.buffer_bytes) + ")";
+  return s + " (read buffers at most " + FormatBytes(static_cast<size_t>(r.buffer_bytes)) + ")";
 }
 
 }  // namespace tessera

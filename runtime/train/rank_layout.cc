@@ -2,7 +2,6 @@
 #include "runtime/train/rank_layout.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "models/hf_weights.h"
 
@@ -45,18 +44,6 @@ std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base) {
   std::vector<Parameter> views = HfGlobalSpecs(model);
   for (Parameter& p : views) p.value = Tensor(base + p.offset, DType::kF32, p.spec.global_shape);
   return views;
-}
-
-// Copies into out (local flat [b, e) of `partition`) the global values each element maps to
-// (`global`: the one-rank flat buffer); vocabulary padding is zero.
-void FillFromGlobal(const ModelPartition& partition, const float* global, int64_t b, int64_t e,
-                    float* out) {
-  std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));
-  partition.ForEachGlobalPiece(
-      b, e, [&](const TpParam& p, int64_t global_begin, int64_t length, int64_t local) {
-        std::memcpy(out + (local - b), global + p.global_offset + global_begin,
-                    static_cast<size_t>(length) * sizeof(float));
-      });
 }
 
 Result<ModelPartition> RankPartition(const Config& config, int rank) {

@@ -28,13 +28,8 @@ int EpRankOf(const ParallelConfig& p, int rank);
 std::vector<ParamRange> DecayRanges(const ModelPartition& partition, const AdamWConfig& o);
 
 // The global (one-rank) model's parameters as views over a flat fp32 buffer holding all of
-// them in DeclareParameters order (for a weights file: init_from, the final export).
+// them in DeclareParameters order (for a whole-model weights file: the final export).
 std::vector<Parameter> GlobalViews(const ModelConfig& model, float* base);
-
-// out[0, e - b) = the global values (`global`: the one-rank flat buffer) of the partition's
-// local flat elements [b, e); vocabulary padding is zero.
-void FillFromGlobal(const ModelPartition& partition, const float* global, int64_t b, int64_t e,
-                    float* out);
 
 // The partition of world rank `rank`: tp share, its experts (ep), and chunks per parallel.pp, virtual_stages and
 // pipeline_split. Errors are the config's (a layout the config check would refuse).

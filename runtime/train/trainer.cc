@@ -379,7 +379,7 @@ Status Trainer::LoadHfInitialWeights() {
     std::fprintf(stderr, "tessera: rank %d: %s\n", world_rank_, r.status().ToString().c_str());
     std::fflush(stderr);
   }
-  // Per rank: its Status code (0: loaded), then kHfLoadFields numbers (see hf_load_).
+  // Per rank: its Status code (0: loaded), then the kHfLoadFields numbers of hf_load_.
   const std::vector<double> mine = {
       static_cast<double>(static_cast<int>(r.status().code())),
       r.ok() ? static_cast<double>(r->bytes_read) : 0.0,

@@ -22,7 +22,7 @@ namespace {
 
 // <out_dir>/memory.json: the layout and each rank's peak reserved bytes by kind.
 std::string MemoryJson(const Config& c, const std::vector<double>& all, int ranks,
-                       const std::vector<double>& hf_load) {
+                       const std::vector<double>& hf_load, size_t hf_fields) {
   const int kinds = static_cast<int>(MemoryKind::kCount);
   JsonWriter w;
   w.BeginObject();
@@ -47,11 +47,12 @@ std::string MemoryJson(const Config& c, const std::vector<double>& all, int rank
   w.EndArray();
   if (!hf_load.empty()) {  // init_from an HF checkpoint: what each rank's sharded load took
     w.Key("init_from_load").BeginArray();
-    for (size_t r = 0; r < hf_load.size() / 3; ++r) {  // Trainer::hf_load_'s fields
+    for (size_t r = 0; r < hf_load.size() / hf_fields; ++r) {  // Trainer::hf_load_'s fields
+      const double* f = &hf_load[r * hf_fields];
       w.BeginObject().Key("rank").Int(static_cast<int64_t>(r));
-      w.Key("bytes_read").Int(static_cast<int64_t>(hf_load[3 * r]));
-      w.Key("peak_rss_growth_bytes").Int(static_cast<int64_t>(hf_load[3 * r + 1]));
-      w.Key("parameters_held").Int(static_cast<int64_t>(hf_load[3 * r + 2]));
+      w.Key("bytes_read").Int(static_cast<int64_t>(f[0]));
+      w.Key("peak_rss_growth_bytes").Int(static_cast<int64_t>(f[1]));
+      w.Key("parameters_held").Int(static_cast<int64_t>(f[2]));
       w.EndObject();
     }
     w.EndArray();
@@ -243,7 +244,7 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
                                   DType::kF32, &extras));
   const int ranks = all_ != nullptr ? all_->size() : 1;
-  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks, hf_load_)));
+  RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks, hf_load_, kHfLoadFields)));
   std::string report = memory_.Report();
   if (ranks > 1) report += FormatMemoryTable(memory, ranks);
   summary.moe_histogram = MoeHistogram(run);
