@@ -20,8 +20,20 @@ T* At(T* base, int64_t offset) {
 
 }  // namespace
 
-BlockWeights BlockLayout::Weights(const float* base, const float* expert_base) const {
+BlockWeights BlockLayout::Weights(const float* base, const float* expert_base,
+                                  const float* adapter_base) const {
   BlockWeights w;
+  for (int site = 0; site < kLoraSites; ++site) {
+    const LoraSiteLayout& l = lora[site];
+    LoraSiteWeights& v = w.lora[site];
+    v.n = l.n;
+    for (int j = 0; j < l.n; ++j) {
+      v.A[j] = At(adapter_base, l.A[j]);
+      v.B[j] = At(adapter_base, l.B[j]);
+      v.row0[j] = l.row0[j];
+      v.rows[j] = l.rows[j];
+    }
+  }
   w.norm1_w = At(base, norm1_w);
   w.norm1_b = At(base, norm1_b);
   w.qkv_w = At(base, qkv_w);
@@ -49,8 +61,14 @@ BlockWeights BlockLayout::Weights(const float* base, const float* expert_base) c
   return w;
 }
 
-BlockGrads BlockLayout::Grads(float* base, float* expert_base) const {
+BlockGrads BlockLayout::Grads(float* base, float* expert_base, float* adapter_base) const {
   BlockGrads g;
+  for (int site = 0; site < kLoraSites; ++site) {
+    for (int j = 0; j < lora[site].n; ++j) {
+      g.lora[site].A[j] = At(adapter_base, lora[site].A[j]);
+      g.lora[site].B[j] = At(adapter_base, lora[site].B[j]);
+    }
+  }
   g.norm1_w = At(base, norm1_w);
   g.norm1_b = At(base, norm1_b);
   g.qkv_w = At(base, qkv_w);
@@ -145,17 +163,21 @@ const float* DecoderBlock::Gathered(Arena& ws, const float* norm_out) const {
 // out(rows, C) = linear(inp(N, K)) + b: one GEMM with the bias fused; under tp the partial
 // products of this rank's K columns are summed over tp (Exit region) before the bias is added.
 void DecoderBlock::RowParallel(StepContext& step, float* out, const float* inp, const float* w,
-                               const float* b, int64_t K) const {
+                               const float* b, int64_t K, const LoraSiteWeights& lora,
+                               float* u) const {
   Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
+  LoraRowInput(be, u, inp, K, lora);
   if (d_.tp == nullptr) {
     be.LinearForward(out, inp, w, b, N, K, C);
+    LoraRowForward(be, out, u, lora);
     return;
   }
   const bool sp = d_.tp->sequence_parallel();
   Tensor partial = sp ? Alloc(*step.workspace, {N, C}) : Tensor();
   float* p = sp ? partial.f32() : out;  // without SP the output holds all N rows
   be.LinearForward(p, inp, w, nullptr, N, K, C);
+  LoraRowForward(be, p, u, lora);
   d_.tp->ExitForward(p, out, N, C);
   if (b != nullptr) be.AddBias(out, b, d_.rows(), C);
 }
@@ -178,6 +200,8 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
     at.qk_in = Alloc(kept, {N, d_.NH + d_.NKV, d_.HS});
     at.qk_rstd = Alloc(kept, {N * (d_.NH + d_.NKV)});
   }
+  at.lora_qkv = LoraAlloc(kept, w.lora[0]);
+  at.lora_proj = LoraAlloc(kept, w.lora[1]);
   at.att = store.Keep(step, dropped, {d_.B, d_.NH, d_.T, d_.T});
   at.att_out = store.Keep(step, dropped, {N, A});
   s.mid = store.Keep(step, kept, {R, C});
@@ -189,6 +213,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   const float* qkv_in = Gathered(ws, norm1);
   float* qkv = store.Working(step, at.qkv);
   be.LinearForward(qkv, qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
+  LoraColumnForward(be, qkv, QKV, qkv_in, C, w.lora[0], at.lora_qkv.f32());
   if (d_.qk_norm) {
     be.HeadRmsNormForward(qkv, at.qk_in.f32(), at.qk_rstd.f32(), w.q_norm_w, w.k_norm_w, N, d_.NH,
                           d_.NKV, d_.HS, d_.eps);
@@ -196,7 +221,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   store.Commit(step, at.qkv, qkv);
   const float* att_out = AttentionCore(step, at.att_out, at.att, qkv);
-  RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A);
+  RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A, w.lora[1], at.lora_proj.f32());
   Round(be, mid, R * C);  // the projection's output
   be.AddInPlace(mid, x, R * C);
   store.Commit(step, s.mid, mid);  // the residual sum
@@ -211,17 +236,22 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   AllocNorm(step, kept, m.norm_out, m.norm_mean, m.norm_rstd);
   m.fc_out = store.Keep(step, kept, {N, d_.fc_dim()});
   m.act_out = store.Keep(step, dropped, {N, d_.F});
+  m.lora_fc = LoraAlloc(kept, w.lora[2]);
+  m.lora_out = LoraAlloc(kept, w.lora[3]);
   float* norm2 = store.Working(step, m.norm_out);
   NormForward(be, norm2, m.norm_mean, m.norm_rstd, mid, w.norm2_w, w.norm2_b);
   store.Commit(step, m.norm_out, norm2);
   const float* fc_in = Gathered(ws, norm2);
   float* fc_out = store.Working(step, m.fc_out);
   be.LinearForward(fc_out, fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
+  LoraColumnForward(be, fc_out, d_.fc_dim(), fc_in, C, w.lora[2], m.lora_fc.f32());
   store.Commit(step, m.fc_out, fc_out);
   const float* act_out = Activation(step, m.act_out, fc_out);
-  if (out != nullptr) {
+  if (out == nullptr) {  // full recompute: backward needs the out adapter's x A^T
+    LoraRowInput(be, m.lora_out.f32(), act_out, d_.F, w.lora[3]);
+  } else {
     float* y = store.Working(step, *out);
-    RowParallel(step, y, act_out, w.out_w, w.out_b, d_.F);
+    RowParallel(step, y, act_out, w.out_w, w.out_b, d_.F, w.lora[3], m.lora_out.f32());
     Round(be, y, R * C);  // the projection's output
     be.AddInPlace(y, mid, R * C);
     store.Commit(step, *out, y);  // the block's output
@@ -270,16 +300,19 @@ void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const Tensor
 // region's dual (SP: gathered into workspace).
 void DecoderBlock::RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
                                        const float* d_out, const float* inp, const float* w,
-                                       int64_t K) const {
+                                       int64_t K, const LoraSiteWeights& lora,
+                                       const LoraSiteGrads& lg, const float* u) const {
   Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
   if (d_.tp == nullptr) {
     be.LinearBackward(d_inp, g_w, g_b, d_out, inp, w, N, K, C);
+    LoraRowBackward(step, d_inp, d_out, inp, K, lora, lg, u);
     return;
   }
   Tensor full = d_.tp->sequence_parallel() ? Alloc(*step.workspace, {N, C}) : Tensor();
   const float* d_full = d_.tp->ExitBackward(d_out, full.f32(), N, C);
   be.LinearBackward(d_inp, g_w, nullptr, d_full, inp, w, N, K, C);
+  LoraRowBackward(step, d_inp, d_full, inp, K, lora, lg, u);
   if (g_b != nullptr) {
     be.LinearBackward(nullptr, nullptr, g_b, d_out, nullptr, nullptr, d_.rows(), 1, C);
   }
@@ -310,7 +343,7 @@ void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved
   const ActivationStore store(d_.act_dtype);
   // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
   RowParallelBackward(step, d_act.f32(), g.out_w, g.out_b, d_res, store.Read(step, act_out),
-                      w.out_w, F);
+                      w.out_w, F, w.lora[3], g.lora[3], m.lora_out.f32());
   // act_out = act(fc_out)
   const float* fc_out = store.Read(step, m.fc_out);
   if (d_.gpt2()) {
@@ -321,6 +354,8 @@ void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved
   // fc_out = fc(norm_out)
   const float* fc_in = Gathered(ws, store.Read(step, m.norm_out));
   be.LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
+  LoraColumnBackward(step, d_norm.f32(), d_fc.f32(), FC, fc_in, C, w.lora[2], g.lora[2],
+                     m.lora_fc.f32());
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm2(mid); d_res becomes dL/d(mid)
   NormBackward(be, d_mid.f32(), g.norm2_w, g.norm2_b, d_norm_local.f32(),
@@ -348,7 +383,8 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   const ActivationStore store(d_.act_dtype);
   // mid = x + proj(att_out)
   RowParallelBackward(step, d_att_out.f32(), g.proj_w, g.proj_b, d_res,
-                      store.Read(step, att_out), w.proj_w, A);
+                      store.Read(step, att_out), w.proj_w, A, w.lora[1], g.lora[1],
+                      at.lora_proj.f32());
   // att_out = attention(qkv)
   be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), qkv, store.Read(step, att),
                        d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
@@ -364,6 +400,8 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   // qkv = qkv_proj(norm_out)
   const float* qkv_in = Gathered(ws, store.Read(step, at.norm_out));
   be.LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
+  LoraColumnBackward(step, d_norm.f32(), d_qkv.f32(), QKV, qkv_in, C, w.lora[0], g.lora[0],
+                     at.lora_qkv.f32());
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm1(x); d_res becomes dL/dx
   NormBackward(be, d_x.f32(), g.norm1_w, g.norm1_b, d_norm_local.f32(), x, w.norm1_w,
@@ -431,6 +469,9 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
     gs.q_norm_w = qk_partial.f32();
     gs.k_norm_w = qk_partial.f32() + d_.HS;
   }
+  // Under tp each rank's gradients of the column sites' adapter A come from its own rows of
+  // B only: computed into `lora_partial`, summed over tp at the end (block_lora.cc).
+  const Tensor lora_partial = LoraPartials(step, w, gs);
   if (keep == RecomputePolicy::kFull) {
     // Rerun the block's forward (all but its output projection) into workspace.
     Compute(step, ws, ws, x_in, nullptr, recomputed, w, moe, /*record_moe=*/false);
@@ -475,6 +516,7 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
     if (g.q_norm_w != nullptr) be.AddInPlace(g.q_norm_w, gs.q_norm_w, d_.HS);
     if (g.k_norm_w != nullptr) be.AddInPlace(g.k_norm_w, gs.k_norm_w, d_.HS);
   }
+  LoraSumPartials(step, w, lora_partial, g);
   Round(be, d_res, d_.rows() * d_.C);
   ws.Release(mark);
 }

@@ -72,6 +72,9 @@ struct BlockDims {
   // An MoE block (model.moe): the MLP sublayer is the mixture of experts of moe.h.
   bool has_moe = false;
   MoeDims moe;
+  // finetune.lora (models/lora.h): the adapters' rank r (0: none) and scale alpha / r.
+  int64_t lora_rank = 0;
+  float lora_scale = 0.0f;
 
   int64_t N() const { return B * T; }
   // Rows of the residual stream on this rank: N, or N/tp under sequence parallelism.
@@ -81,6 +84,22 @@ struct BlockDims {
   // Width of the first MLP projection: F (GPT-2 fc) or 2F (Llama [gate | up]).
   int64_t fc_dim() const { return family == ModelFamily::kLlama ? 2 * F : F; }
   bool gpt2() const { return family == ModelFamily::kGpt2; }
+};
+
+// finetune.lora: the adapters of one of the block's four GEMMs (LoraSite order: qkv, proj,
+// fc, out), THIS rank's part of each (models/lora.h): A (r, in_local), B (rows, r), adding to
+// output rows [row0, row0 + rows) of the site's GEMM (local rows).
+inline constexpr int kLoraSites = 4;
+inline constexpr int kMaxLoraPerSite = 3;  // q, k, v
+struct LoraSiteWeights {
+  int n = 0;
+  const float* A[kMaxLoraPerSite] = {};
+  const float* B[kMaxLoraPerSite] = {};
+  int64_t row0[kMaxLoraPerSite] = {}, rows[kMaxLoraPerSite] = {};
+};
+struct LoraSiteGrads {
+  float* A[kMaxLoraPerSite] = {};
+  float* B[kMaxLoraPerSite] = {};
 };
 
 // Views of one block's parameters (nn.Linear layout, weight (out, in)). Biases and norm biases
@@ -101,6 +120,7 @@ struct BlockWeights {
   const float* out_w = nullptr;    // (C, F) GPT-2 mlp.c_proj, Llama down_proj
   const float* out_b = nullptr;    // (C)
   MoeWeights moe;                  // an MoE block's router and experts (fc/out null)
+  LoraSiteWeights lora[kLoraSites];  // finetune.lora adapters per site
 };
 
 // The matching gradients (accumulated, +=), same shapes, same nulls.
@@ -120,6 +140,14 @@ struct BlockGrads {
   float* out_w = nullptr;
   float* out_b = nullptr;
   MoeGrads moe;
+  LoraSiteGrads lora[kLoraSites];
+};
+
+// Where a site's adapters lie relative to the block's adapter unit (param_store.h).
+struct LoraSiteLayout {
+  int n = 0;
+  int64_t A[kMaxLoraPerSite] = {}, B[kMaxLoraPerSite] = {};
+  int64_t row0[kMaxLoraPerSite] = {}, rows[kMaxLoraPerSite] = {};
 };
 
 // Where each field of BlockWeights / BlockGrads lies relative to a base pointer (the start of
@@ -134,11 +162,15 @@ struct BlockLayout {
   int64_t router = -1, shared_fc_w = -1, shared_fc_b = -1, shared_out_w = -1,
           shared_out_b = -1, shared_gate = -1;
   int64_t experts_fc_w = -1, experts_fc_b = -1, experts_out_w = -1, experts_out_b = -1;
+  LoraSiteLayout lora[kLoraSites];  // relative to the block's adapter unit
 
-  // Views at base + offset, the routed experts' at expert_base + offset (all null when the
-  // base is null: a measuring step reads no weights).
-  BlockWeights Weights(const float* base, const float* expert_base = nullptr) const;
-  BlockGrads Grads(float* base, float* expert_base = nullptr) const;
+  // Views at base + offset, the routed experts' at expert_base + offset, the adapters' at
+  // adapter_base + offset (all null when the base is null: a measuring step reads no weights;
+  // a frozen unit's gradient base is null too, and so are its gradient views).
+  BlockWeights Weights(const float* base, const float* expert_base = nullptr,
+                       const float* adapter_base = nullptr) const;
+  BlockGrads Grads(float* base, float* expert_base = nullptr,
+                   float* adapter_base = nullptr) const;
 };
 
 // What one step runs on: the backend of its kernels and its two arenas (the backend's). A
@@ -163,6 +195,8 @@ struct AttentionSaved {
   Tensor qkv;        // (N, QKV)      packed [q | k | v], after RoPE for Llama
   Tensor qk_in;      // (N, NH+NKV, HS) qk_norm: the q and k heads before their norms (fp32)
   Tensor qk_rstd;    // (N*(NH+NKV))  qk_norm: their 1 / rms
+  Tensor lora_qkv;   // (N, n*r)      finetune.lora: x A^T of the qkv adapters (fp32)
+  Tensor lora_proj;  // (N, r)        of the attention output's adapter, summed over tp
   Tensor att;        // (B, NH, T, T) softmax probabilities          [selective: recomputed]
   Tensor att_out;    // (N, NH*HS)    heads concatenated, input of proj [selective: recomputed]
 };
@@ -174,6 +208,8 @@ struct MlpSaved {
   Tensor norm_rstd;  // (N)
   Tensor fc_out;     // (N, fc_dim)   pre-activation: GELU input or [gate | up]
   Tensor act_out;    // (N, F)        activation output, input of out  [selective: recomputed]
+  Tensor lora_fc;    // (N, n*r)      finetune.lora: x A^T of the fc adapters (fp32)
+  Tensor lora_out;   // (N, r)        of the out projection's adapter, summed over tp
 };
 
 struct BlockSaved {
@@ -224,10 +260,37 @@ class DecoderBlock {
                  Tensor& rstd) const;
   // Tensor-parallel pieces (see the file comment); without tp they are the plain kernels.
   const float* Gathered(Arena& ws, const float* norm_out) const;
+  // A row-parallel site with its adapter (lora.n == 0: none; `u`: its saved x A^T).
   void RowParallel(StepContext& step, float* out, const float* inp, const float* w,
-                   const float* b, int64_t K) const;
+                   const float* b, int64_t K, const LoraSiteWeights& lora, float* u) const;
   void RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
-                           const float* d_out, const float* inp, const float* w, int64_t K) const;
+                           const float* d_out, const float* inp, const float* w, int64_t K,
+                           const LoraSiteWeights& lora, const LoraSiteGrads& lg,
+                           const float* u) const;
+  // ---- finetune.lora (block_lora.cc; models/lora.h has the math) ----
+  // Saved x A^T of a site: (N, n*r) fp32 in `a`, or an empty tensor without adapters.
+  Tensor LoraAlloc(Arena& a, const LoraSiteWeights& lora) const;
+  // Column site: u = x A^T per adapter, y[:, rows] += s u B^T (y: (N, ldy), x: (N, K)).
+  void LoraColumnForward(Backend& be, float* y, int64_t ldy, const float* x, int64_t K,
+                         const LoraSiteWeights& lora, float* u) const;
+  // Its backward from dy (N, ldy): B's and A's gradients accumulated, d_x += du A.
+  void LoraColumnBackward(StepContext& step, float* d_x, const float* dy, int64_t ldy,
+                          const float* x, int64_t K, const LoraSiteWeights& lora,
+                          const LoraSiteGrads& lg, const float* u) const;
+  // Row site: u = x A^T (N, r) summed over tp; y += s u B^T on tp rank 0 only (y: the partial
+  // product the site's tp sum adds, (N, C)).
+  void LoraRowInput(Backend& be, float* u, const float* x, int64_t K,
+                    const LoraSiteWeights& lora) const;
+  void LoraRowForward(Backend& be, float* y, const float* u, const LoraSiteWeights& lora) const;
+  // From the site's full output gradient d_full (N, C): gradients accumulated, d_x += du A.
+  void LoraRowBackward(StepContext& step, float* d_x, const float* d_full, const float* x,
+                       int64_t K, const LoraSiteWeights& lora, const LoraSiteGrads& lg,
+                       const float* u) const;
+  // Backward's tp sum of the column sites' A gradients (partial per rank): points lg's A at a
+  // zeroed workspace buffer; LoraSumPartials then sums it over tp and adds it to g.
+  Tensor LoraPartials(StepContext& step, const BlockWeights& w, BlockGrads& gs) const;
+  void LoraSumPartials(StepContext& step, const BlockWeights& w, const Tensor& partial,
+                       const BlockGrads& g) const;
   void EnterBackward(float* d_full, float* d_local) const;
   void NormForward(Backend& be, float* out, const Tensor& mean, const Tensor& rstd,
                    const float* x, const float* w, const float* b) const;

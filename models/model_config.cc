@@ -2,6 +2,8 @@
 // the model) and the names of the model enums, as written in YAML.
 #include "models/model_config.h"
 
+#include "models/lora.h"
+
 #include <cstdio>
 
 namespace tessera {
@@ -147,6 +149,7 @@ int64_t ModelConfig::moe_layers_before(int64_t layer) const {
 std::optional<ModelConfigProblem> ModelConfig::Check() const {
   if (std::optional<ModelConfigProblem> range = CheckRanges(*this)) return range;
   if (std::optional<ModelConfigProblem> moe_problem = CheckMoe(*this)) return moe_problem;
+  if (std::optional<ModelConfigProblem> lora_problem = CheckLora(*this)) return lora_problem;
   if (head_dim > 0 && family == ModelFamily::kGpt2) {
     return Broken({"model.head_dim", "model.family"},
                   "gpt2's heads are hidden_size / num_heads wide: head_dim must be 0");

@@ -74,6 +74,23 @@ struct MoeConfig {
   bool enabled() const { return num_experts > 0; }
 };
 
+// finetune.lora: low-rank adapters (LoRA, Hu et al. 2021) on chosen projections of every
+// block; the base model is then frozen: no gradients, no optimizer state, not in checkpoints
+// (models/lora.h has the targets and the math). A projection y = W x becomes
+// y = W x + (alpha / rank) * B A drop(x), A (rank, in), B (out, rank), B starting at zero.
+struct LoraConfig {
+  int64_t rank = 0;                  // finetune.lora.rank: r, 0 = no adapters, else 1..4096
+  float alpha = 16.0f;               // finetune.lora.alpha: the update is scaled by alpha / r, > 0
+  float dropout = 0.0f;              // finetune.lora.dropout: on the adapters' input, [0, 1)
+  std::vector<std::string> targets;  // finetune.lora.targets: projection names (models/lora.h);
+                                     //   empty = the family's default (q_proj, v_proj / c_attn)
+  bool base_bf16 = false;            // finetune.lora.base_dtype: f32 | bf16 (the frozen base
+                                     //   weights stored rounded to bf16: half the bytes)
+
+  bool enabled() const { return rank > 0; }
+  float scale() const { return alpha / static_cast<float>(rank); }
+};
+
 // A broken rule: the YAML keys it involves, most specific first ("model.num_heads"), and the
 // problem in words ("num_heads=3 does not divide hidden_size=64").
 struct ModelConfigProblem {
@@ -115,6 +132,7 @@ struct ModelConfig {
   float init_std = 0.02f;          // model.init_std: std of the normal init of weights, > 0
   RecomputePolicy recompute = RecomputePolicy::kNone;  // model.recompute: none|selective|full
   MoeConfig moe;                   // model.moe: experts (default: none, a dense model)
+  LoraConfig lora;                 // finetune.lora: adapters (default: none, full training)
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }

@@ -389,7 +389,9 @@ void MoeLayer::Backward(StepContext& step, const float* h, const float* d_out, f
   }
   // logits = h @ router^T
   be.Gemm(false, false, R, C, E, 1.0f, d_logits.f32(), E, w.router, C, 1.0f, d_h, C);
-  be.Gemm(true, false, E, C, R, 1.0f, d_logits.f32(), E, h, C, 1.0f, g.router, C);
+  if (g.router != nullptr) {  // null: frozen (finetune.lora)
+    be.Gemm(true, false, E, C, R, 1.0f, d_logits.f32(), E, h, C, 1.0f, g.router, C);
+  }
   ws.Release(mark);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/lora.h"
 #include "runtime/core/check.h"
 #include "runtime/core/random.h"
 
@@ -109,6 +110,24 @@ void DeclareExperts(const ModelConfig& c, Declarer& d) {
   }
 }
 
+// finetune.lora: every base parameter frozen, then each block's adapters in its adapter unit
+// (models/lora.h), A then B per target in site order.
+void DeclareAdapters(const ModelConfig& c, Declarer& d) {
+  if (!c.lora.enabled()) return;
+  for (ParamDecl& p : d.out) p.frozen = true;
+  const int64_t r = c.lora.rank;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    d.unit = AdapterUnit(c, i);
+    for (const LoraTarget& t : LoraTargetsOf(c, i)) {
+      const std::string p = BlockPrefix(c, i) + t.module;
+      d.Matrix(p + ".lora_A.weight", {r, t.in}, InitRule::kLoraA);
+      if (!t.column()) d.Split(TpSplit::kCols);  // a row-parallel site's input columns
+      d.Matrix(p + ".lora_B.weight", {t.out, r}, InitRule::kZeros);
+      if (t.column()) d.Split(TpSplit::kRows, t.tp_blocks);  // the site's output rows
+    }
+  }
+}
+
 void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   const int64_t C = c.hidden_size, F = c.ffn_size(), V = c.vocab_size;
   d.TokenEmbedding("wte.weight", {V, C}, c.tie_embeddings);
@@ -141,6 +160,7 @@ void DeclareGpt2(const ModelConfig& c, Declarer& d) {
   d.LayerNorm("ln_f", C);
   if (!c.tie_embeddings) d.LmHead(V, C);
   DeclareExperts(c, d);
+  DeclareAdapters(c, d);
 }
 
 void DeclareLlama(const ModelConfig& c, Declarer& d) {
@@ -187,6 +207,7 @@ void DeclareLlama(const ModelConfig& c, Declarer& d) {
   d.NormWeight("model.norm.weight", C);
   if (!c.tie_embeddings) d.LmHead(V, C);
   DeclareExperts(c, d);
+  DeclareAdapters(c, d);
 }
 
 }  // namespace
@@ -226,7 +247,13 @@ int64_t MoeMatmulParams(const ModelConfig& config) {
 }
 
 int NumUnits(const ModelConfig& config) {
-  return static_cast<int>(config.num_layers + 2 + config.num_moe_layers());
+  const int64_t adapters = config.lora.enabled() ? config.num_layers : 0;
+  return static_cast<int>(config.num_layers + 2 + config.num_moe_layers() + adapters);
+}
+
+int AdapterUnit(const ModelConfig& config, int64_t layer) {
+  TESSERA_CHECK(config.lora.enabled() && 0 <= layer && layer < config.num_layers);
+  return static_cast<int>(config.num_layers + 2 + config.num_moe_layers() + layer);
 }
 
 int ExpertUnit(const ModelConfig& config, int64_t layer) {
@@ -280,6 +307,7 @@ void InitParameterRange(const ModelConfig& config, uint64_t seed, int64_t begin,
       it.key = StreamKey(seed, kInitStream, i);
       it.constant = rule == InitRule::kZeros || rule == InitRule::kOnes;
       it.sd = rule == InitRule::kResidualNormal ? std_resid : std_all;
+      if (rule == InitRule::kLoraA) it.sd = 1.0 / std::sqrt(3.0 * static_cast<double>(decls[i].shape[1]));
       it.fill = rule == InitRule::kOnes ? 1.0f : 0.0f;
       for (int64_t j = lo; j < hi; j += kInitChunk) {
         it.first = j - offset;

@@ -27,6 +27,7 @@ enum class InitRule {
   kResidualNormal,  // N(0, init_std / sqrt(2 * num_layers)): projections into the residual
   kZeros,           // biases
   kOnes,            // norm weights
+  kLoraA,           // N(0, 1 / sqrt(3 * in)): a LoRA A matrix (models/lora.h)
 };
 
 // How a parameter splits over tensor-parallel ranks (models/partition.h has the Megatron
@@ -51,8 +52,12 @@ struct ParamDecl {
   // A routed expert weight (model.moe): dim 0 is the global expert axis, split over the
   // expert-parallel ranks; it lives in its block's expert unit.
   bool expert = false;
+  // finetune.lora: every base parameter is frozen (no gradient, no optimizer state, not in
+  // checkpoints); the adapters, each block's in its adapter unit, are what trains.
+  bool frozen = false;
   int unit = 0;                // 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head],
-                               //   L + 2 + m the routed experts of the m-th MoE block
+                               //   L + 2 + m the routed experts of the m-th MoE block,
+                               //   L + 2 + M + l block l's adapters (M MoE blocks)
 };
 
 // Every parameter of the model, in buffer order. Assumes a validated config.
@@ -74,14 +79,18 @@ int64_t MoeMatmulParams(const ModelConfig& config);
 // Stream id of parameter init: StreamKey(seed, kInitStream, parameter index).
 inline constexpr uint64_t kInitStream = 0x696e6974;  // "init"
 
-// Units of the model (param_store.h): num_layers + 2, plus one expert unit per MoE block.
+// Units of the model (param_store.h): num_layers + 2, plus one expert unit per MoE block,
+// plus (finetune.lora) one adapter unit per block.
 int NumUnits(const ModelConfig& config);
 // The expert unit of block `layer` (an MoE block): L + 2 + its index among the MoE blocks.
 int ExpertUnit(const ModelConfig& config, int64_t layer);
+// The adapter unit of block `layer` (finetune.lora): L + 2 + M + layer.
+int AdapterUnit(const ModelConfig& config, int64_t layer);
 
 // Flat offsets of the units of param_store.h, NumUnits + 1 values: bounds[u] is where unit u
 // begins (unit 0 = embeddings, 1 + l = block l, L + 1 = final norm [+ lm_head when untied],
-// L + 2 + m = the m-th MoE block's routed experts), bounds.back() == the number of
+// L + 2 + m = the m-th MoE block's routed experts, L + 2 + M + l = block l's adapters),
+// bounds.back() == the number of
 // parameters. Every unit is non-empty.
 std::vector<int64_t> UnitBounds(const ModelConfig& config);
 

@@ -254,9 +254,17 @@ void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
   const int64_t moe_first = config_.moe_layers_before(ch.layer_begin);
   const int64_t n_moe = config_.moe_layers_before(ch.layer_end) - moe_first;
   // Chunk-relative unit of global unit g, or -1 when the chunk does not hold it.
+  // Then (finetune.lora) one adapter unit per block, in layer order.
+  const int64_t M = config_.num_moe_layers();
+  const int64_t n_adapters = config_.lora.enabled() ? n_blocks : 0;
   auto chunk_unit = [&](int g) -> int {
     if (g == 0) return ch.first || copy ? 0 : -1;
     if (g == L + 1) return ch.last ? static_cast<int>(n_blocks + 1) : -1;
+    if (g >= L + 2 + M) {  // block (g - L - 2 - M)'s adapter unit
+      const int64_t layer = g - (L + 2 + M);
+      if (layer < ch.layer_begin || layer >= ch.layer_end) return -1;
+      return static_cast<int>(n_blocks + 2 + n_moe + (layer - ch.layer_begin));
+    }
     if (g > L + 1) {  // the expert unit of the (g - L - 2)-th MoE block
       const int64_t m = g - (L + 2) - moe_first;
       return m >= 0 && m < n_moe ? static_cast<int>(n_blocks + 2 + m) : -1;
@@ -267,7 +275,7 @@ void ModelPartition::AddChunk(int c, const std::vector<ParamDecl>& decls) {
   };
   const int unit_base = chunk_units_.back();
   int64_t local_offset = bounds_.back();
-  std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2 + n_moe), 0);
+  std::vector<int64_t> sizes(static_cast<size_t>(n_blocks + 2 + n_moe + n_adapters), 0);
   int64_t global_offset = 0;
   for (size_t i = 0; i < decls.size(); global_offset += decls[i].shape.numel(), ++i) {
     const int cu = chunk_unit(decls[i].unit);
@@ -315,6 +323,17 @@ std::vector<int> ModelPartition::expert_units() const {
   std::vector<int> units;
   for (const TpParam& p : params_) {
     if (p.local.expert && (units.empty() || units.back() != p.local.unit)) {
+      units.push_back(p.local.unit);
+    }
+  }
+  return units;
+}
+
+std::vector<int> ModelPartition::adapter_units() const {
+  std::vector<int> units;
+  for (const TpParam& p : params_) {
+    if (!p.local.frozen && config_.lora.enabled() &&
+        (units.empty() || units.back() != p.local.unit)) {
       units.push_back(p.local.unit);
     }
   }

@@ -33,7 +33,8 @@
 // never saved and are left out of the gradient norm (duplicate_ranges).
 // The local flat layout is the chunks in order; each chunk has its own units: its embedding
 // unit (empty unless it holds embeddings or the copy), one per block, its final unit (empty
-// unless last), then one expert unit per MoE block it holds (model.moe). Without chunks (one
+// unless last), then one expert unit per MoE block it holds (model.moe), then (finetune.lora)
+// one adapter unit per block it holds. Without chunks (one
 // chunk = the whole model) this is the layout above. Units (param_store.h) keep their
 // meaning: unit 0 embeddings, 1 + l block l, L + 1 final norm [+ lm_head], L + 2 + m the m-th
 // MoE block's routed experts; local unit bounds are those of the local flat buffer.
@@ -150,6 +151,8 @@ class ModelPartition {
   int64_t num_local() const { return bounds_.back(); }
   // The local units holding routed experts (model.moe), in increasing order.
   std::vector<int> expert_units() const;
+  // The local units holding LoRA adapters (finetune.lora: what trains), in increasing order.
+  std::vector<int> adapter_units() const;
   int64_t vocab_per_rank() const { return vocab_per_rank_; }
   int64_t vocab_begin() const { return vocab_per_rank_ * tp_rank_; }  // first local vocab row
 

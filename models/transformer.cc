@@ -26,9 +26,11 @@
 #include <unordered_map>
 
 #include "models/activation_store.h"
+#include "models/lora.h"
 #include "models/block.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
+#include "models/lora.h"
 #include "models/transformer_impl.h"
 #include "runtime/kernels/cpu_backend.h"
 
@@ -173,6 +175,10 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   d.window = c.sliding_window;
   d.qk_norm = c.qk_norm;
   d.act_dtype = act_dtype;
+  if (c.lora.enabled()) {
+    d.lora_rank = c.lora.rank;
+    d.lora_scale = c.lora.scale();
+  }
   return d;
 }
 
@@ -221,6 +227,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, int64_t B, int64_t T
   const int64_t chunks = (B * T + rows - 1) / rows;
   chunk_rows_ = (B * T + chunks - 1) / chunks;
   store_ = options.store;
+  frozen_base_ = config.lora.enabled() && store_ != nullptr;
   if (store_ != nullptr) unit_base_ = partition_->chunk_unit_begin(chunk_index_);
   LayOutParameters();
   BindBlocks();
@@ -320,6 +327,7 @@ void TransformerImpl::BindBlocks() {
       expert_unit_.push_back(-1);
       moe_index_.push_back(-1);
     }
+    BindAdapters(i, b);
     block_layout_.push_back(b);
   }
   const std::string emb = gpt2 ? "wte.weight" : "model.embed_tokens.weight";
@@ -333,6 +341,31 @@ void TransformerImpl::BindBlocks() {
     if (gpt2) lnf_b_off_ = Rel(fin + ".bias", last);
     lnf_w_off_ = Rel(fin + ".weight", last);
     head_off_ = config_.tie_embeddings ? Rel(emb, 0) : Rel("lm_head.weight", last);
+  }
+}
+
+// Block i's adapters: the chunk's adapter units follow its expert units, one per block
+// (partition.h). A target's local rows are its global ones over tp (column sites: every
+// target divides evenly, as its heads and MLP columns do).
+void TransformerImpl::BindAdapters(int64_t i, BlockLayout& b) {
+  if (!config_.lora.enabled()) {
+    adapter_unit_.push_back(-1);
+    return;
+  }
+  const int64_t n_moe = config_.moe_layers_before(chunk_.layer_end) -
+                        config_.moe_layers_before(chunk_.layer_begin);
+  const int unit = static_cast<int>(n_blocks_ + 2 + n_moe + (i - chunk_.layer_begin));
+  adapter_unit_.push_back(unit);
+  const int64_t t = tp_ ? tp_->size() : 1;
+  for (const LoraTarget& target : LoraTargetsOf(config_, i)) {
+    LoraSiteLayout& site = b.lora[static_cast<int>(target.site)];
+    TESSERA_CHECK(site.n < kMaxLoraPerSite);
+    const std::string p = BlockPrefix(config_, i) + target.module;
+    site.A[site.n] = Rel(p + ".lora_A.weight", unit);
+    site.B[site.n] = Rel(p + ".lora_B.weight", unit);
+    site.row0[site.n] = target.column() ? target.row0 / t : 0;
+    site.rows[site.n] = target.column() ? target.out / t : target.out;
+    ++site.n;
   }
 }
 
@@ -498,15 +531,18 @@ void TransformerImpl::ForwardBody(StepContext& step, const int32_t* inputs, cons
   }
   for (int64_t l = 0; l < L; ++l) {
     const int unit = static_cast<int>(1 + l), experts = expert_unit_[l];
+    const int adapters = adapter_unit_[l];
     x.resid[l + 1] = store.Keep(step, x.act, {R, C});
     const float* weights = Acquire(unit);
     const float* expert_weights = experts >= 0 ? Acquire(experts) : nullptr;
+    const float* adapter_weights = adapters >= 0 ? Acquire(adapters) : nullptr;
     Prefetch(unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
     BlockOf(l).Forward(step, config_.recompute, x.resid[l], x.resid[l + 1], x.saved[l],
-                       block_layout_[l].Weights(weights, expert_weights), MoeStateOf(l),
-                       record_moe_);
+                       block_layout_[l].Weights(weights, expert_weights, adapter_weights),
+                       MoeStateOf(l), record_moe_);
+    if (adapters >= 0) Release(adapters);
     if (experts >= 0) Release(experts);
     Release(unit);
   }
@@ -549,14 +585,24 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
   // x_{l+1} = block_l(x_l)
   for (int64_t l = n_blocks_ - 1; l >= 0; --l) {
     const int unit = static_cast<int>(1 + l), experts = expert_unit_[l];
+    const int adapters = adapter_unit_[l];
     const float* weights = Acquire(unit);
     const float* expert_weights = experts >= 0 ? Acquire(experts) : nullptr;
+    const float* adapter_weights = adapters >= 0 ? Acquire(adapters) : nullptr;
     if (l > 0) Prefetch(unit - 1);  // unit 0 is not acquired by backward
+    // A frozen unit (finetune.lora's base) has no gradient buffer: its views are null and
+    // the kernels skip those gradients.
     float* grads = Grads(unit);
     float* expert_grads = experts >= 0 ? Grads(experts) : nullptr;
+    float* adapter_grads = adapters >= 0 ? Grads(adapters) : nullptr;
     BlockOf(l).Backward(step, config_.recompute, d_res.f32(), x.resid[l], x.saved[l],
-                        block_layout_[l].Weights(weights, expert_weights),
-                        block_layout_[l].Grads(grads, expert_grads), MoeStateOf(l));
+                        block_layout_[l].Weights(weights, expert_weights, adapter_weights),
+                        block_layout_[l].Grads(grads, expert_grads, adapter_grads),
+                        MoeStateOf(l));
+    if (adapters >= 0) {
+      GradsDone(adapters);
+      Release(adapters);
+    }
     if (experts >= 0) {
       GradsDone(experts);
       Release(experts);
@@ -565,9 +611,10 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
     Release(unit);
   }
   if (chunk_.first) {
-    // x0 = embed[tokens] (+ wpe[t]): needs no weights
+    // x0 = embed[tokens] (+ wpe[t]): needs no weights, and computes nothing but their
+    // gradients (none when frozen)
     float* embed_grads = Grads(0);
-    EmbedBackward(step, inputs, d_res.f32(), embed_grads);
+    if (!frozen_base_) EmbedBackward(step, inputs, d_res.f32(), embed_grads);
     GradsDone(0);
   } else if (holds_unit(0)) {
     GradsDone(0);  // the tied copy: only the LM head wrote its gradient

@@ -121,6 +121,8 @@ class TransformerImpl final : public Transformer {
   void LayOutParameters();
   void BindBlocks();
   void BindAttention(int64_t layer, int unit, BlockLayout& b);
+  // Block i's LoRA adapters (finetune.lora) in its adapter unit.
+  void BindAdapters(int64_t i, BlockLayout& b);
   void BindMoeBlock(int64_t layer, int unit, BlockLayout& b);
   Parameter& Find(const std::string& name);
   int64_t Rel(const std::string& name, int unit);
@@ -200,6 +202,10 @@ class TransformerImpl final : public Transformer {
 
   // The store every step goes through: the caller's, or own_store_ over the flat buffers.
   ParamStore* store_ = nullptr;
+  // finetune.lora with a store: the base is frozen there (its Grads are null) and the
+  // embedding backward, which computes nothing else, is skipped. A model owning its flat
+  // buffers computes every gradient (the finite-difference checks read them all).
+  bool frozen_base_ = false;
   std::unique_ptr<FlatStore> own_store_;
   GradReadyCallback grad_ready_;  // reported by own_store_
 
@@ -208,6 +214,7 @@ class TransformerImpl final : public Transformer {
   // Per block of the chunk: its chunk-relative expert unit and its index in moe_states_, or
   // -1 for a dense block.
   std::vector<int> expert_unit_, moe_index_;
+  std::vector<int> adapter_unit_;  // per block: its adapter unit (finetune.lora), else -1
   std::vector<MoeLayerState> moe_states_;  // the chunk's MoE blocks, in layer order
   std::vector<int64_t> moe_layer_ids_;     // their global layers
   bool record_routing_ = true;  // RecordRouting: training forwards record statistics

@@ -84,8 +84,10 @@ void TransformerImpl::FinalNormBackward(StepContext& step, float* d_res, const f
   }
   if (sp) {
     tp_->SumInPlace(partial.f32(), 2 * C);
-    be.AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
-    if (lnf_b_off_ >= 0) be.AddInPlace(At(grads, lnf_b_off_), At(partial.f32(), C), C);
+    if (grads != nullptr) {  // null: a frozen final norm (finetune.lora)
+      be.AddInPlace(At(grads, lnf_w_off_), partial.f32(), C);
+      if (lnf_b_off_ >= 0) be.AddInPlace(At(grads, lnf_b_off_), At(partial.f32(), C), C);
+    }
   }
   Round(be, d_res, R * C);
   ws_.Release(mark);

@@ -125,7 +125,7 @@ Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Can
       if (c.check) st = c.check(m, ManifestPath(dir));
       env = CompareEnvironment(m.environment);
       if (st.ok()) st = StrictEnvironment(env, dir);
-      if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, c.with_optimizer);
+      if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, c.with_optimizer, c.part);
       loaded.step = m.step;
       loaded.dir = dir;
       loaded.state = m.state;
@@ -325,7 +325,7 @@ Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool 
     auto reader = CheckpointReader::Open(path, fs_);
     if (!reader.ok()) st = reader.status();
     if (st.ok() && check) st = check((*reader)->manifest(), ManifestPath(path));
-    if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, with_optimizer);
+    if (st.ok()) st = LoadCheckpointInto(**reader, *partition_, shards, with_optimizer, InitPart());
     ASSIGN_OR_RETURN(std::vector<double> flags, Gather({static_cast<double>(VerdictOf(st))}));
     if (VerdictOf(st) == kDamaged) return CorruptCheckpoint("init_from " + st.message());
     if (!st.ok()) return st;
@@ -351,15 +351,23 @@ Status Checkpointer::InitFrom(const std::string& path, ParamState& shards, bool 
                            "with a committed step_<N> directory");
   }
   return LoadNewestUsable({path, steps, /*set_aside=*/false, with_optimizer, check,
-                                     "init_from"},
+                                     "init_from", InitPart()},
                                     shards)
       .status();
 }
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
-                          ParamState& shards, bool with_optimizer) {
+                          ParamState& shards, bool with_optimizer, ParamPart part) {
   ASSIGN_OR_RETURN(ModelPartition whole, ModelPartition::Create(model, 1, 0));
-  return LoadCheckpointInto(reader, whole, shards, with_optimizer);
+  return LoadCheckpointInto(reader, whole, shards, with_optimizer, part);
+}
+
+std::vector<ParamDecl> PartParameters(const ModelConfig& model, ParamPart part) {
+  std::vector<ParamDecl> out;
+  for (ParamDecl& d : DeclareParameters(model)) {
+    if (d.frozen == (part == ParamPart::kFrozen)) out.push_back(std::move(d));
+  }
+  return out;
 }
 
 namespace {
@@ -470,10 +478,11 @@ class LocalRangeReader {
 }  // namespace
 
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamState& shards, bool with_optimizer) {
-  RETURN_IF_ERROR(CheckTensorsMatch(reader, DeclareParameters(partition.config()), with_optimizer));
+                          ParamState& shards, bool with_optimizer, ParamPart part) {
+  RETURN_IF_ERROR(CheckTensorsMatch(reader, PartParameters(partition.config(), part), with_optimizer));
   LocalRangeReader read(reader, partition);
-  Status loaded = shards.Load(read.Fill(0));
+  Status loaded = part == ParamPart::kFrozen ? shards.LoadFrozen(read.Fill(0))
+                                             : shards.LoadTrainable(read.Fill(0));
   RETURN_IF_ERROR(read.status());
   RETURN_IF_ERROR(loaded);
   if (with_optimizer) {

@@ -84,7 +84,7 @@ Checkpointer::Checkpointer(const Config& config, Communicator* dp, FILE* log, Fi
       tracker_(tracker) {
   rank_ = dp != nullptr ? dp->rank() : 0;
   ranks_ = dp != nullptr ? dp->size() : 1;
-  decls_ = DeclareParameters(config.model);
+  decls_ = PartParameters(config.model, ParamPart::kTrainable);  // what a checkpoint holds
 }
 
 Checkpointer::~Checkpointer() {
@@ -102,6 +102,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
+  // A parameter's index among the saved ones (frozen ones are not saved: -1).
+  int saved = 0;
+  for (const ParamDecl& d : DeclareParameters(config.model)) c->saved_index_.push_back(d.frozen ? -1 : saved++);
   if (c->enabled() && c->AutoInterval()) {
     const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
     c->Event("interval", std::string(c->memory() ? "memory_interval" : "checkpoint.interval") +
@@ -312,11 +315,12 @@ size_t Checkpointer::PlanSegments(ParamState& shards, Pending& p) const {
     partition_->ForEachGlobalPiece(
         span.begin, span.end,
         [&](const TpParam& param, int64_t global_begin, int64_t length, int64_t local) {
-          if (!param.tensor.IsMainReplica()) return;
+          const int saved = saved_index_[static_cast<size_t>(param.global_index)];
+          if (!param.tensor.IsMainReplica() || saved < 0) return;
           const float* src[3] = {span.values, span.exp_avg, span.exp_avg_sq};
           for (int k = 0; k < 3; ++k) {
             Pending::Segment s;
-            s.tensor = 3 * param.global_index + k;
+            s.tensor = 3 * saved + k;
             s.begin = global_begin;
             s.end = global_begin + length;
             s.offset = off;

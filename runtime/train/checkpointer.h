@@ -85,6 +85,11 @@
 
 namespace tessera {
 
+// Which parameters a load reads: those that train (what a checkpoint saves: all of them, or
+// under finetune.lora the adapters), or the frozen ones (finetune.lora's base, from a checkpoint
+// of the base model: init_from).
+enum class ParamPart { kTrainable, kFrozen };
+
 // The saved tensors of parameter <name>, in canonical order (index 3 * parameter + kind):
 // "param/<name>", "exp_avg/<name>", "exp_avg_sq/<name>".
 inline constexpr const char* kSavedTensorKinds[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
@@ -215,6 +220,11 @@ class Checkpointer {
   Result<HostLoad> LoadHeld(const HeldChoice& choice, ParamState& shards, const CandidateCheck& check);
   std::vector<std::string> UnusableDirs(const std::vector<int64_t>& committed) const;
   // The candidates of a search for the newest usable checkpoint (checkpoint_load.cc).
+  // What init_from a checkpoint reads: the base model's weights under finetune.lora (its
+  // adapters start fresh), else every parameter.
+  ParamPart InitPart() const {
+    return config_.model.lora.enabled() ? ParamPart::kFrozen : ParamPart::kTrainable;
+  }
   struct Candidates {
     std::string root;
     std::vector<int64_t> steps;  // committed, newest first
@@ -222,6 +232,7 @@ class Checkpointer {
     bool with_optimizer = true;
     CandidateCheck check;
     std::string purpose;         // "resume" | "init_from": the event kind and the log word
+    ParamPart part = ParamPart::kTrainable;
   };
   Result<std::optional<LoadedCheckpoint>> LoadNewestUsable(const Candidates& c, ParamState& shards);
   // train.strict_env's verdict on a candidate saved in the environment `env` differs by.
@@ -245,7 +256,8 @@ class Checkpointer {
   FileSystem& fs_;
   std::unique_ptr<Catalog> owned_catalog_;  // rank 0 of a standalone run
   CatalogSink* sink_ = nullptr;  // rank 0: owned_catalog_ or the external one; else null
-  std::vector<ParamDecl> decls_;      // the global model's parameters
+  std::vector<ParamDecl> decls_;      // the saved parameters (PartParameters kTrainable)
+  std::vector<int> saved_index_;      // per DeclareParameters index: its index in decls_, or -1
   std::optional<ModelPartition> partition_;  // this rank's layout relative to them
   std::unordered_map<std::string, int> tensor_index_;  // saved tensor name -> 3 * decl + kind
   std::unique_ptr<Pending> pending_;  // the save in flight
@@ -262,16 +274,21 @@ class Checkpointer {
   Status ScheduleNextSave(int64_t step, const std::vector<double>& all, size_t width);
 };
 
+// The parameters of `part` in DeclareParameters order.
+std::vector<ParamDecl> PartParameters(const ModelConfig& model, ParamPart part);
+
 // Loads a checkpoint's parameters (and, with_optimizer, its AdamW moments and step counter)
 // into `shards`, checking that every parameter of `model` is there with the same shape (a
 // clear error naming the tensor and both shapes otherwise). Every byte read is verified.
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelConfig& model,
-                          ParamState& shards, bool with_optimizer);
+                          ParamState& shards, bool with_optimizer,
+                          ParamPart part = ParamPart::kTrainable);
 // The same for a tensor-parallel rank: `shards` holds the local layout of `partition`; each
 // local element is read from the global element it maps to (models/partition.h), so a
 // checkpoint saved under any (dp, tp, ZeRO) layout loads under any other.
 Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& partition,
-                          ParamState& shards, bool with_optimizer);
+                          ParamState& shards, bool with_optimizer,
+                          ParamPart part = ParamPart::kTrainable);
 
 // The checkpoint directory `path` names: a step_<N> directory holding manifest.json, or a root
 // (its newest committed checkpoint). kNotFound if neither.

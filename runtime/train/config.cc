@@ -262,6 +262,20 @@ Status ReadComm(YamlMap& s, CommConfig* c) {
   return s.Finish();
 }
 
+// finetune.lora (model_config.h LoraConfig): adapters on the base model, which is frozen.
+Status ReadFinetune(YamlMap& s, LoraConfig* l) {
+  ASSIGN_OR_RETURN(YamlMap lora, s.Child("lora"));
+  RETURN_IF_ERROR(lora.Int("rank", 1, 4096, &l->rank));
+  RETURN_IF_ERROR(lora.Float("alpha", kPositive, &l->alpha));
+  RETURN_IF_ERROR(lora.Float("dropout", kNonNegative, &l->dropout));
+  ASSIGN_OR_RETURN(std::vector<const YamlNode*> targets,
+                   lora.Sequence("targets", "projection names, e.g. [q_proj, v_proj]"));
+  for (const YamlNode* t : targets) l->targets.push_back(t->scalar);
+  RETURN_IF_ERROR(lora.Enum<bool>("base_dtype", {{"f32", false}, {"bf16", true}}, &l->base_bf16));
+  RETURN_IF_ERROR(lora.Finish());
+  return s.Finish();
+}
+
 // The whole tree: sections in documented order, then unknown top-level keys.
 Status ReadConfig(YamlContext* ctx, const YamlNode& root, Config* cfg) {
   ASSIGN_OR_RETURN(YamlMap top, YamlMap::Make(ctx, &root, ""));
@@ -291,6 +305,8 @@ Status ReadConfig(YamlContext* ctx, const YamlNode& root, Config* cfg) {
                                        &cfg->resume));
   RETURN_IF_ERROR(top.String("init_from", &cfg->init_from));
   RETURN_IF_ERROR(top.Bool("init_optimizer", &cfg->init_optimizer));
+  ASSIGN_OR_RETURN(YamlMap finetune, top.Child("finetune"));
+  RETURN_IF_ERROR(ReadFinetune(finetune, &cfg->model.lora));
   return top.Finish();
 }
 
@@ -525,6 +541,17 @@ Status CheckRun(const YamlContext& ctx, const Config& c) {
                                "resume=auto needs checkpoint.dir (where to look for checkpoints)");
   }
   RETURN_IF_ERROR(CheckOffload(ctx, c));
+  if (c.model.lora.enabled() && c.parallel.ep > 1) {
+    return ctx.CrossFieldError({"finetune.lora.rank", "parallel.ep"},
+                               "LoRA with expert parallelism is not built (the adapters would "
+                               "train over the dense group while the frozen experts split over "
+                               "ep): use ep=1");
+  }
+  if (c.model.lora.enabled() && c.init_optimizer) {
+    return ctx.CrossFieldError({"init_optimizer", "finetune.lora.rank"},
+                               "init_optimizer=true takes the optimizer state of all parameters, "
+                               "but under finetune.lora only the adapters have one (fresh)");
+  }
   if (c.init_optimizer && c.init_from.empty()) {
     return ctx.CrossFieldError({"init_optimizer", "init_from"},
                                "init_optimizer=true needs init_from (a checkpoint to take the "

@@ -17,32 +17,17 @@ Result<std::unique_ptr<ExpertSplitState>> ExpertSplitState::Create(
   TESSERA_CHECK(ep != nullptr && ep->size() >= 2 && bounds.size() >= 2);
   std::unique_ptr<ExpertSplitState> s(new ExpertSplitState());
   const int U = static_cast<int>(bounds.size()) - 1;
-  s->model_bounds_ = std::move(bounds);
   s->is_expert_.assign(static_cast<size_t>(U), false);
   for (int u : options.expert_units) s->is_expert_[static_cast<size_t>(u)] = true;
   s->expert_dp_ = expert_dp;
   s->ep_ = ep;
   // Each part's bounds: its own units at their sizes, the other kind's empty.
-  for (Part* part : {&s->dense_, &s->experts_}) {
-    const bool experts = part == &s->experts_;
-    part->bounds.assign(1, 0);
-    for (int u = 0; u < U; ++u) {
-      const bool mine = s->is_expert_[static_cast<size_t>(u)] == experts;
-      const int64_t n = mine ? s->model_bounds_[u + 1] - s->model_bounds_[u] : 0;
-      part->bounds.push_back(part->bounds.back() + n);
-    }
-  }
-  // Every decay range is one parameter, inside one unit.
-  std::vector<ParamRange> dense_ranges, expert_ranges;
-  for (const ParamRange& r : ranges) {
-    const int u = static_cast<int>(std::upper_bound(s->model_bounds_.begin(), s->model_bounds_.end(),
-                                                    r.offset) - s->model_bounds_.begin()) - 1;
-    const bool experts = s->is_expert_[static_cast<size_t>(u)];
-    const Part& part = experts ? s->experts_ : s->dense_;
-    ParamRange p = r;
-    p.offset = part.bounds[u] + (r.offset - s->model_bounds_[u]);
-    (experts ? expert_ranges : dense_ranges).push_back(std::move(p));
-  }
+  std::vector<bool> dense_units(s->is_expert_.size());
+  for (size_t u = 0; u < dense_units.size(); ++u) dense_units[u] = !s->is_expert_[u];
+  s->dense_.units = UnitSubset(bounds, dense_units);
+  s->experts_.units = UnitSubset(bounds, s->is_expert_);
+  const std::vector<ParamRange> dense_ranges = s->dense_.units.ToPart(ranges);
+  const std::vector<ParamRange> expert_ranges = s->experts_.units.ToPart(ranges);
   // On disk, each part has its own file and half the rank's buffer pool.
   ParamShardsOptions dense_options = options, expert_options = options;
   if (options.disk) {
@@ -51,52 +36,11 @@ Result<std::unique_ptr<ExpertSplitState>> ExpertSplitState::Create(
     dense_options.disk->pool_bytes /= 2;
     expert_options.disk->pool_bytes /= 2;
   }
-  ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(dense_options, adamw, s->dense_.bounds,
+  ASSIGN_OR_RETURN(s->dense_.shards, ParamShards::Create(dense_options, adamw, s->dense_.units.bounds(),
                                                           dense_ranges, dense_dp, tracker));
-  ASSIGN_OR_RETURN(s->experts_.shards, ParamShards::Create(expert_options, adamw, s->experts_.bounds,
+  ASSIGN_OR_RETURN(s->experts_.shards, ParamShards::Create(expert_options, adamw, s->experts_.units.bounds(),
                                                             expert_ranges, expert_dp, tracker));
   return s;
-}
-
-template <typename Fn>
-void ExpertSplitState::ForEachRun(const Part& part, int64_t b, int64_t e, Fn fn) const {
-  const int U = static_cast<int>(part.bounds.size()) - 1;
-  int u = static_cast<int>(std::upper_bound(part.bounds.begin(), part.bounds.end(), b) -
-                           part.bounds.begin()) - 1;
-  for (; u < U && b < e; ++u) {
-    const int64_t end = std::min(e, part.bounds[u + 1]);
-    if (end <= b) continue;  // an empty unit
-    fn(model_bounds_[u] + (b - part.bounds[u]), end - b, b);
-    b = end;
-  }
-}
-
-ParamState::Fill ExpertSplitState::ToModel(const Part& part, const Fill& fill) const {
-  return [this, &part, fill](int64_t b, int64_t e, float* out) {
-    ForEachRun(part, b, e, [&](int64_t model, int64_t n, int64_t at) {
-      fill(model, model + n, out + (at - b));
-    });
-  };
-}
-
-std::vector<std::pair<int64_t, int64_t>> ExpertSplitState::ToPart(
-    const Part& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  const int U = static_cast<int>(part.bounds.size()) - 1;
-  for (const auto& [first, last] : ranges) {
-    for (int u = 0; u < U; ++u) {
-      if (part.bounds[u + 1] == part.bounds[u]) continue;  // not this part's unit
-      const int64_t b = std::max(first, model_bounds_[u]), e = std::min(last, model_bounds_[u + 1]);
-      if (b >= e) continue;
-      const int64_t at = part.bounds[u] + (b - model_bounds_[u]);
-      if (!out.empty() && out.back().second == at) {
-        out.back().second = at + (e - b);
-      } else {
-        out.emplace_back(at, at + (e - b));
-      }
-    }
-  }
-  return out;
 }
 
 Status ExpertSplitState::Fail(const Status& s) {
@@ -114,13 +58,13 @@ const Status& ExpertSplitState::status() const {
 }
 
 Status ExpertSplitState::Load(const Fill& fill) {
-  RETURN_IF_ERROR(dense_.shards->Load(ToModel(dense_, fill)));
-  return experts_.shards->Load(ToModel(experts_, fill));
+  RETURN_IF_ERROR(dense_.shards->Load(dense_.units.ToModel(fill)));
+  return experts_.shards->Load(experts_.units.ToModel(fill));
 }
 
 Status ExpertSplitState::LoadMoments(const Fill& fill_m, const Fill& fill_v, int64_t adamw_step) {
   for (Part* part : {&dense_, &experts_}) {
-    RETURN_IF_ERROR(part->shards->LoadMoments(ToModel(*part, fill_m), ToModel(*part, fill_v), adamw_step));
+    RETURN_IF_ERROR(part->shards->LoadMoments(part->units.ToModel(fill_m), part->units.ToModel(fill_v), adamw_step));
   }
   return Status::Ok();
 }
@@ -152,9 +96,9 @@ Result<double> ExpertSplitState::GradSumOfSquares() { return GradSumOfSquaresExc
 Result<double> ExpertSplitState::GradSumOfSquaresExcluding(
     const std::vector<std::pair<int64_t, int64_t>>& exclude) {
   // A part's failure aborts the ep group too, so ep peers waiting below fail at once.
-  auto dense = dense_.shards->GradSumOfSquaresExcluding(ToPart(dense_, exclude));
+  auto dense = dense_.shards->GradSumOfSquaresExcluding(dense_.units.ToPart(exclude));
   if (!dense.ok()) return Fail(dense.status());
-  auto mine = experts_.shards->GradSumOfSquaresExcluding(ToPart(experts_, exclude));
+  auto mine = experts_.shards->GradSumOfSquaresExcluding(experts_.units.ToPart(exclude));
   if (!mine.ok()) return Fail(mine.status());
   auto all = AllGatherDoubles(ep_, {*mine});
   if (!all.ok()) return Fail(all.status());
@@ -188,40 +132,21 @@ Result<std::vector<float>> ExpertSplitState::GatherFull(int root) {
   // The dense values reached (dp 0, ep 0) only: it broadcasts them over its ep group, in
   // pieces (one MPI message holds at most INT_MAX elements).
   constexpr int64_t kPiece = int64_t{1} << 28;
-  const int64_t n_dense = dense_.bounds.back();
+  const int64_t n_dense = dense_.units.size();
   dense.resize(static_cast<size_t>(n_dense));
   for (int64_t at = 0; at < n_dense; at += kPiece) {
     Tensor t(dense.data() + at, DType::kF32, {std::min(kPiece, n_dense - at)});
     if (Status st = ep_->Broadcast(t, 0)->Wait(); !st.ok()) return Fail(st);
   }
-  std::vector<float> full(static_cast<size_t>(model_bounds_.back()));
-  for (const Part* part : {&dense_, &experts_}) {
-    const std::vector<float>& values = part == &dense_ ? dense : experts;
-    ForEachRun(*part, 0, part->bounds.back(), [&](int64_t model, int64_t n, int64_t at) {
-      std::memcpy(full.data() + model, values.data() + at, static_cast<size_t>(n) * sizeof(float));
-    });
-  }
+  std::vector<float> full(static_cast<size_t>(dense_.units.model_bounds().back()));
+  dense_.units.Place(dense, full.data());
+  experts_.units.Place(experts, full.data());
   return full;
 }
 
 std::vector<ParamState::SaveSpan> ExpertSplitState::SaveSpans() const {
   std::vector<SaveSpan> spans;
-  for (const Part* part : {&dense_, &experts_}) {
-    for (const SaveSpan& s : part->shards->SaveSpans()) {
-      ForEachRun(*part, s.begin, s.end, [&](int64_t model, int64_t n, int64_t at) {
-        const int64_t skip = at - s.begin;
-        auto shift = [skip](const float* p) { return p != nullptr ? p + skip : nullptr; };
-        SpanRead read;
-        if (s.read) {
-          read = [read = s.read, skip](int kind, int64_t offset, int64_t len, float* out) {
-            return read(kind, skip + offset, len, out);
-          };
-        }
-        spans.push_back({model, model + n, shift(s.values), shift(s.exp_avg), shift(s.exp_avg_sq),
-                         std::move(read)});
-      });
-    }
-  }
+  for (const Part* part : {&dense_, &experts_}) part->units.AppendModelSpans(part->shards->SaveSpans(), &spans);
   std::sort(spans.begin(), spans.end(),
             [](const SaveSpan& a, const SaveSpan& b) { return a.begin < b.begin; });
   return spans;

@@ -29,6 +29,7 @@
 
 #include "runtime/train/param_shards.h"
 #include "runtime/train/param_state.h"
+#include "runtime/train/unit_subset.h"
 
 namespace tessera {
 
@@ -75,20 +76,12 @@ class ExpertSplitState final : public ParamState {
   // bounds[u + 1]) and model flat [model_bounds_[u], ...) (empty when the other kind's).
   struct Part {
     std::unique_ptr<ParamShards> shards;
-    std::vector<int64_t> bounds;
+    UnitSubset units;
   };
   ExpertSplitState() = default;
   Part& Owner(int unit) { return is_expert_[static_cast<size_t>(unit)] ? experts_ : dense_; }
-  // fn(model_begin, length, part_begin) for the runs of part flat [b, e), in order.
-  template <typename Fn>
-  void ForEachRun(const Part& part, int64_t b, int64_t e, Fn fn) const;
-  Fill ToModel(const Part& part, const Fill& fill) const;
-  // Model flat ranges -> the part's flat ranges (clipped to its units).
-  std::vector<std::pair<int64_t, int64_t>> ToPart(
-      const Part& part, const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
   Status Fail(const Status& s);
 
-  std::vector<int64_t> model_bounds_;
   std::vector<bool> is_expert_;
   Part dense_, experts_;
   Communicator* expert_dp_ = nullptr;

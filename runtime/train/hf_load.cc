@@ -1,6 +1,8 @@
 // runtime/train/hf_load.cc — the sharded HF loader (hf_load.h).
 #include "runtime/train/hf_load.h"
 
+#include "models/lora.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "models/lora.h"
 #include "runtime/core/memory.h"
 
 namespace tessera {
@@ -31,15 +34,20 @@ Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& 
   const auto start = std::chrono::steady_clock::now();
   const bool measured = ResetPeakResident();
   const int64_t rss_start = ProcessMemoryBytes(0, "VmRSS");
-  const std::vector<Parameter> specs = HfGlobalSpecs(partition.config());
+  // Under finetune.lora the file is the base model's: its parameters are the LoRA model's
+  // first ones (same indices), and only they (the frozen ones) are read.
+  const bool lora = partition.config().lora.enabled();
+  const ModelConfig base = BaseModelConfig(partition.config());
+  const std::vector<Parameter> specs = HfGlobalSpecs(base);
   ASSIGN_OR_RETURN(std::unique_ptr<HfWeightSource> src,
-                   HfWeightSource::Open(path, partition.config(), specs, /*routing_bias=*/true,
+                   HfWeightSource::Open(path, base, specs, /*routing_bias=*/true,
                                         std::move(fault)));
   HfLoadReport report;
   report.threads = std::max(1, threads);
   report.files = static_cast<int>(src->num_files());
   for (const Parameter& p : specs) report.model += p.spec.global_shape.numel();
   for (const TpParam& p : partition.params()) {
+    if (p.local.frozen != lora) continue;  // an adapter: not in the file
     for (const TpSegment& seg : p.segments) report.share += seg.length;
   }
   // Per thread at most a transposed block (f32) and a 16-bit conversion chunk.
@@ -48,7 +56,7 @@ Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& 
 
   Status failed = Status::Ok();
   std::mutex mu;
-  RETURN_IF_ERROR(shards.Load([&](int64_t b, int64_t e, float* out) {
+  const ParamState::Fill fill = [&](int64_t b, int64_t e, float* out) {
     std::memset(out, 0, static_cast<size_t>(e - b) * sizeof(float));  // vocabulary padding
     if (!failed.ok()) return;
     // This call's pieces by tensor: one Read per tensor, so a transposed tensor's rows are
@@ -76,7 +84,8 @@ Result<HfLoadReport> LoadHfShare(const std::string& path, const ModelPartition& 
     for (int t = 1; t < n; ++t) pool.emplace_back(reader);
     reader();
     for (std::thread& t : pool) t.join();
-  }));
+  };
+  RETURN_IF_ERROR(lora ? shards.LoadFrozen(fill) : shards.Load(fill));
   RETURN_IF_ERROR(failed);
   report.bytes_read = src->bytes_read();
   report.routing_bias = src->routing_bias();

@@ -44,6 +44,11 @@ class ParamState : public ParamStore {
 
   // The contracts are ParamShards' (param_shards.h), over the whole local layout.
   virtual Status Load(const Fill& fill) = 0;
+  // Of Load, only the parameters that train / only the frozen ones (finetune.lora,
+  // lora_state.h: a resume reads the adapters from a checkpoint, the base from where it
+  // started). Without frozen parameters: Load, and nothing.
+  virtual Status LoadTrainable(const Fill& fill) { return Load(fill); }
+  virtual Status LoadFrozen(const Fill& fill) { return Status::Ok(); }
   virtual void BeginStep() = 0;
   virtual void BeginMicroBatch(int64_t micro) = 0;
   virtual Status FinishGradients() = 0;

@@ -25,6 +25,7 @@
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/expert_split_state.h"
+#include "runtime/train/lora_state.h"
 #include "runtime/train/grad_sync.h"
 #include "runtime/train/hf_load.h"
 #include "runtime/train/metrics.h"
@@ -276,7 +277,12 @@ Status Trainer::SetUpParameters() {
     disk.host_ranks = cpu::ThreadInputsFromEnvironment(0).local_ranks;  // same config, same dir
     o.disk = disk;
   }
-  if (ep_ == nullptr) {
+  if (c.model.lora.enabled()) {  // the base frozen, the adapters trained (lora_state.h)
+    ASSIGN_OR_RETURN(shards_, LoraState::Create(o, c.optimizer, partition_->unit_bounds(),
+                                                DecayRanges(*partition_, c.optimizer),
+                                                partition_->adapter_units(),
+                                                c.model.lora.base_bf16, dp_, &memory_));
+  } else if (ep_ == nullptr) {
     ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
                                                   DecayRanges(*partition_, c.optimizer), dp_,
                                                   &memory_));
@@ -347,11 +353,16 @@ Status Trainer::BuildModels(ModelOptions mo) {
 // weights file, or (loaded later, see below) an init_from checkpoint.
 Status Trainer::LoadInitialWeights() {
   const Config& c = config_;
+  const ParamState::Fill seeded = [&](int64_t b, int64_t e, float* out) {
+    partition_->InitRange(c.train.seed, b, e, out);
+  };
   if (c.init_from.empty()) {
-    RETURN_IF_ERROR(shards_->Load([&](int64_t b, int64_t e, float* out) {
-      partition_->InitRange(c.train.seed, b, e, out);
-    }));
-  } else if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
+    RETURN_IF_ERROR(shards_->Load(seeded));
+    return Status::Ok();
+  }
+  // finetune.lora: the adapters start from the seed, the frozen base from init_from.
+  if (c.model.lora.enabled()) RETURN_IF_ERROR(shards_->LoadTrainable(seeded));
+  if (auto dir = ResolveCheckpointDir(c.init_from); dir.ok()) {
     // Fine-tuning / continued pretraining from a checkpoint: its weights (and with
     // init_optimizer its moments and AdamW step); step, schedule and data start fresh. Loaded
     // once the checkpointer exists (Create: InitFromCheckpoint), which falls back past

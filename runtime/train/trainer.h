@@ -169,6 +169,7 @@ class Trainer {
 
   // The loop's phases (Run reads as their sequence; trainer.cc, trainer_report.cc).
   Result<RunProgress> BeginRun(FILE* out);
+  void PrintLoraBanner(FILE* out) const;
   void PrintBanner(int64_t tokens_per_step, FILE* out) const;
   void PrintHfLoadBanner(FILE* out) const;
   void PrintTensorParallelBanner(FILE* out) const;

@@ -15,6 +15,8 @@
 #include "runtime/train/env_info.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
+#include "models/lora.h"
+#include "models/lora_export.h"
 #include "runtime/train/trainer.h"
 
 namespace tessera {
@@ -121,6 +123,23 @@ std::string Trainer::DataRanks() const {
   return "dp " + std::to_string(dp_size_ / ep_->size()) + " x ep " + std::to_string(ep_->size());
 }
 
+// finetune.lora: what trains, of how much, and how the frozen base is held.
+void Trainer::PrintLoraBanner(FILE* out) const {
+  const LoraConfig& l = config_.model.lora;
+  int64_t trainable = 0, total = 0;
+  for (const ParamDecl& d : DeclareParameters(config_.model)) {
+    total += d.shape.numel();
+    trainable += d.frozen ? 0 : d.shape.numel();
+  }
+  std::string targets;
+  for (const std::string& m : LoraModuleNames(config_.model)) targets += (targets.empty() ? "" : ",") + m;
+  std::fprintf(out,
+               "tessera: finetune.lora: rank %lld, alpha %g (scale %g) on %s: %.3fM trainable "
+               "of %.2fM parameters (%.2f%%); %s\n",
+               static_cast<long long>(l.rank), l.alpha, l.scale(), targets.c_str(),
+               trainable / 1e6, total / 1e6, 100.0 * trainable / total, shards_->Describe().c_str());
+}
+
 // The model, data, parallel layout, precision and step shape, one line each.
 void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
   const TrainConfig& tc = config_.train;
@@ -130,6 +149,7 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
                RecomputePolicyName(config_.model.recompute));
   std::fprintf(out, "tessera: data: %s\n", train_data_->Describe().c_str());
   if (!hf_load_line_.empty()) PrintHfLoadBanner(out);
+  if (config_.model.lora.enabled()) PrintLoraBanner(out);
   if (dp_size_ > 1 || config_.parallel.zero > 0 || config_.precision != Precision::kFp32 ||
       config_.optimizer.offload != OptimizerOffload::kNone) {
     std::fprintf(out, "tessera: data parallel: %s, %s, optimizer offload %s\n",
@@ -241,8 +261,18 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   const std::string weights = tc.out_dir + "/model.safetensors";
   HfExtras extras;
   extras.moe_bias = moe_bias_;
-  RETURN_IF_ERROR(ExportHfWeights(weights, config_.model, GlobalViews(config_.model, full.data()),
-                                  DType::kF32, &extras));
+  if (config_.model.lora.enabled()) {
+    // The merged model where a full fine-tune leaves its weights; the adapters beside it.
+    std::vector<float> merged = MergeLoraWeights(config_.model, full);
+    const ModelConfig base = BaseModelConfig(config_.model);
+    RETURN_IF_ERROR(ExportHfWeights(weights, base, GlobalViews(base, merged.data()), DType::kF32,
+                                    &extras));
+    RETURN_IF_ERROR(ExportLoraAdapter(tc.out_dir + "/adapter", config_.model, full,
+                                      config_.init_from));
+  } else {
+    RETURN_IF_ERROR(ExportHfWeights(weights, config_.model,
+                                    GlobalViews(config_.model, full.data()), DType::kF32, &extras));
+  }
   const int ranks = all_ != nullptr ? all_->size() : 1;
   RETURN_IF_ERROR(WriteFileAtomic(tc.out_dir + "/memory.json", MemoryJson(config_, memory, ranks, hf_load_, kHfLoadFields)));
   std::string report = memory_.Report();

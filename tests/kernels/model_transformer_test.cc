@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -71,10 +72,13 @@ const char* Name(ModelFamily f) { return ModelFamilyName(f); }
 
 class GradCheck : public ::testing::TestWithParam<std::tuple<ModelFamily, RecomputePolicy>> {};
 
-void ExpectGradientsMatchFiniteDifferences(const ModelConfig& config) {
+// `after_init` may change the initial weights (e.g. LoRA's B, zero at init).
+void ExpectGradientsMatchFiniteDifferences(
+    const ModelConfig& config, const std::function<void(Transformer&)>& after_init = {}) {
   const ModelFamily family = config.family;
   auto m = Make(config);
   m->InitRandom(7);
+  if (after_init) after_init(*m);
   const Batch b = MakeBatch(kB, kT, 32, 11);
   m->ZeroGrads();
   const double loss = m->ForwardBackward(b.inputs.data(), b.targets.data(), 1.0f);
@@ -181,6 +185,62 @@ TEST(GradCheckOptions, QkNorms) {
     c.qk_norm = true;
     c.head_dim = 6;
     ExpectGradientsMatchFiniteDifferences(c);
+  }
+}
+
+// LoRA adapters (models/lora.h) on every projection, B drawn at random (it starts at zero,
+// which would leave A's gradient zero), under each policy; the llama model has GQA, so q and
+// k/v adapters add to row blocks of different heights of the fused qkv GEMM.
+void RandomizeLoraB(Transformer& m) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (const Parameter& p : m.parameters()) {
+    if (p.name().find("lora_B") == std::string::npos) continue;
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = normal(gen);
+  }
+}
+
+TEST(GradCheckOptions, LoraAdaptersOnEveryProjection) {
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    for (RecomputePolicy policy :
+         {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+      SCOPED_TRACE(std::string(Name(family)) + " " + RecomputePolicyName(policy));
+      ModelConfig c = Tiny(family, policy);
+      c.lora.rank = 3;
+      c.lora.alpha = 6.0f;
+      c.lora.targets = {"all-linear"};
+      ExpectGradientsMatchFiniteDifferences(c, RandomizeLoraB);
+    }
+  }
+}
+
+// The adapters are declared after everything else, so the base model's parameters keep their
+// names, shapes, offsets and initial values; B starts at zero, so the LoRA model computes the
+// base model's loss at init.
+TEST(Lora, TheBaseModelIsUnchangedAtInit) {
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    ModelConfig base = Tiny(family, RecomputePolicy::kNone);
+    ModelConfig lora = base;
+    lora.lora.rank = 4;
+    lora.lora.targets = {"all-linear"};
+    auto mb = Make(base), ml = Make(lora);
+    mb->InitRandom(7);
+    ml->InitRandom(7);
+    ASSERT_GT(ml->num_params(), mb->num_params());
+    for (int64_t i = 0; i < mb->num_params(); ++i) {
+      ASSERT_EQ(mb->flat_params().f32()[i], ml->flat_params().f32()[i]) << i;
+    }
+    const Batch b = MakeBatch(kB, kT, 32, 11);
+    EXPECT_EQ(mb->Forward(b.inputs.data(), b.targets.data()),
+              ml->Forward(b.inputs.data(), b.targets.data()));
+    int adapters = 0;
+    for (const ParamDecl& d : DeclareParameters(lora)) {
+      adapters += !d.frozen;
+      if (d.name.find("lora_") != std::string::npos) {
+        EXPECT_FALSE(d.frozen) << d.name;
+      }
+    }
+    EXPECT_EQ(adapters, family == ModelFamily::kGpt2 ? 2 * 4 * 2 : 2 * 7 * 2);
   }
 }
 

@@ -103,6 +103,7 @@ struct Case {
   RecomputePolicy policy;
   float capacity_factor = 0.0f;  // 0: dropless
   int64_t layer_interval = 1;    // > 1: three blocks, MoE blocks 0 and 2 (a dense one between)
+  int64_t lora_rank = 0;         // > 0: LoRA adapters on every projection (not the experts)
 };
 
 ModelConfig CaseConfig(const Case& c) {
@@ -112,6 +113,10 @@ ModelConfig CaseConfig(const Case& c) {
     config.num_layers = 3;
     config.moe.first_dense_layers = 0;
     config.moe.layer_interval = c.layer_interval;
+  }
+  if (c.lora_rank > 0) {
+    config.lora.rank = c.lora_rank;
+    config.lora.targets = {"all-linear"};
   }
   return config;
 }
@@ -123,7 +128,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
                                                 : "_deepseek_") +
          RecomputePolicyName(info.param.policy) +
          (info.param.capacity_factor > 0 ? "_capacity" : "") +
-         (info.param.layer_interval > 1 ? "_interval" : "");
+         (info.param.layer_interval > 1 ? "_interval" : "") +
+         (info.param.lora_rank > 0 ? "_lora" : "");
 }
 
 class MoeGradCheck : public ::testing::TestWithParam<Case> {};
@@ -136,6 +142,13 @@ TEST_P(MoeGradCheck, DirectionalDerivativesMatchFiniteDifferencesOfLossPlusAuxLo
   }
   auto m = Make(config);
   m->InitRandom(7);
+  // LoRA's B starts at zero, which would leave A's gradient zero: draw it.
+  std::mt19937 b_gen(5);
+  std::normal_distribution<float> b_normal(0.0f, 0.3f);
+  for (const Parameter& p : m->parameters()) {
+    if (p.name().find("lora_B") == std::string::npos) continue;
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = b_normal(b_gen);
+  }
   // A non-zero balancing bias, as after some training: selection then differs from scores.
   for (MoeLayerState& s : m->moe_layers()) {
     for (size_t e = 0; e < s.bias.size(); ++e) s.bias[e] = config.moe.bias_update_rate > 0 ? 0.05f * (e % 3) : 0.0f;
@@ -257,7 +270,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{ModelFamily::kLlama, Router::kMixtral, RecomputePolicy::kNone, 0.0f, 2},
                       Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kNone},
                       Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kSelective},
-                      Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kFull}),
+                      Case{ModelFamily::kLlama, Router::kQwen2, RecomputePolicy::kFull},
+                      // LoRA: attention adapters in every block, MLP ones in the dense block 0
+                      Case{ModelFamily::kLlama, Router::kDeepSeek, RecomputePolicy::kSelective,
+                           0.0f, 1, 3},
+                      Case{ModelFamily::kGpt2, Router::kDeepSeek, RecomputePolicy::kFull,
+                           0.0f, 1, 2}),
     CaseName);
 
 TEST(MoeModel, TrainingForwardsRecordStatisticsAndEvaluationDoesNot) {
