@@ -163,11 +163,11 @@ const float* DecoderBlock::Gathered(Arena& ws, const float* norm_out) const {
 // out(rows, C) = linear(inp(N, K)) + b: one GEMM with the bias fused; under tp the partial
 // products of this rank's K columns are summed over tp (Exit region) before the bias is added.
 void DecoderBlock::RowParallel(StepContext& step, float* out, const float* inp, const float* w,
-                               const float* b, int64_t K, const LoraSiteWeights& lora,
-                               float* u) const {
+                               const float* b, int64_t K, int lora_site,
+                               const LoraSiteWeights& lora, float* u) const {
   Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
-  LoraRowInput(be, u, inp, K, lora);
+  LoraRowInput(step, lora_site, u, inp, K, lora);
   if (d_.tp == nullptr) {
     be.LinearForward(out, inp, w, b, N, K, C);
     LoraRowForward(be, out, u, lora);
@@ -213,7 +213,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   const float* qkv_in = Gathered(ws, norm1);
   float* qkv = store.Working(step, at.qkv);
   be.LinearForward(qkv, qkv_in, w.qkv_w, w.qkv_b, N, C, QKV);
-  LoraColumnForward(be, qkv, QKV, qkv_in, C, w.lora[0], at.lora_qkv.f32());
+  LoraColumnForward(step, 0, qkv, QKV, qkv_in, C, w.lora[0], at.lora_qkv.f32());
   if (d_.qk_norm) {
     be.HeadRmsNormForward(qkv, at.qk_in.f32(), at.qk_rstd.f32(), w.q_norm_w, w.k_norm_w, N, d_.NH,
                           d_.NKV, d_.HS, d_.eps);
@@ -221,7 +221,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   if (!d_.gpt2()) be.RopeForward(qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.rope, 0);
   store.Commit(step, at.qkv, qkv);
   const float* att_out = AttentionCore(step, at.att_out, at.att, qkv);
-  RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A, w.lora[1], at.lora_proj.f32());
+  RowParallel(step, mid, att_out, w.proj_w, w.proj_b, A, 1, w.lora[1], at.lora_proj.f32());
   Round(be, mid, R * C);  // the projection's output
   be.AddInPlace(mid, x, R * C);
   store.Commit(step, s.mid, mid);  // the residual sum
@@ -244,14 +244,14 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   const float* fc_in = Gathered(ws, norm2);
   float* fc_out = store.Working(step, m.fc_out);
   be.LinearForward(fc_out, fc_in, w.fc_w, w.fc_b, N, C, d_.fc_dim());
-  LoraColumnForward(be, fc_out, d_.fc_dim(), fc_in, C, w.lora[2], m.lora_fc.f32());
+  LoraColumnForward(step, 2, fc_out, d_.fc_dim(), fc_in, C, w.lora[2], m.lora_fc.f32());
   store.Commit(step, m.fc_out, fc_out);
   const float* act_out = Activation(step, m.act_out, fc_out);
   if (out == nullptr) {  // full recompute: backward needs the out adapter's x A^T
-    LoraRowInput(be, m.lora_out.f32(), act_out, d_.F, w.lora[3]);
+    LoraRowInput(step, 3, m.lora_out.f32(), act_out, d_.F, w.lora[3]);
   } else {
     float* y = store.Working(step, *out);
-    RowParallel(step, y, act_out, w.out_w, w.out_b, d_.F, w.lora[3], m.lora_out.f32());
+    RowParallel(step, y, act_out, w.out_w, w.out_b, d_.F, 3, w.lora[3], m.lora_out.f32());
     Round(be, y, R * C);  // the projection's output
     be.AddInPlace(y, mid, R * C);
     store.Commit(step, *out, y);  // the block's output
@@ -300,19 +300,19 @@ void DecoderBlock::Forward(StepContext& step, RecomputePolicy keep, const Tensor
 // region's dual (SP: gathered into workspace).
 void DecoderBlock::RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
                                        const float* d_out, const float* inp, const float* w,
-                                       int64_t K, const LoraSiteWeights& lora,
+                                       int64_t K, int lora_site, const LoraSiteWeights& lora,
                                        const LoraSiteGrads& lg, const float* u) const {
   Backend& be = *step.backend;
   const int64_t N = d_.N(), C = d_.C;
   if (d_.tp == nullptr) {
     be.LinearBackward(d_inp, g_w, g_b, d_out, inp, w, N, K, C);
-    LoraRowBackward(step, d_inp, d_out, inp, K, lora, lg, u);
+    LoraRowBackward(step, lora_site, d_inp, d_out, inp, K, lora, lg, u);
     return;
   }
   Tensor full = d_.tp->sequence_parallel() ? Alloc(*step.workspace, {N, C}) : Tensor();
   const float* d_full = d_.tp->ExitBackward(d_out, full.f32(), N, C);
   be.LinearBackward(d_inp, g_w, nullptr, d_full, inp, w, N, K, C);
-  LoraRowBackward(step, d_inp, d_full, inp, K, lora, lg, u);
+  LoraRowBackward(step, lora_site, d_inp, d_full, inp, K, lora, lg, u);
   if (g_b != nullptr) {
     be.LinearBackward(nullptr, nullptr, g_b, d_out, nullptr, nullptr, d_.rows(), 1, C);
   }
@@ -343,7 +343,7 @@ void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved
   const ActivationStore store(d_.act_dtype);
   // out = mid + out_proj(act_out): the residual passes d_res through unchanged.
   RowParallelBackward(step, d_act.f32(), g.out_w, g.out_b, d_res, store.Read(step, act_out),
-                      w.out_w, F, w.lora[3], g.lora[3], m.lora_out.f32());
+                      w.out_w, F, 3, w.lora[3], g.lora[3], m.lora_out.f32());
   // act_out = act(fc_out)
   const float* fc_out = store.Read(step, m.fc_out);
   if (d_.gpt2()) {
@@ -354,7 +354,7 @@ void DecoderBlock::MlpBackward(StepContext& step, float* d_res, const BlockSaved
   // fc_out = fc(norm_out)
   const float* fc_in = Gathered(ws, store.Read(step, m.norm_out));
   be.LinearBackward(d_norm.f32(), g.fc_w, g.fc_b, d_fc.f32(), fc_in, w.fc_w, N, C, FC);
-  LoraColumnBackward(step, d_norm.f32(), d_fc.f32(), FC, fc_in, C, w.lora[2], g.lora[2],
+  LoraColumnBackward(step, 2, d_norm.f32(), d_fc.f32(), FC, fc_in, C, w.lora[2], g.lora[2],
                      m.lora_fc.f32());
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm2(mid); d_res becomes dL/d(mid)
@@ -383,7 +383,7 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   const ActivationStore store(d_.act_dtype);
   // mid = x + proj(att_out)
   RowParallelBackward(step, d_att_out.f32(), g.proj_w, g.proj_b, d_res,
-                      store.Read(step, att_out), w.proj_w, A, w.lora[1], g.lora[1],
+                      store.Read(step, att_out), w.proj_w, A, 1, w.lora[1], g.lora[1],
                       at.lora_proj.f32());
   // att_out = attention(qkv)
   be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), qkv, store.Read(step, att),
@@ -400,7 +400,7 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   // qkv = qkv_proj(norm_out)
   const float* qkv_in = Gathered(ws, store.Read(step, at.norm_out));
   be.LinearBackward(d_norm.f32(), g.qkv_w, g.qkv_b, d_qkv.f32(), qkv_in, w.qkv_w, N, C, QKV);
-  LoraColumnBackward(step, d_norm.f32(), d_qkv.f32(), QKV, qkv_in, C, w.lora[0], g.lora[0],
+  LoraColumnBackward(step, 0, d_norm.f32(), d_qkv.f32(), QKV, qkv_in, C, w.lora[0], g.lora[0],
                      at.lora_qkv.f32());
   EnterBackward(d_norm.f32(), d_norm_local.f32());
   // norm_out = norm1(x); d_res becomes dL/dx

@@ -75,6 +75,7 @@ struct BlockDims {
   // finetune.lora (models/lora.h): the adapters' rank r (0: none) and scale alpha / r.
   int64_t lora_rank = 0;
   float lora_scale = 0.0f;
+  float lora_dropout = 0.0f;  // finetune.lora.dropout on the adapters' input
 
   int64_t N() const { return B * T; }
   // Rows of the residual stream on this rank: N, or N/tp under sequence parallelism.
@@ -183,6 +184,9 @@ struct StepContext {
   // Backward: the factor the loss's gradient is scaled by (the micro-batch's grad_scale), which
   // the auxiliary losses of MoE blocks (moe.h) apply to theirs.
   float loss_grad_scale = 0.0f;
+  // finetune.lora.dropout: the stream of this micro-batch's and block's masks (set per block
+  // by the model; the same in forward, recompute and backward); 0 = no dropout (evaluation).
+  uint64_t dropout_key = 0;
 };
 
 // What the attention sublayer's backward needs.
@@ -262,30 +266,39 @@ class DecoderBlock {
   const float* Gathered(Arena& ws, const float* norm_out) const;
   // A row-parallel site with its adapter (lora.n == 0: none; `u`: its saved x A^T).
   void RowParallel(StepContext& step, float* out, const float* inp, const float* w,
-                   const float* b, int64_t K, const LoraSiteWeights& lora, float* u) const;
+                   const float* b, int64_t K, int lora_site, const LoraSiteWeights& lora,
+                   float* u) const;
   void RowParallelBackward(StepContext& step, float* d_inp, float* g_w, float* g_b,
                            const float* d_out, const float* inp, const float* w, int64_t K,
-                           const LoraSiteWeights& lora, const LoraSiteGrads& lg,
+                           int lora_site, const LoraSiteWeights& lora, const LoraSiteGrads& lg,
                            const float* u) const;
   // ---- finetune.lora (block_lora.cc; models/lora.h has the math) ----
   // Saved x A^T of a site: (N, n*r) fp32 in `a`, or an empty tensor without adapters.
   Tensor LoraAlloc(Arena& a, const LoraSiteWeights& lora) const;
-  // Column site: u = x A^T per adapter, y[:, rows] += s u B^T (y: (N, ldy), x: (N, K)).
-  void LoraColumnForward(Backend& be, float* y, int64_t ldy, const float* x, int64_t K,
-                         const LoraSiteWeights& lora, float* u) const;
-  // Its backward from dy (N, ldy): B's and A's gradients accumulated, d_x += du A.
-  void LoraColumnBackward(StepContext& step, float* d_x, const float* dy, int64_t ldy,
+  // Column site (0: qkv, 2: fc): u = drop(x) A^T per adapter, y[:, rows] += s u B^T
+  // (y: (N, ldy), x: (N, K)).
+  void LoraColumnForward(StepContext& step, int site, float* y, int64_t ldy, const float* x,
+                         int64_t K, const LoraSiteWeights& lora, float* u) const;
+  // Its backward from dy (N, ldy): B's and A's gradients accumulated, d_x += drop'(du A).
+  void LoraColumnBackward(StepContext& step, int site, float* d_x, const float* dy, int64_t ldy,
                           const float* x, int64_t K, const LoraSiteWeights& lora,
                           const LoraSiteGrads& lg, const float* u) const;
-  // Row site: u = x A^T (N, r) summed over tp; y += s u B^T on tp rank 0 only (y: the partial
-  // product the site's tp sum adds, (N, C)).
-  void LoraRowInput(Backend& be, float* u, const float* x, int64_t K,
+  // Row site (1: proj, 3: out): u = drop(x) A^T (N, r) summed over tp; y += s u B^T on tp
+  // rank 0 only (y: the partial product the site's tp sum adds, (N, C)).
+  void LoraRowInput(StepContext& step, int site, float* u, const float* x, int64_t K,
                     const LoraSiteWeights& lora) const;
   void LoraRowForward(Backend& be, float* y, const float* u, const LoraSiteWeights& lora) const;
   // From the site's full output gradient d_full (N, C): gradients accumulated, d_x += du A.
-  void LoraRowBackward(StepContext& step, float* d_x, const float* d_full, const float* x,
-                       int64_t K, const LoraSiteWeights& lora, const LoraSiteGrads& lg,
-                       const float* u) const;
+  void LoraRowBackward(StepContext& step, int site, float* d_x, const float* d_full,
+                       const float* x, int64_t K, const LoraSiteWeights& lora,
+                       const LoraSiteGrads& lg, const float* u) const;
+  // The input of adapter j of `site` under dropout: x itself (no dropout, or evaluation) or
+  // a workspace copy with the mask applied (the caller releases it). x holds columns
+  // [col0, col0 + K) of a ld-wide input (a row-parallel site's tp slice).
+  const float* LoraInput(StepContext& step, int site, int j, const float* x, int64_t K) const;
+  // d_x += drop'(dx_drop): the mask of LoraInput applied to dx_drop (overwritten) then added.
+  void LoraInputBackward(StepContext& step, int site, int j, float* d_x, float* dx_drop,
+                         int64_t K) const;
   // Backward's tp sum of the column sites' A gradients (partial per rank): points lg's A at a
   // zeroed workspace buffer; LoraSumPartials then sums it over tp and adds it to g.
   Tensor LoraPartials(StepContext& step, const BlockWeights& w, BlockGrads& gs) const;

@@ -80,6 +80,15 @@ std::vector<LoraTarget> LoraTargetsOf(const ModelConfig& config, int64_t layer) 
   return out;
 }
 
+int64_t LoraParams(const ModelConfig& config) {
+  if (!config.lora.enabled()) return 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    for (const LoraTarget& t : LoraTargetsOf(config, i)) n += config.lora.rank * (t.in + t.out);
+  }
+  return n;
+}
+
 std::string BlockPrefix(const ModelConfig& config, int64_t layer) {
   return (config.family == ModelFamily::kGpt2 ? "h." : "model.layers.") + std::to_string(layer) + ".";
 }
@@ -109,15 +118,10 @@ std::optional<ModelConfigProblem> CheckLora(const ModelConfig& c) {
   auto broken = [](std::string key, std::string problem) {
     return ModelConfigProblem{{std::move(key)}, std::move(problem)};
   };
-  if (l.rank > 4096) return broken("finetune.lora.rank", "must be in 1..4096, got " + std::to_string(l.rank));
+  if (l.rank > 4096) return broken("finetune.lora.rank", "must be in 0..4096 (0: no adapters), got " + std::to_string(l.rank));
   if (!(l.alpha > 0)) return broken("finetune.lora.alpha", "must be > 0, got " + std::to_string(l.alpha));
   if (!(l.dropout >= 0 && l.dropout < 1)) {
     return broken("finetune.lora.dropout", "must be in [0, 1), got " + std::to_string(l.dropout));
-  }
-  if (l.dropout > 0) {
-    return broken("finetune.lora.dropout",
-                  "dropout on the adapters' input is not built yet: set 0 (LoRA without dropout "
-                  "is PEFT's lora_dropout=0)");
   }
   Result<std::vector<LoraTarget>> targets = LoraTargets(c);
   if (!targets.ok()) return broken("finetune.lora.targets", targets.status().message().substr(std::string("finetune.lora.targets: ").size()));

@@ -33,6 +33,10 @@
 
 namespace tessera {
 
+// Stream id of LoRA's dropout masks: a step's key is StreamKey(seed, kLoraDropoutStream, data
+// epoch, data index at the step's start), so a resumed run draws the masks it would have.
+inline constexpr uint64_t kLoraDropoutStream = 0x6c6f7261;  // "lora"
+
 // The block's four GEMMs: [q | k | v], the attention output, the first MLP projection
 // ([gate | up] / c_fc), the second (down / mlp.c_proj).
 enum class LoraSite { kQkv, kProj, kFc, kOut };
@@ -53,6 +57,8 @@ struct LoraTarget {
 Result<std::vector<LoraTarget>> LoraTargets(const ModelConfig& config);
 // The targets that block `layer` carries (the MLP ones only in a dense block).
 std::vector<LoraTarget> LoraTargetsOf(const ModelConfig& config, int64_t layer);
+// The adapters' parameters in all: r (in + out) per target and block (0 without LoRA).
+int64_t LoraParams(const ModelConfig& config);
 // "model.layers.3." / "h.3.": the block's HF name prefix.
 std::string BlockPrefix(const ModelConfig& config, int64_t layer);
 // PEFT's target_modules for adapter_config.json: the projections' last names.

@@ -32,6 +32,7 @@
 #include "models/tensor_parallel.h"
 #include "models/lora.h"
 #include "models/transformer_impl.h"
+#include "runtime/core/random.h"
 #include "runtime/kernels/cpu_backend.h"
 
 namespace tessera {
@@ -178,6 +179,7 @@ BlockDims MakeDims(const ModelConfig& c, int64_t B, int64_t T, DType act_dtype,
   if (c.lora.enabled()) {
     d.lora_rank = c.lora.rank;
     d.lora_scale = c.lora.scale();
+    d.lora_dropout = c.lora.dropout;
   }
   return d;
 }
@@ -505,7 +507,13 @@ StepContext TransformerImpl::Begin(int ctx) {
   cur_ = &ctx_[static_cast<size_t>(ctx)];
   cur_->act.Release(0);
   ws_.Release(0);
+  cur_->dropout_key = dropout_key_;
   return StepContext{pass_backend_, &cur_->act, &ws_};
+}
+
+uint64_t TransformerImpl::BlockDropoutKey(int64_t l) const {
+  if (cur_->dropout_key == 0) return 0;
+  return StreamKey(cur_->dropout_key, static_cast<uint64_t>(chunk_.layer_begin + l));
 }
 
 // Forward through the chunk: the embeddings (first chunk) or the previous stage's output x_in
@@ -539,6 +547,7 @@ void TransformerImpl::ForwardBody(StepContext& step, const int32_t* inputs, cons
     Prefetch(unit + 1);  // the next block, or the final norm after the last
     // Evaluation places tensors as training does, so it fits the same arenas; it simply does
     // not read back what was kept.
+    step.dropout_key = BlockDropoutKey(l);
     BlockOf(l).Forward(step, config_.recompute, x.resid[l], x.resid[l + 1], x.saved[l],
                        block_layout_[l].Weights(weights, expert_weights, adapter_weights),
                        MoeStateOf(l), record_moe_);
@@ -595,6 +604,7 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
     float* grads = Grads(unit);
     float* expert_grads = experts >= 0 ? Grads(experts) : nullptr;
     float* adapter_grads = adapters >= 0 ? Grads(adapters) : nullptr;
+    step.dropout_key = BlockDropoutKey(l);
     BlockOf(l).Backward(step, config_.recompute, d_res.f32(), x.resid[l], x.saved[l],
                         block_layout_[l].Weights(weights, expert_weights, adapter_weights),
                         block_layout_[l].Grads(grads, expert_grads, adapter_grads),
@@ -635,6 +645,7 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
                     "a pipeline chunk runs ForwardStage / BackwardStage, not whole steps");
   StepContext step = Begin(0);
   step.loss_grad_scale = grad_scale;
+  if (!backward) cur_->dropout_key = 0;  // evaluation drops nothing
   record_moe_ = backward && record_routing_;  // evaluation records no routing statistics
   const int64_t C = config_.hidden_size;
   const int64_t counted = Counted(inputs, targets);

@@ -95,6 +95,11 @@ class Transformer {
   // trainer passes 1/grad_accum_steps), returns the mean loss over counted tokens.
   virtual double ForwardBackward(const int32_t* inputs, const int32_t* targets,
                                  float grad_scale) = 0;
+  // finetune.lora.dropout: the mask stream of the next training forward (ForwardBackward or
+  // ForwardStage; a stage's backward and recomputation redraw the masks its forward drew).
+  // 0, the default, drops nothing; Forward (evaluation) never drops. The trainer gives each
+  // micro-batch of the global batch its own key, so every layout draws the same masks.
+  virtual void SetDropoutKey(uint64_t key) = 0;
   // Forward only (evaluation): mean loss over counted tokens. With a store it makes the same
   // Acquire / Release / Prefetch calls as ForwardBackward and never asks for gradients.
   virtual double Forward(const int32_t* inputs, const int32_t* targets) = 0;

@@ -13,6 +13,7 @@
 
 #include "models/block.h"
 #include "models/expert_parallel.h"
+#include "models/lora.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
 #include "models/transformer.h"
@@ -63,6 +64,7 @@ class TransformerImpl final : public Transformer {
   TransformerImpl(const ModelConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                   const ModelOptions& options);
 
+  void SetDropoutKey(uint64_t key) override { dropout_key_ = key; }
   void InitRandom(uint64_t seed) override;
   double ForwardBackward(const int32_t* inputs, const int32_t* targets,
                          float grad_scale) override {
@@ -107,14 +109,17 @@ class TransformerImpl final : public Transformer {
   // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
   // the sequence length T of Create.
   // The MoE blocks' router and experts are whole on every tp rank (moe.h), so their share is
-  // not divided by tp.
+  // not divided by tp. A frozen base (finetune.lora) computes no weight gradients: 4 FLOPs
+  // per frozen weight, 6 per adapter weight.
   double TrainFlopsPerToken() const override {
     const double moe = static_cast<double>(MoeMatmulParams(config_));
-    return (6.0 * (static_cast<double>(MatmulParams(config_)) - moe) +
+    const double adapters = static_cast<double>(LoraParams(config_));
+    const double w = frozen_base_ ? 4.0 : 6.0;
+    return (w * (static_cast<double>(MatmulParams(config_)) - moe - adapters) + 6.0 * adapters +
             12.0 * static_cast<double>(config_.num_layers * config_.num_heads *
                                        config_.head_size() * T_)) /
                partition_->tp_size() +
-           6.0 * moe;
+           w * moe;
   }
 
  private:
@@ -238,7 +243,11 @@ class TransformerImpl final : public Transformer {
     } final;
     const int32_t* inputs = nullptr;   // a stage forward's token ids, for its backward
     const int32_t* targets = nullptr;  // and targets (the last chunk's recomputed head)
+    uint64_t dropout_key = 0;          // its forward's SetDropoutKey (0: no dropout)
   };
+  // finetune.lora.dropout: block l's mask stream in the current context, 0 for none.
+  uint64_t BlockDropoutKey(int64_t l) const;
+  uint64_t dropout_key_ = 0;  // SetDropoutKey: for the next training forward
   std::vector<Context> ctx_;
   Context* cur_ = nullptr;  // the context of the pass being run
 };

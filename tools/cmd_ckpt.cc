@@ -26,9 +26,12 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/shard_file.h"
 #include "models/hf_export.h"
+#include "models/lora.h"
+#include "models/lora_export.h"
 #include "models/param_layout.h"
 #include "runtime/core/exit_codes.h"
 #include "runtime/core/memory.h"
+#include "runtime/train/checkpointer.h"
 #include "runtime/train/config.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/saved_state.h"
@@ -44,7 +47,7 @@ void PrintCkptHelp(FILE* out) {
       "usage: tessera ckpt ls DIR [--events]\n"
       "       tessera ckpt verify DIR [--step N]\n"
       "       tessera ckpt export DIR [--step N] --out FILE.safetensors|OUT_DIR [--dtype f32|bf16|f16]\n"
-      "                               [--max-shard-size SIZE]\n"
+      "                               [--max-shard-size SIZE] [--adapter]\n"
       "       tessera ckpt gc DIR [--keep-last K] [--keep-every E] [--dry-run]\n\n"
       "DIR is a checkpoint root (checkpoint.dir of a run): committed checkpoints are the\n"
       "step_<N> directories holding a manifest.json; DIR/catalog records their history.\n\n"
@@ -61,7 +64,10 @@ void PrintCkptHelp(FILE* out) {
       "           a Hugging Face safetensors file, or (--out not ending in .safetensors) a\n"
       "           model directory: shards of --max-shard-size (default 5GB) with their index,\n"
       "           and config.json where a Hugging Face model type computes the model (see\n"
-      "           tessera export --help); uses the config saved in the checkpoint.\n"
+      "           tessera export --help); uses the config saved in the checkpoint. A LoRA\n"
+      "           run's checkpoint (finetune.lora) holds the adapters only: it is merged\n"
+      "           with the base its config's init_from names (read again), or with\n"
+      "           --adapter written as PEFT's adapter directory (--out DIR).\n"
       "  gc       deletes committed checkpoints by the retention policy, keeping the K newest\n"
       "           (default 3) and every step that is a multiple of E (default 0 = none); the\n"
       "           newest is never deleted. Records the deletions in the catalog, so it refuses\n"
@@ -358,6 +364,27 @@ Status CheckParamTensors(const Manifest& m, const std::vector<ParamDecl>& decls,
   return Status::Ok();
 }
 
+// A LoRA run's frozen base, into the first elements of `values` (the LoRA model's flat
+// global layout starts with the base model's): read from the config's init_from (a weights
+// file or directory, or a checkpoint of the base), or the seed's init without one.
+Status LoadLoraBase(const Config& config, float* values) {
+  const ModelConfig base = BaseModelConfig(config.model);
+  std::vector<Parameter> views = GlobalViews(base, values);
+  if (config.init_from.empty()) {
+    InitParameterRange(base, config.train.seed, 0, UnitBounds(base).back(), values);
+    return Status::Ok();
+  }
+  if (auto ckpt = ResolveCheckpointDir(config.init_from); ckpt.ok()) {
+    ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*ckpt));
+    for (const Parameter& prm : views) {
+      RETURN_IF_ERROR(reader->Read("param/" + prm.name(), 0, prm.numel(), prm.value.f32()));
+    }
+    return Status::Ok();
+  }
+  HfExtras extras;
+  return LoadHfWeights(config.init_from, base, views, &extras);
+}
+
 int RunExportCkpt(const ParsedArgs& p) {
   if (!p.Has("--out")) {
     return Usage("tessera ckpt export: --out FILE is required (see tessera ckpt --help)");
@@ -387,27 +414,49 @@ int RunExportCkpt(const ParsedArgs& p) {
   auto config = LoadConfigFromText(m.config_yaml, ManifestPath(dir) + " config_yaml");
   if (!config.ok()) return Fail("export", config.status(), kExitBadInput);
 
-  const std::vector<ParamDecl> decls = DeclareParameters(config->model);
-  Status fits = CheckParamTensors(m, decls, dir);
+  // What the checkpoint holds: every parameter, or under finetune.lora the adapters.
+  Status fits = CheckParamTensors(m, PartParameters(config->model, ParamPart::kTrainable), dir);
   if (!fits.ok()) return Fail("export", fits, kExitBadInput);
   int64_t total = 0;
-  for (const ParamDecl& d : decls) total += d.shape.numel();
+  for (const ParamDecl& d : DeclareParameters(config->model)) total += d.shape.numel();
 
   std::vector<float> values(static_cast<size_t>(total));
   // The one-rank model's parameters (whole ShardedTensors) over `values`, read tensor by tensor.
-  const std::vector<Parameter> params = GlobalViews(config->model, values.data());
-  for (const Parameter& prm : params) {
+  std::vector<Parameter> params = GlobalViews(config->model, values.data());
+  const std::vector<ParamDecl> decls = DeclareParameters(config->model);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (decls[i].frozen) continue;  // a LoRA base: not in the checkpoint
+    const Parameter& prm = params[i];
     Status s = (*reader)->Read("param/" + prm.name(), 0, prm.numel(), prm.value.f32());
     if (!s.ok()) {
       return Fail("export", s, ExitCodeFor(s, ExitPhase::kCheckpointExport));
     }
   }
   const std::string out = p.Get("--out");
+  ModelConfig model = config->model;
+  if (model.lora.enabled()) {
+    if (p.Has("--adapter")) {  // the adapters alone, as PEFT lays them out
+      Status s = ExportLoraAdapter(out, model, values, config->init_from);
+      if (!s.ok()) return Fail("export", s, ExitCodeFor(s));
+      std::printf("exported the LoRA adapters of %s to %s/{adapter_model.safetensors,"
+                  "adapter_config.json}\n", dir.c_str(), out.c_str());
+      return kExitOk;
+    }
+    // The merged model: the frozen base from where the run took it, plus the adapters.
+    Status base = LoadLoraBase(*config, values.data());
+    if (!base.ok()) return Fail("export", base, ExitCodeFor(base, ExitPhase::kCheckpointExport));
+    values = MergeLoraWeights(model, values);
+    model = BaseModelConfig(model);
+    params = GlobalViews(model, values.data());
+    total = UnitBounds(model).back();
+    std::printf("%s: a LoRA checkpoint: merged with its base %s\n", dir.c_str(),
+                config->init_from.empty() ? "(the seed's init)" : config->init_from.c_str());
+  }
   HfExtras extras;  // the MoE blocks' routing bias, from the saved trainer state
   if (auto state = ParseSavedState(m.state, m.step, ManifestPath(dir)); state.ok()) {
     extras.moe_bias = state->moe_bias;
   }
-  auto written = ExportHf(out, config->model, params, dtype, &extras, shard_bytes);
+  auto written = ExportHf(out, model, params, dtype, &extras, shard_bytes);
   if (!written.ok()) return Fail("export", written.status(), ExitCodeFor(written.status()));
   std::printf("exported %zu tensors (%.2fM parameters, %s) of %s to %s\n", params.size(), total / 1e6,
               std::string(DTypeName(dtype)).c_str(), dir.c_str(), written->c_str());
@@ -508,7 +557,7 @@ int RunCkpt(const Args& args) {
     return p ? RunVerify(*p) : code;
   }
   if (sub == "export") {
-    auto p = ParseSub(rest, sub, {"--step", "--out", "--dtype", "--max-shard-size"}, {}, &code);
+    auto p = ParseSub(rest, sub, {"--step", "--out", "--dtype", "--max-shard-size"}, {"--adapter"}, &code);
     return p ? RunExportCkpt(*p) : code;
   }
   if (sub == "gc") {

@@ -247,7 +247,7 @@ int RunExport(const Args& args) {
   const std::string out = parsed->Get("--out");
   HfExtras extras;  // the MoE blocks' routing bias, as loaded
   for (const MoeLayerState& layer : (*model)->moe_layers()) extras.moe_bias.push_back(layer.bias);
-  auto written = ExportHf(out, config->model, (*model)->parameters(), dtype, &extras, shard_bytes);
+  auto written = ExportHf(out, (*model)->config(), (*model)->parameters(), dtype, &extras, shard_bytes);
   if (!written.ok()) return Fail("export", written.status(), ExitPhase::kRun);
   std::printf("exported %lld tensors (%.2fM parameters, %s) to %s\n",
               static_cast<long long>((*model)->parameters().size()), (*model)->num_params() / 1e6,

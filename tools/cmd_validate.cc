@@ -7,6 +7,7 @@
 
 #include "runtime/core/dtype.h"
 #include "models/hf_weights.h"
+#include "models/lora.h"
 #include "runtime/kernels/cpu/convert.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/kernels/cpu_bf16_backend.h"
@@ -126,6 +127,7 @@ int RunValidate(const Args& args) {
   ModelOptions mo;
   mo.backend = compute.backend.get();
   mo.activation_dtype = dtype;
+  c.model = BaseModelConfig(c.model);  // a LoRA run's weights file is its merged model
   c.model.recompute = RecomputePolicy::kNone;  // every sublayer's output kept
   c.train.micro_batch_size = v.B;
   c.train.seq_len = v.T;

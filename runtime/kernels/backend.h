@@ -119,6 +119,9 @@ class Backend {
                               int64_t H) = 0;
   virtual void Add(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void AddInPlace(float* acc, const float* x, int64_t n) = 0;
+  // LoRA's input dropout, cpu::Dropout's contract (runtime/kernels/cpu/ops.h).
+  virtual void Dropout(float* out, const float* x, int64_t rows, int64_t cols, int64_t col0,
+                       int64_t ld_index, float p, uint64_t key) = 0;
 
   // ---- Rotary embedding and attention -----------------------------------------------------
   virtual void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,

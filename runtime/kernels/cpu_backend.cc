@@ -143,6 +143,10 @@ void CpuBackend::Add(float* out, const float* a, const float* b, int64_t n) {
 }
 
 void CpuBackend::AddInPlace(float* acc, const float* x, int64_t n) { cpu::AddInPlace(acc, x, n); }
+void CpuBackend::Dropout(float* out, const float* x, int64_t rows, int64_t cols, int64_t col0,
+                         int64_t ld_index, float p, uint64_t key) {
+  cpu::Dropout(out, x, rows, cols, col0, ld_index, p, key);
+}
 
 void CpuBackend::RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                              const RopeParams& rope, int64_t pos_offset) {

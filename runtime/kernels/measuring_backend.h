@@ -66,6 +66,8 @@ class MeasuringBackend final : public Backend {
                       int64_t H) override;
   void Add(float* out, const float* a, const float* b, int64_t n) override;
   void AddInPlace(float* acc, const float* x, int64_t n) override;
+  void Dropout(float* out, const float* x, int64_t rows, int64_t cols, int64_t col0,
+               int64_t ld_index, float p, uint64_t key) override {}
   void RopeForward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                    const RopeParams& rope, int64_t pos_offset) override;
   void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,

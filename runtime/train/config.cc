@@ -265,7 +265,7 @@ Status ReadComm(YamlMap& s, CommConfig* c) {
 // finetune.lora (model_config.h LoraConfig): adapters on the base model, which is frozen.
 Status ReadFinetune(YamlMap& s, LoraConfig* l) {
   ASSIGN_OR_RETURN(YamlMap lora, s.Child("lora"));
-  RETURN_IF_ERROR(lora.Int("rank", 1, 4096, &l->rank));
+  RETURN_IF_ERROR(lora.Int("rank", 0, 4096, &l->rank));  // 0: no adapters
   RETURN_IF_ERROR(lora.Float("alpha", kPositive, &l->alpha));
   RETURN_IF_ERROR(lora.Float("dropout", kNonNegative, &l->dropout));
   ASSIGN_OR_RETURN(std::vector<const YamlNode*> targets,

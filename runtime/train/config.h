@@ -226,6 +226,8 @@ struct Config {
   bool init_optimizer = false;     // init_optimizer: with a checkpoint in init_from, also take
                                    //   its AdamW moments (continued pretraining); the step
                                    //   counter, schedule and data position start fresh
+  // finetune.lora.* (LoRA adapters, the base frozen) is read into model.lora: the adapters are
+  // part of the model's parameters (models/model_config.h LoraConfig documents the keys).
   CheckpointConfig checkpoint;     // checkpoint.*
   ResumeMode resume = ResumeMode::kNone;  // resume: none | auto — auto continues from the newest
                                    //   committed (and verified) checkpoint under checkpoint.dir,

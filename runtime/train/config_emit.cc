@@ -222,6 +222,17 @@ std::string EmitResolvedYaml(const Config& config, const std::vector<std::string
   PutName(out, "resume", ResumeModeName(config.resume));
   PutPath(out, "init_from", config.init_from);
   Put(out, "init_optimizer", config.init_optimizer);
+  const LoraConfig& l = config.model.lora;
+  out << YAML::Key << "finetune" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "lora" << YAML::Value << YAML::BeginMap;
+  Put(out, "rank", l.rank);
+  Put(out, "alpha", l.alpha);
+  Put(out, "dropout", l.dropout);
+  out << YAML::Key << "targets" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& t : l.targets) out << t;
+  out << YAML::EndSeq;
+  PutName(out, "base_dtype", l.base_bf16 ? "bf16" : "f32");
+  out << YAML::EndMap << YAML::EndMap;
   out << YAML::EndMap;
 
   std::string header = "# Resolved Tessera config: every key, defaults included.\n";

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/core/check.h"
+#include "runtime/core/random.h"
 
 namespace tessera {
 namespace {
@@ -132,6 +133,7 @@ Result<double> PipelineRunner::TrainOneStage(const int32_t* inputs, const int32_
     const int k = ops_[i].micro;
     if (before_micro_batch_) before_micro_batch_();
     shards_->BeginMicroBatch(k);
+    model.SetDropoutKey(MicroKey(k));
     const auto t0 = Clock::now();
     loss += model.ForwardBackward(inputs + k * tokens_, targets + k * tokens_, grad_scale);
     *busy += Since(t0);
@@ -162,6 +164,7 @@ Result<double> PipelineRunner::TrainStages(const int32_t* inputs, const int32_t*
       const int ctx = free_ctx[c].back();
       free_ctx[c].pop_back();
       ctx_of[{c, k}] = ctx;
+      model.SetDropoutKey(MicroKey(k));
       const auto t0 = Clock::now();
       loss += model.ForwardStage(ctx, in, tg, recv_.data(), out.data());
       *busy += Since(t0);
@@ -183,15 +186,20 @@ Result<double> PipelineRunner::TrainStages(const int32_t* inputs, const int32_t*
   return loss;
 }
 
+uint64_t PipelineRunner::MicroKey(int k) const {
+  return step_key_ == 0 ? 0 : StreamKey(step_key_, static_cast<uint64_t>(options_.first_micro + k));
+}
+
 Result<double> PipelineRunner::TrainStep(const int32_t* inputs, const int32_t* targets,
-                                         float grad_scale) {
+                                         float grad_scale, uint64_t dropout_key) {
   const auto t_step = Clock::now();
   double busy = 0, loss = 0;
-  if (one_stage()) {
-    ASSIGN_OR_RETURN(loss, TrainOneStage(inputs, targets, grad_scale, &busy));
-  } else {
-    ASSIGN_OR_RETURN(loss, TrainStages(inputs, targets, grad_scale, &busy));
-  }
+  step_key_ = dropout_key;
+  Result<double> trained = one_stage() ? TrainOneStage(inputs, targets, grad_scale, &busy)
+                                       : TrainStages(inputs, targets, grad_scale, &busy);
+  step_key_ = 0;
+  for (Transformer* chunk : chunks_) chunk->SetDropoutKey(0);  // evaluation drops nothing
+  ASSIGN_OR_RETURN(loss, std::move(trained));
   RETURN_IF_ERROR(DrainSends());
   stats_.busy_seconds = busy;
   stats_.step_seconds = Since(t_step);

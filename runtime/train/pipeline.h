@@ -43,6 +43,9 @@ struct PipelineOptions {
   int stage = 0;           // this rank's
   int virtual_stages = 1;  // chunks per rank
   int micro_batches = 1;   // m: micro-batches per optimizer step on this rank
+  // This rank's first micro-batch in the step's global batch (dp rank x m): micro k's
+  // dropout masks come from StreamKey(step key, first_micro + k), the same in every layout.
+  int64_t first_micro = 0;
 };
 
 // Activation contexts chunk c needs: the most micro-batches whose forward on that chunk has run
@@ -82,7 +85,10 @@ class PipelineRunner {
   // into `shards` (after shards->BeginStep; FinishGradients is the caller's). Returns the sum
   // of the micro-batches' mean losses on the rank holding the last virtual stage, 0 elsewhere.
   // A failed transfer or collective comes back as its Status (the job must end).
-  Result<double> TrainStep(const int32_t* inputs, const int32_t* targets, float grad_scale);
+  // `dropout_key`: the step's dropout stream (finetune.lora.dropout; 0 = none): each forward
+  // gets its micro-batch's key (Transformer::SetDropoutKey), reset to 0 afterwards.
+  Result<double> TrainStep(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                           uint64_t dropout_key = 0);
 
   // Forward only of one micro-batch through every virtual stage (evaluation): the mean loss on
   // the rank holding the last virtual stage, 0 elsewhere. One stage: the model's Forward.
@@ -119,7 +125,10 @@ class PipelineRunner {
                              double* busy);
   // The parameter state's and the model's errors after a pass.
   Status PassStatus(const Transformer& model) const;
+  // Micro k's dropout key of this step (0 when the step has none).
+  uint64_t MicroKey(int k) const;
 
+  uint64_t step_key_ = 0;  // TrainStep's dropout_key while it runs
   PipelineOptions options_;
   std::vector<Transformer*> chunks_;
   ParamState* shards_;

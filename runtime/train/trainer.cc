@@ -13,11 +13,13 @@
 
 #include "checkpoint/commit.h"
 #include "models/hf_weights.h"
+#include "models/lora.h"
 #include "models/param_layout.h"
 #include "optimizer/grad_clip.h"
 #include "optimizer/lr_schedule.h"
 #include "runtime/core/file_util.h"
 #include "runtime/core/json.h"
+#include "runtime/core/random.h"
 #include "runtime/kernels/cpu/bench.h"
 #include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/thread_count.h"
@@ -25,9 +27,9 @@
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/expert_split_state.h"
-#include "runtime/train/lora_state.h"
 #include "runtime/train/grad_sync.h"
 #include "runtime/train/hf_load.h"
+#include "runtime/train/lora_state.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
 
@@ -109,15 +111,17 @@ Status CheckOutputs(const Config& config, bool root) {
 
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
                                                 const std::string& weights_override) {
-  ASSIGN_OR_RETURN(auto model, Transformer::Create(config.model, config.train.micro_batch_size,
+  // A LoRA run's weights file is its merged model: the base model's shapes and names.
+  const ModelConfig mc = BaseModelConfig(config.model);
+  ASSIGN_OR_RETURN(auto model, Transformer::Create(mc, config.train.micro_batch_size,
                                                    config.train.seq_len, memory));
   const std::string& weights = weights_override.empty() ? config.init_from : weights_override;
   if (weights.empty()) {
     model->InitRandom(config.train.seed);
   } else {
     HfExtras extras;
-    RETURN_IF_ERROR(LoadHfWeights(weights, config.model, model->parameters(), &extras));
-    SetMoeBias(config.model, *model, extras.moe_bias);
+    RETURN_IF_ERROR(LoadHfWeights(weights, mc, model->parameters(), &extras));
+    SetMoeBias(mc, *model, extras.moe_bias);
   }
   return model;
 }
@@ -322,6 +326,7 @@ Status Trainer::BuildModels(ModelOptions mo) {
                                                  c.train.seq_len, &memory_, mo));
     PipelineOptions po;  // one stage, one chunk: 1F1B is F0 B0 F1 B1 ...
     po.micro_batches = static_cast<int>(c.train.grad_accum_steps);
+    po.first_micro = dp_rank_ * c.train.grad_accum_steps;
     // Each micro-batch's forward is reported (backward: by phase_store_ when it starts).
     ASSIGN_OR_RETURN(pipeline_, PipelineRunner::Create(po, nullptr, {model_.get()}, shards_.get(),
                                                        [this] { Phase(TrainPhase::kForward); }));
@@ -334,6 +339,7 @@ Status Trainer::BuildModels(ModelOptions mo) {
     po.stage = pp_->rank();
     po.virtual_stages = c.parallel.virtual_stages;
     po.micro_batches = static_cast<int>(c.train.grad_accum_steps);
+    po.first_micro = dp_rank_ * c.train.grad_accum_steps;
     const std::vector<int> contexts = PipelineContextsPerChunk(po);
     std::vector<Transformer*> views;
     for (int k = 0; k < po.virtual_stages; ++k) {
@@ -535,11 +541,19 @@ Result<Trainer::ForwardBackwardResult> Trainer::ForwardBackward(float grad_scale
   ForwardBackwardResult pass;
   pass.micro_batches = accum;
   pass.tokens = accum * B * config_.train.seq_len;
+  // finetune.lora.dropout: the step's masks follow from where it starts in the data, which a
+  // resume restores (the pipeline gives micro k of the global batch its own key).
+  const DataPosition at = train_data_->position();
+  const uint64_t dropout_key =
+      config_.model.lora.dropout > 0
+          ? StreamKey(config_.train.seed, kLoraDropoutStream, static_cast<uint64_t>(at.epoch),
+                      static_cast<uint64_t>(at.index))
+          : 0;
   train_data_->Skip(dp_rank_ * accum * B);  // the micro-batches of lower ranks
   RETURN_IF_ERROR(LoadStepBatches());
   Phase(TrainPhase::kForward);
   ASSIGN_OR_RETURN(pass.loss_sum, pipeline_->TrainStep(step_inputs_.data(), step_targets_.data(),
-                                                       grad_scale));
+                                                       grad_scale, dropout_key));
   train_data_->Skip((dp_size_ - 1 - dp_rank_) * accum * B);  // same position on every rank
   return pass;
 }

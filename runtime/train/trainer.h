@@ -286,7 +286,8 @@ Result<double> EvaluateLoss(Transformer& model, DataLoader& data, int64_t batche
 
 // Builds a self-contained fp32 model (no sharding: for eval and export) for `config` at
 // micro-batch shape (micro_batch_size, seq_len) and loads init_from (or `weights_override`
-// when non-empty) if given, else random init from the seed.
+// when non-empty) if given, else random init from the seed. Under finetune.lora the model is
+// the base one (a LoRA run's model.safetensors is merged: the base model's layout).
 Result<std::unique_ptr<Transformer>> BuildModel(const Config& config, MemoryTracker* memory,
                                                 const std::string& weights_override = "");
 

@@ -96,6 +96,37 @@ TEST_F(HfIntake, ADisagreeingKeyAndAMissingOperatorAreRefusedBeforeLoading) {
   EXPECT_FALSE(fs::exists(dir_ / "ft/metrics.jsonl"));
 }
 
+// configs/finetune-lora.yaml as shipped on the directory: the base frozen, the merged model and
+// PEFT's adapter directory written, the merged model loadable as the base model it is; a
+// target the family lacks is refused at its place in the YAML.
+TEST_F(HfIntake, ALoraFinetuneWritesTheMergedModelAndPeftAdapters) {
+  CommandResult r = Tessera("train " + Repo("configs/finetune-lora.yaml") + " --set init_from=" +
+                            hf_ + " --set train.steps=3 --set train.threads=1 "
+                            "--set train.peak_gflops=1 --set train.out_dir=" + (dir_ / "lora"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "finetune.lora: rank 16, alpha 32 (scale 2) on "
+                                 "q_proj,k_proj,v_proj,o_proj")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "frozen base")) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "lora/adapter/adapter_model.safetensors"));
+  const std::string adapter_config = ReadFile(dir_ / "lora/adapter/adapter_config.json");
+  EXPECT_TRUE(Contains(adapter_config, "\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\","
+                                       "\"o_proj\"]")) << adapter_config;
+  EXPECT_TRUE(Contains(adapter_config, "\"base_model_name_or_path\":\"" + hf_ + "\""))
+      << adapter_config;
+  // The merged model is a plain Llama: it loads where the base does.
+  CommandResult again = Tessera("train " + Repo("configs/llama-tiny.yaml") + " --set init_from=" +
+                                (dir_ / "lora/model.safetensors") + " --set train.steps=1 "
+                                "--set train.threads=1 --set train.peak_gflops=1 "
+                                "--set train.out_dir=" + (dir_ / "merged"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  const std::string yaml = dir_ / "bad-lora.yaml";
+  WriteFile(yaml, "finetune:\n  lora:\n    rank: 4\n    targets: [q_proj, x_proj]\n");
+  CommandResult bad = Tessera("train " + yaml + " --set init_from=" + hf_);
+  EXPECT_EQ(bad.exit_code, kExitBadConfig) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, yaml + ":4:")) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "\"x_proj\" is not a projection of llama")) << bad.output;
+}
+
 // Mistral v0.1's sliding window: the same tensors as Llama, the window taken from config.json.
 TEST_F(HfIntake, AMistralDirectoryTrainsWithItsWindow) {
   WriteFile(hf_ + "/config.json", WithType("mistral", "\"sliding_window\": 16"));

@@ -151,3 +151,45 @@ TEST(Activations, DeterministicAcrossRuns) {
 
 }  // namespace
 }  // namespace tessera::cpu
+
+namespace tessera::cpu {
+namespace {
+
+// LoRA's dropout: about p of the elements are zero, the others scaled by 1 / (1 - p); the mask
+// is a function of (key, element index), so a slice of columns [col0, col0 + cols) of a wider
+// input draws the same mask as the whole; another key draws another mask; out may alias x.
+TEST(Dropout, DropsAboutPScalesTheRestAndSlicesDrawTheWholeInputsMask) {
+  const int64_t rows = 64, cols = 96;
+  const float p = 0.25f;
+  std::vector<float> x(rows * cols), whole(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) x[i] = 1.0f + 0.001f * static_cast<float>(i % 97);
+  Dropout(whole.data(), x.data(), rows, cols, 0, cols, p, 42);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (whole[i] == 0.0f) {
+      ++dropped;
+    } else {
+      ASSERT_EQ(whole[i], x[i] * (1.0f / (1.0f - p))) << i;
+    }
+  }
+  const double frac = static_cast<double>(dropped) / static_cast<double>(rows * cols);
+  EXPECT_NEAR(frac, p, 0.03);  // 6144 draws: 4.5 standard deviations
+  // Columns [32, 80) of every row, as a tensor-parallel rank holds them.
+  const int64_t c0 = 32, w = 48;
+  std::vector<float> slice(rows * w), out(rows * w);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < w; ++j) slice[i * w + j] = x[i * cols + c0 + j];
+  }
+  Dropout(out.data(), slice.data(), rows, w, c0, cols, p, 42);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < w; ++j) ASSERT_EQ(out[i * w + j], whole[i * cols + c0 + j]);
+  }
+  Dropout(slice.data(), slice.data(), rows, w, c0, cols, p, 42);  // in place
+  EXPECT_EQ(slice, out);
+  std::vector<float> other(rows * cols);
+  Dropout(other.data(), x.data(), rows, cols, 0, cols, p, 43);
+  EXPECT_NE(other, whole);
+}
+
+}  // namespace
+}  // namespace tessera::cpu

@@ -72,19 +72,28 @@ const char* Name(ModelFamily f) { return ModelFamilyName(f); }
 
 class GradCheck : public ::testing::TestWithParam<std::tuple<ModelFamily, RecomputePolicy>> {};
 
-// `after_init` may change the initial weights (e.g. LoRA's B, zero at init).
+// `after_init` may change the initial weights (e.g. LoRA's B, zero at init). With a
+// `dropout_key` every loss is a training forward's with that key's masks (LoRA dropout), which
+// the gradient must differentiate; otherwise the losses are evaluations.
 void ExpectGradientsMatchFiniteDifferences(
-    const ModelConfig& config, const std::function<void(Transformer&)>& after_init = {}) {
+    const ModelConfig& config, const std::function<void(Transformer&)>& after_init = {},
+    uint64_t dropout_key = 0) {
   const ModelFamily family = config.family;
   auto m = Make(config);
   m->InitRandom(7);
   if (after_init) after_init(*m);
   const Batch b = MakeBatch(kB, kT, 32, 11);
   m->ZeroGrads();
+  m->SetDropoutKey(dropout_key);
   const double loss = m->ForwardBackward(b.inputs.data(), b.targets.data(), 1.0f);
-  // Evaluation runs the same kernels: the same loss, bit for bit.
-  EXPECT_EQ(loss, m->Forward(b.inputs.data(), b.targets.data()));
+  auto evaluate = [&] {
+    if (dropout_key == 0) return m->Forward(b.inputs.data(), b.targets.data());
+    m->SetDropoutKey(dropout_key);
+    return m->ForwardBackward(b.inputs.data(), b.targets.data(), 1.0f);  // grads copied below
+  };
   const std::vector<float> g = Copy(m->flat_grads());
+  // Evaluation runs the same kernels: the same loss, bit for bit.
+  EXPECT_EQ(loss, evaluate());
   float* theta = m->flat_params().f32();
   const std::vector<float> theta0(theta, theta + m->num_params());
   const int64_t P = m->num_params();
@@ -92,7 +101,7 @@ void ExpectGradientsMatchFiniteDifferences(
   // L(theta0 + eps * d), with theta restored exactly afterwards.
   auto loss_at = [&](const std::vector<double>& d, double eps) {
     for (int64_t i = 0; i < P; ++i) theta[i] = static_cast<float>(theta0[i] + eps * d[i]);
-    const double l = m->Forward(b.inputs.data(), b.targets.data());
+    const double l = evaluate();
     std::copy(theta0.begin(), theta0.end(), theta);
     return l;
   };
@@ -212,6 +221,42 @@ TEST(GradCheckOptions, LoraAdaptersOnEveryProjection) {
       ExpectGradientsMatchFiniteDifferences(c, RandomizeLoraB);
     }
   }
+}
+
+// LoRA dropout (0.3 on every adapter's input): the gradient of a training forward's loss for
+// fixed masks, under each policy (recomputation and backward redraw the forward's masks).
+TEST(GradCheckOptions, LoraDropout) {
+  for (RecomputePolicy policy :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    SCOPED_TRACE(RecomputePolicyName(policy));
+    ModelConfig c = Tiny(ModelFamily::kLlama, policy);
+    c.lora.rank = 3;
+    c.lora.alpha = 6.0f;
+    c.lora.dropout = 0.3f;
+    c.lora.targets = {"all-linear"};
+    ExpectGradientsMatchFiniteDifferences(c, RandomizeLoraB, /*dropout_key=*/12345);
+  }
+}
+
+// Dropout acts in training forwards only, and differently for different keys.
+TEST(Lora, DropoutActsInTrainingOnlyAndFollowsTheKey) {
+  ModelConfig c = Tiny(ModelFamily::kGpt2, RecomputePolicy::kNone);
+  c.lora.rank = 3;
+  c.lora.dropout = 0.5f;
+  c.lora.targets = {"all-linear"};
+  auto m = Make(c);
+  m->InitRandom(7);
+  RandomizeLoraB(*m);
+  const Batch b = MakeBatch(kB, kT, 32, 11);
+  auto train = [&](uint64_t key) {
+    m->SetDropoutKey(key);
+    return m->ForwardBackward(b.inputs.data(), b.targets.data(), 1.0f);
+  };
+  const double eval = m->Forward(b.inputs.data(), b.targets.data());
+  EXPECT_EQ(train(0), eval);
+  EXPECT_NE(train(1), eval);
+  EXPECT_EQ(train(1), train(1));
+  EXPECT_NE(train(1), train(2));
 }
 
 // The adapters are declared after everything else, so the base model's parameters keep their

@@ -16,15 +16,19 @@ Usage: lora.py TESSERA MPIEXEC CONFIG WORK [MPIRUN_FLAGS...]
     (RMS of the adapters' difference <= 5% of their RMS).
   * Checkpoints hold the adapters only (param/, exp_avg/, exp_avg_sq/ of each adapter); stopped
     after step 2 and resumed to step 4 (resume=auto; the base read again from init_from):
-    adapters bit-identical to the uninterrupted run.
+    adapters bit-identical to the uninterrupted run; `tessera ckpt export` of that checkpoint
+    gives the run's merged model (base read again from init_from) and, with --adapter, its
+    adapter file, bit for bit.
+  * Dropout 0.1 on the adapters' input: the masks are drawn per micro-batch of the global
+    batch and per one-rank element, so dp 2 and pp 2 (with full recompute) stay bit-identical
+    to one rank, tp 2 with sequence parallelism close, and a resume draws the same masks.
   * init_from a checkpoint of the base (not a weights file): the adapters train on its weights.
   * An unknown target is refused with exit 3, naming it.
 Prints PASS when every check holds."""
-import json, math, os, struct, sys
-from array import array
+import json, math, os, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tessera_runs import Runner, check, finish  # noqa: E402
+from tessera_runs import Runner, check, finish, read_safetensors  # noqa: E402
 
 LORA = ["finetune.lora.rank=4", "finetune.lora.alpha=8", "finetune.lora.targets=[all-linear]"]
 runner = Runner(sys.argv, ["train.micro_batch_size=2", "train.seq_len=16", "train.log_interval=4",
@@ -35,24 +39,8 @@ gpt2 = os.path.basename(config) == "tiny.yaml"
 failures = []
 
 
-def tensors(path):
-    """name -> (shape, float32 values in row-major order)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (hlen,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + hlen])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", info
-        b, e = info["data_offsets"]
-        out[name] = (info["shape"], array("f", data[8 + hlen + b:8 + hlen + e]))
-    return out
-
-
 def adapters(out):
-    return tensors(os.path.join(out, "adapter", "adapter_model.safetensors"))
+    return read_safetensors(os.path.join(out, "adapter", "adapter_model.safetensors"))
 
 
 def same_adapters(ref, out, what):
@@ -85,7 +73,7 @@ ref, log = runner.run("ref", 1, FROM + ["train.grad_accum_steps=2"])
 check("frozen base" in log, "the banner describes the frozen base", failures)
 
 # The merged export is base + (alpha / r) B A, and nothing else moved.
-base, merged, ad = tensors(base_file), tensors(os.path.join(ref, "model.safetensors")), adapters(ref)
+base, merged, ad = read_safetensors(base_file), read_safetensors(os.path.join(ref, "model.safetensors")), adapters(ref)
 check(base.keys() == merged.keys(), "the merged export has the base model's tensors", failures)
 prefix = "base_model.model.transformer." if gpt2 else "base_model.model."
 worst, moved = 0.0, 0
@@ -153,6 +141,36 @@ out, log = runner.run("resumed", 1, FROM + ["train.grad_accum_steps=2", "checkpo
                                             "resume=auto"])
 check("resumed at step 2" in log, "resumed at step 2", failures)
 same_adapters(ref, out, "stopped at 2 + resumed")
+# tessera ckpt export of the adapters-only checkpoint: merged with the base its config names,
+# or (--adapter) PEFT's files: the run's own exports.
+for sets, what in (([], "merged"), (["--adapter"], "adapter")):
+    dest = os.path.join(work, "ckpt_export_" + what)
+    p = subprocess.run([runner.tessera, "ckpt", "export", ckpt, "--out",
+                        dest + (".safetensors" if not sets else "")] + sets,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mine = dest + ".safetensors" if not sets else os.path.join(dest, "adapter_model.safetensors")
+    theirs = os.path.join(out, "model.safetensors" if not sets else "adapter/adapter_model.safetensors")
+    check(p.returncode == 0 and open(mine, "rb").read() == open(theirs, "rb").read(),
+          f"tessera ckpt export ({what}) of the final checkpoint: the run's {what} export bit for bit",
+          failures)
+
+# ---- dropout: the masks follow the micro-batch's place in the global batch ---------------------
+DROP = FROM + ["finetune.lora.dropout=0.1"]
+dref, _ = runner.run("drop_ref", 1, DROP + ["train.grad_accum_steps=2"])
+check(max_diff(adapters(ref), adapters(dref)) > 0, "dropout 0.1 changes the training", failures)
+out, _ = runner.run("drop_dp2", 2, DROP + ["parallel.dp=2", "parallel.zero=1"])
+same_adapters(dref, out, "dropout, dp 2 ZeRO 1")
+out, _ = runner.run("drop_pp2", 2, DROP + ["parallel.pp=2", "train.grad_accum_steps=2",
+                                           "model.recompute=full"])
+same_adapters(dref, out, "dropout, pp 2, full recompute")
+out, _ = runner.run("drop_tp2_sp", 2, DROP + ["parallel.tp=2", "parallel.sequence_parallel=true",
+                                              "train.grad_accum_steps=2"])
+close_adapters(dref, out, "dropout, tp 2 sp")
+dckpt = os.path.join(work, "drop_ckpt")
+runner.run("drop_first", 1, DROP + ["train.grad_accum_steps=2", "train.steps=2", "checkpoint.dir=" + dckpt])
+out, _ = runner.run("drop_resumed", 1, DROP + ["train.grad_accum_steps=2", "checkpoint.dir=" + dckpt,
+                                               "resume=auto"])
+same_adapters(dref, out, "dropout, stopped at 2 + resumed")
 
 # ---- init_from a checkpoint of the base ---------------------------------------------------------
 out, _ = runner.run("from_ckpt", 1, LORA + ["init_from=" + os.path.join(work, "base_ckpt"),

@@ -48,9 +48,9 @@ def moe_routing(out):
     return [[(l["layer"], l["counts"], l["bias_min"], l["bias_max"]) for l in r["moe"]] for r in rows]
 
 
-def weights(out):
-    """The fp32 tensors of OUT/model.safetensors by name."""
-    with open(os.path.join(out, "model.safetensors"), "rb") as f:
+def read_safetensors(path):
+    """The fp32 tensors of a safetensors file by name: (shape, values in row-major order)."""
+    with open(path, "rb") as f:
         data = f.read()
     (hlen,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + hlen])
@@ -60,8 +60,13 @@ def weights(out):
             continue
         assert info["dtype"] == "F32", info
         b, e = info["data_offsets"]
-        tensors[name] = array("f", data[8 + hlen + b:8 + hlen + e])
+        tensors[name] = (info["shape"], array("f", data[8 + hlen + b:8 + hlen + e]))
     return tensors
+
+
+def weights(out):
+    """The fp32 tensors of OUT/model.safetensors by name."""
+    return {k: v for k, (_, v) in read_safetensors(os.path.join(out, "model.safetensors")).items()}
 
 
 def same_bits(ref, out, what, failures):

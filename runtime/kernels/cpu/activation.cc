@@ -1,12 +1,13 @@
 // runtime/kernels/cpu/activation.cc — GELU (tanh approximation), SwiGLU, residual adds.
 //
-// Owns: GeluForward/Backward, SwigluForward/Backward, Add, AddInPlace (ops.h).
+// Owns: GeluForward/Backward, SwigluForward/Backward, Add, AddInPlace, Dropout (ops.h).
 // Threads: elementwise, parallel over fixed static ranges; every element is computed
 // independently, so results are bitwise the same for any thread count.
 // Numerics: GELU uses the identity 0.5*(1 + tanh(u)) = sigmoid(2u), so
 //   gelu(x) = x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3),
 // which needs one exp (vec::ExpF, vectorisable) and has no cancellation for negative x.
 // It agrees with the tanh form (torch's gelu_new) to a few fp32 ulp. Outputs may alias inputs.
+#include "runtime/core/random.h"
 #include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/vec.h"
 
@@ -77,6 +78,19 @@ void Add(float* out, const float* a, const float* b, int64_t n) {
 void AddInPlace(float* acc, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= vec::kMinParallelElems)
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+void Dropout(float* out, const float* x, int64_t rows, int64_t cols, int64_t col0,
+             int64_t ld_index, float p, uint64_t key) {
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (rows * cols >= vec::kMinParallelElems)
+  for (int64_t i = 0; i < rows; ++i) {
+    const uint64_t first = static_cast<uint64_t>(i * ld_index + col0);
+    for (int64_t j = 0; j < cols; ++j) {
+      const bool keep = Rng(key, first + static_cast<uint64_t>(j)).NextFloat() >= p;
+      out[i * cols + j] = keep ? x[i * cols + j] * scale : 0.0f;
+    }
+  }
 }
 
 }  // namespace tessera::cpu

@@ -87,6 +87,15 @@ void Add(float* out, const float* a, const float* b, int64_t n);
 // acc += x.
 void AddInPlace(float* acc, const float* x, int64_t n);
 
+// ---- Dropout (LoRA's, models/lora.h) -------------------------------------------------------
+// out(rows, cols) = x * keep / (1 - p) (out may alias x), where element (i, j) is kept when
+// draw number i * ld_index + col0 + j of the counter-based stream `key` (runtime/core/random.h:
+// Rng(key, that number).NextFloat()) is >= p. The mask is a pure function of (key, element
+// index), so a tensor-parallel rank holding columns [col0, col0 + cols) of a ld_index-wide
+// input draws the one-rank model's mask, and backward redraws forward's.
+void Dropout(float* out, const float* x, int64_t rows, int64_t cols, int64_t col0,
+             int64_t ld_index, float p, uint64_t key);
+
 // ---- Rotary position embedding (Llama, Hugging Face "rotate_half" convention) ------------
 // qkv(B*T, (NH + 2*NKV)*HS) holds [q heads | k heads | v heads] per token. Rotates q and k of
 // token t (position t + pos_offset) in place: for i < HS/2, with a = pos * inv_freq[i]
