@@ -10,7 +10,10 @@
 namespace tessera {
 namespace {
 
-constexpr int kUnitBuffers = 4;  // embeddings, final unit, a block and its successor
+// The model holds at most two units at once (a block and its experts; the final unit and the
+// embeddings its tied head reads), and prefetches nothing of a frozen base: two buffers, of the
+// largest and second-largest unit, hold any two units (Acquire takes the smallest that fits).
+constexpr int kUnitBuffers = 2;
 constexpr int64_t kLoadChunk = int64_t{1} << 20;  // bf16 loads convert 4 MiB at a time
 
 }  // namespace
@@ -42,15 +45,18 @@ Result<std::unique_ptr<LoraState>> LoraState::Create(
   s->base_ = s->arenas_.back().Allocate(s->base_dtype_, {std::max<int64_t>(n, 1)});
   s->backend_->Zero(s->base_.data(), s->base_.nbytes());
   if (base_bf16) {
-    int64_t largest = 1;
+    std::vector<int64_t> sizes;
     for (int u = 0; u < U; ++u) {
-      if (!held[static_cast<size_t>(u)]) largest = std::max(largest, bounds[u + 1] - bounds[u]);
+      if (!held[static_cast<size_t>(u)]) sizes.push_back(bounds[u + 1] - bounds[u]);
     }
-    for (int k = 0; k < kUnitBuffers; ++k) {
+    std::sort(sizes.rbegin(), sizes.rend());
+    sizes.resize(kUnitBuffers, 1);
+    for (int64_t size : sizes) {
+      size = std::max<int64_t>(size, 1);
       s->arenas_.push_back(s->backend_->MakeArena(
-          MemoryKind::kUnitBuffers, static_cast<size_t>(largest) * sizeof(float) + Arena::kAlignment,
+          MemoryKind::kUnitBuffers, static_cast<size_t>(size) * sizeof(float) + Arena::kAlignment,
           tracker));
-      s->buffers_.push_back({-1, s->arenas_.back().Allocate(DType::kF32, {largest})});
+      s->buffers_.push_back({-1, s->arenas_.back().Allocate(DType::kF32, {size})});
     }
   }
   return s;
@@ -140,15 +146,20 @@ std::string LoraState::Describe() const {
 const float* LoraState::Acquire(int unit) {
   if (adapter_units_.holds(unit)) return adapters_->Acquire(unit);
   const int64_t b = adapter_units_.model_bounds()[unit];
+  const int64_t e = adapter_units_.model_bounds()[unit + 1];
   if (base_dtype_ == DType::kF32) return base_.f32() + b;
+  Buffer* best = nullptr;  // the smallest free buffer that holds the unit
   for (Buffer& buf : buffers_) {
-    if (buf.unit >= 0) continue;
-    buf.unit = unit;
-    ReadBase(b, adapter_units_.model_bounds()[unit + 1], buf.values.f32());
-    return buf.values.f32();
+    if (buf.unit < 0 && buf.values.numel() >= e - b &&
+        (best == nullptr || buf.values.numel() < best->values.numel())) {
+      best = &buf;
+    }
   }
-  TESSERA_CHECK_MSG(false, "more than %d frozen units acquired at once", kUnitBuffers);
-  return nullptr;
+  TESSERA_CHECK_MSG(best != nullptr, "no free unit buffer for frozen unit %d (%ld elements)", unit,
+                    static_cast<long>(e - b));
+  best->unit = unit;
+  ReadBase(b, e, best->values.f32());
+  return best->values.f32();
 }
 
 void LoraState::Release(int unit) {

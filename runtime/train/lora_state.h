@@ -4,7 +4,8 @@
 // The base units (everything DeclareParameters marks frozen) are held whole on every
 // data-parallel rank, as this rank's partition gives them (its tp slices, pipeline chunks),
 // in fp32 or, with finetune.lora.base_dtype: bf16, rounded to bf16 (half the bytes; a unit is
-// upcast into one of four unit buffers while the model uses it). They have no gradients
+// upcast into one of two unit buffers, of the largest and the second-largest unit, while the
+// model uses it). They have no gradients
 // (Grads returns null: the model skips their weight gradients), no optimizer state and are
 // never saved: SaveSpans and the checkpoints hold the adapters only, and a resume reads the
 // base again from init_from (or the seed's init).
