@@ -364,27 +364,6 @@ Status CheckParamTensors(const Manifest& m, const std::vector<ParamDecl>& decls,
   return Status::Ok();
 }
 
-// A LoRA run's frozen base, into the first elements of `values` (the LoRA model's flat
-// global layout starts with the base model's): read from the config's init_from (a weights
-// file or directory, or a checkpoint of the base), or the seed's init without one.
-Status LoadLoraBase(const Config& config, float* values) {
-  const ModelConfig base = BaseModelConfig(config.model);
-  std::vector<Parameter> views = GlobalViews(base, values);
-  if (config.init_from.empty()) {
-    InitParameterRange(base, config.train.seed, 0, UnitBounds(base).back(), values);
-    return Status::Ok();
-  }
-  if (auto ckpt = ResolveCheckpointDir(config.init_from); ckpt.ok()) {
-    ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*ckpt));
-    for (const Parameter& prm : views) {
-      RETURN_IF_ERROR(reader->Read("param/" + prm.name(), 0, prm.numel(), prm.value.f32()));
-    }
-    return Status::Ok();
-  }
-  HfExtras extras;
-  return LoadHfWeights(config.init_from, base, views, &extras);
-}
-
 int RunExportCkpt(const ParsedArgs& p) {
   if (!p.Has("--out")) {
     return Usage("tessera ckpt export: --out FILE is required (see tessera ckpt --help)");
@@ -434,6 +413,11 @@ int RunExportCkpt(const ParsedArgs& p) {
   }
   const std::string out = p.Get("--out");
   ModelConfig model = config->model;
+  if (p.Has("--adapter") && !model.lora.enabled()) {
+    return Fail("export", InvalidArgument(dir + " is not a LoRA run's checkpoint (its config has "
+                                          "no finetune.lora): --adapter has nothing to write"),
+                kExitBadInput);
+  }
   if (model.lora.enabled()) {
     if (p.Has("--adapter")) {  // the adapters alone, as PEFT lays them out
       Status s = ExportLoraAdapter(out, model, values, config->init_from);

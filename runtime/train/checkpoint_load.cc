@@ -18,9 +18,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
+#include "models/hf_weights.h"
+#include "models/lora.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/host_tier.h"
@@ -374,6 +377,17 @@ namespace {
 
 // Every parameter of the model is in the checkpoint with its shape (and, with_optimizer, its
 // moments), and the checkpoint has no parameter the model lacks; else an error naming both.
+// A LoRA run's checkpoint: adapter tensors and nothing else.
+bool HoldsAdaptersOnly(const Manifest& m) {
+  bool any = false;
+  for (const TensorRecord& t : m.tensors) {
+    if (t.name.rfind("param/", 0) != 0) continue;
+    if (t.name.find(".lora_") == std::string::npos) return false;
+    any = true;
+  }
+  return any;
+}
+
 Status CheckTensorsMatch(const CheckpointReader& reader, const std::vector<ParamDecl>& decls,
                          bool with_optimizer) {
   const Manifest& m = reader.manifest();
@@ -382,6 +396,12 @@ Status CheckTensorsMatch(const CheckpointReader& reader, const std::vector<Param
       const std::string name = kSavedTensorKinds[k] + d.name;
       const TensorRecord* t = m.FindTensor(name);
       if (t == nullptr) {
+        if (HoldsAdaptersOnly(m)) {
+          return InvalidArgument(reader.dir() + ": is a LoRA run's checkpoint (finetune.lora): it "
+                                 "holds the adapters only, not " + name + "; start from that "
+                                 "run's merged model.safetensors (or tessera ckpt export of "
+                                 "this checkpoint) instead");
+        }
         return InvalidArgument(reader.dir() + ": has no tensor " + name +
                                " that this config's model needs (a different model family, "
                                "layer count or tying?)");
@@ -398,6 +418,11 @@ Status CheckTensorsMatch(const CheckpointReader& reader, const std::vector<Param
     if (t.name.rfind("param/", 0) != 0) continue;
     const std::string name = t.name.substr(6);
     if (std::none_of(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.name == name; })) {
+      if (name.find(".lora_") != std::string::npos) {
+        return InvalidArgument(reader.dir() + ": holds LoRA adapters (" + name + ") that this "
+                               "config does not declare: resume it with its finetune.lora "
+                               "settings, or start from that run's merged model.safetensors");
+      }
       return InvalidArgument(reader.dir() + ": has parameter " + name +
                              " that this config's model does not (a different model?)");
     }
@@ -495,6 +520,47 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
     RETURN_IF_ERROR(moments);
   }
   return Status::Ok();
+}
+
+Status LoadLoraBase(const Config& config, float* values) {
+  const ModelConfig base = BaseModelConfig(config.model);
+  std::vector<Parameter> views = GlobalViews(base, values);
+  if (config.init_from.empty()) {
+    InitParameterRange(base, config.train.seed, 0, UnitBounds(base).back(), values);
+    return Status::Ok();
+  }
+  if (auto ckpt = ResolveCheckpointDir(config.init_from); ckpt.ok()) {
+    ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(*ckpt));
+    for (const Parameter& prm : views) {
+      RETURN_IF_ERROR(reader->Read("param/" + prm.name(), 0, prm.numel(), prm.value.f32()));
+    }
+    return Status::Ok();
+  }
+  HfExtras extras;
+  return LoadHfWeights(config.init_from, base, views, &extras);
+}
+
+Result<std::string> LoraBaseIdentity(const Config& config) {
+  namespace fs = std::filesystem;
+  if (config.init_from.empty()) return "init seed " + std::to_string(config.train.seed);
+  std::error_code ec;
+  if (auto ckpt = ResolveCheckpointDir(config.init_from); ckpt.ok()) {
+    return "checkpoint " + fs::weakly_canonical(*ckpt, ec).string();
+  }
+  const fs::path path = fs::weakly_canonical(config.init_from, ec);
+  // The weights' bytes: the file, or every .safetensors of its directory (an index's shards).
+  const bool dir = fs::is_directory(path, ec);
+  const bool index = !dir && path.extension() == ".json";
+  uintmax_t bytes = 0;
+  if (dir || index) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir ? path : path.parent_path(), ec)) {
+      if (e.path().extension() == ".safetensors") bytes += e.file_size(ec);
+    }
+  } else {
+    bytes = fs::file_size(path, ec);
+  }
+  if (ec) return IoError("finetune.lora: cannot read the base " + config.init_from + ": " + ec.message());
+  return path.string() + " (" + std::to_string(bytes) + " bytes)";
 }
 
 Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs) {

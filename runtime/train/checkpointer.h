@@ -290,6 +290,16 @@ Status LoadCheckpointInto(const CheckpointReader& reader, const ModelPartition& 
                           ParamState& shards, bool with_optimizer,
                           ParamPart part = ParamPart::kTrainable);
 
+// finetune.lora's frozen base, as a run starts from it, into the first elements of `values`
+// (the LoRA model's flat global layout starts with the base model's, rank_layout.h
+// GlobalViews): read from config.init_from (a weights file or directory, or a checkpoint of the
+// base), or the seed's init without one. fp32, whatever finetune.lora.base_dtype stores.
+Status LoadLoraBase(const Config& config, float* values);
+// What identifies that base, for the check on resume: "init seed N", the checkpoint's step
+// directory, or the weights' canonical path and total bytes. A checkpoint root resolves to its
+// newest committed step, so a root that gained a step since names another base.
+Result<std::string> LoraBaseIdentity(const Config& config);
+
 // The checkpoint directory `path` names: a step_<N> directory holding manifest.json, or a root
 // (its newest committed checkpoint). kNotFound if neither.
 Result<std::string> ResolveCheckpointDir(const std::string& path, FileSystem& fs = DefaultFileSystem());

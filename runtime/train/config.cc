@@ -272,6 +272,12 @@ Status ReadFinetune(YamlMap& s, LoraConfig* l) {
                    lora.Sequence("targets", "projection names, e.g. [q_proj, v_proj]"));
   for (const YamlNode* t : targets) l->targets.push_back(t->scalar);
   RETURN_IF_ERROR(lora.Enum<bool>("base_dtype", {{"f32", false}, {"bf16", true}}, &l->base_bf16));
+  const LoraConfig defaults;
+  if (l->rank == 0 && (!l->targets.empty() || l->dropout != defaults.dropout ||
+                       l->alpha != defaults.alpha || l->base_bf16)) {
+    return lora.ValueError("rank", "finetune.lora is configured but rank is 0 (no adapters, a full "
+                                   "fine-tune): set rank >= 1, or remove finetune.lora");
+  }
   RETURN_IF_ERROR(lora.Finish());
   return s.Finish();
 }

@@ -14,7 +14,9 @@ namespace {
 // embeddings its tied head reads), and prefetches nothing of a frozen base: two buffers, of the
 // largest and second-largest unit, hold any two units (Acquire takes the smallest that fits).
 constexpr int kUnitBuffers = 2;
-constexpr int64_t kLoadChunk = int64_t{1} << 20;  // bf16 loads convert 4 MiB at a time
+// A bf16 base is filled through an fp32 buffer of at most this many elements (64 MiB): large
+// enough that a fill spans many tensors (the HF loader reads a call's tensors in parallel).
+constexpr int64_t kLoadChunk = int64_t{1} << 24;
 
 }  // namespace
 
@@ -37,12 +39,16 @@ Result<std::unique_ptr<LoraState>> LoraState::Create(
   o.expert_units.clear();
   ASSIGN_OR_RETURN(s->adapters_, ParamShards::Create(o, adamw, s->adapter_units_.bounds(),
                                                      s->adapter_units_.ToPart(ranges), dp, tracker));
-  const int64_t n = bounds.back();
-  s->base_elements_ = n - s->adapter_units_.size();
+  // The base units packed one after the other (the adapters are the ParamShards').
+  for (int u = 0; u < U; ++u) {
+    s->base_at_.push_back(s->base_elements_);
+    if (!held[static_cast<size_t>(u)]) s->base_elements_ += bounds[u + 1] - bounds[u];
+  }
+  const int64_t n = std::max<int64_t>(s->base_elements_, 1);
   s->arenas_.push_back(s->backend_->MakeArena(
       MemoryKind::kParameters, static_cast<size_t>(n) * DTypeSize(s->base_dtype_) + Arena::kAlignment,
       tracker));
-  s->base_ = s->arenas_.back().Allocate(s->base_dtype_, {std::max<int64_t>(n, 1)});
+  s->base_ = s->arenas_.back().Allocate(s->base_dtype_, {n});
   s->backend_->Zero(s->base_.data(), s->base_.nbytes());
   if (base_bf16) {
     std::vector<int64_t> sizes;
@@ -76,27 +82,30 @@ Status LoraState::LoadFrozen(const Fill& fill) {
   std::vector<float> chunk;
   for (int u = 0; u + 1 < static_cast<int>(bounds.size()); ++u) {
     if (adapter_units_.holds(u)) continue;
+    if (base_dtype_ == DType::kF32) {  // straight into place, the whole unit in one fill
+      if (bounds[u + 1] > bounds[u]) fill(bounds[u], bounds[u + 1], base_.f32() + base_at_[u]);
+      continue;
+    }
     for (int64_t b = bounds[u]; b < bounds[u + 1]; b += kLoadChunk) {
       const int64_t e = std::min(bounds[u + 1], b + kLoadChunk);
-      if (base_dtype_ == DType::kF32) {
-        fill(b, e, base_.f32() + b);
-        continue;
-      }
       chunk.resize(static_cast<size_t>(e - b));
       fill(b, e, chunk.data());
+      const int64_t at = base_at_[u] + (b - bounds[u]);
       backend_->ConvertFromF32(base_dtype_, chunk.data(),
-                               static_cast<char*>(base_.data()) + b * DTypeSize(base_dtype_), e - b);
+                               static_cast<char*>(base_.data()) + at * DTypeSize(base_dtype_), e - b);
     }
   }
   return Status::Ok();
 }
 
-void LoraState::ReadBase(int64_t b, int64_t e, float* out) const {
+void LoraState::ReadBase(int unit, float* out) const {
+  const std::vector<int64_t>& bounds = adapter_units_.model_bounds();
+  const int64_t n = bounds[unit + 1] - bounds[unit], at = base_at_[unit];
   if (base_dtype_ == DType::kF32) {
-    std::memcpy(out, base_.f32() + b, static_cast<size_t>(e - b) * sizeof(float));
+    std::memcpy(out, base_.f32() + at, static_cast<size_t>(n) * sizeof(float));
   } else {
-    backend_->ConvertToF32(base_dtype_, static_cast<const char*>(base_.data()) + b * DTypeSize(base_dtype_),
-                           out, e - b);
+    backend_->ConvertToF32(base_dtype_, static_cast<const char*>(base_.data()) + at * DTypeSize(base_dtype_),
+                           out, n);
   }
 }
 
@@ -118,7 +127,7 @@ Result<std::vector<float>> LoraState::GatherFull(int root) {
   const std::vector<int64_t>& bounds = adapter_units_.model_bounds();
   std::vector<float> full(static_cast<size_t>(bounds.back()));
   for (int u = 0; u + 1 < static_cast<int>(bounds.size()); ++u) {
-    if (!adapter_units_.holds(u)) ReadBase(bounds[u], bounds[u + 1], full.data() + bounds[u]);
+    if (!adapter_units_.holds(u)) ReadBase(u, full.data() + bounds[u]);
   }
   adapter_units_.Place(adapters, full.data());
   return full;
@@ -147,7 +156,7 @@ const float* LoraState::Acquire(int unit) {
   if (adapter_units_.holds(unit)) return adapters_->Acquire(unit);
   const int64_t b = adapter_units_.model_bounds()[unit];
   const int64_t e = adapter_units_.model_bounds()[unit + 1];
-  if (base_dtype_ == DType::kF32) return base_.f32() + b;
+  if (base_dtype_ == DType::kF32) return base_.f32() + base_at_[unit];
   Buffer* best = nullptr;  // the smallest free buffer that holds the unit
   for (Buffer& buf : buffers_) {
     if (buf.unit < 0 && buf.values.numel() >= e - b &&
@@ -158,7 +167,7 @@ const float* LoraState::Acquire(int unit) {
   TESSERA_CHECK_MSG(best != nullptr, "no free unit buffer for frozen unit %d (%ld elements)", unit,
                     static_cast<long>(e - b));
   best->unit = unit;
-  ReadBase(b, e, best->values.f32());
+  ReadBase(unit, best->values.f32());
   return best->values.f32();
 }
 

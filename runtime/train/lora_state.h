@@ -75,8 +75,8 @@ class LoraState final : public ParamState {
     Tensor values;
   };
   LoraState() = default;
-  // The base's values of model flat [b, e) as fp32 into out.
-  void ReadBase(int64_t b, int64_t e, float* out) const;
+  // Base unit u's values as fp32 into out.
+  void ReadBase(int unit, float* out) const;
 
   UnitSubset adapter_units_;
   std::unique_ptr<ParamShards> adapters_;
@@ -85,7 +85,8 @@ class LoraState final : public ParamState {
   DType base_dtype_ = DType::kF32;
   int64_t base_elements_ = 0;
   std::vector<Arena> arenas_;
-  Tensor base_;                  // the model's local flat layout (adapter ranges unused)
+  Tensor base_;                    // the base units, packed in unit order
+  std::vector<int64_t> base_at_;   // per unit: where a base unit starts in base_
   std::vector<Buffer> buffers_;  // bf16: the upcast units in use
 };
 

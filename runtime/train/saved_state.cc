@@ -18,7 +18,8 @@ namespace {
 
 constexpr std::string_view kKeys[] = {
     "step", "seed", "data_epoch", "data_index", "adamw_step", "nonfinite_streak",
-    "loss_scale", "loss_scale_good_steps", "loss_scale_skipped", "loss_window", "moe_bias"};
+    "loss_scale", "loss_scale_good_steps", "loss_scale_skipped", "loss_window", "moe_bias",
+    "lora_base"};
 
 // More MoE blocks or experts than any model has: a bound on what a manifest makes us allocate.
 constexpr size_t kMaxSavedMoeValues = size_t{1} << 24;
@@ -136,6 +137,7 @@ JsonValue SavedStateJson(const SavedTrainerState& s) {
     }
     m.push_back({"moe_bias", JsonValue::Array(std::move(rows))});
   }
+  if (!s.lora_base.empty()) m.push_back({"lora_base", JsonValue::String(s.lora_base)});
   return JsonValue::Object(std::move(m));
 }
 
@@ -169,6 +171,12 @@ Result<SavedTrainerState> ParseSavedState(const JsonValue& state, int64_t manife
   }
   if (const JsonValue* w = state.Find("loss_window")) {
     ASSIGN_OR_RETURN(s.loss_window, ParseLossWindow(r, *w));
+  }
+  if (const JsonValue* b = state.Find("lora_base")) {
+    if (!b->is_string() || b->as_string().empty() || b->as_string().size() > 4096) {
+      return r.Error("lora_base", "not a non-empty string of at most 4096 bytes");
+    }
+    s.lora_base = b->as_string();
   }
   if (const JsonValue* b = state.Find("moe_bias")) {
     ASSIGN_OR_RETURN(s.moe_bias, ParseMoeBias(r, *b));

@@ -52,6 +52,9 @@ struct SavedTrainerState {
   // The MoE blocks' routing bias (model.moe's aux-loss-free balancing, or a DeepSeek file's):
   // one row of num_experts per MoE block, in layer order (empty for a dense model).
   std::vector<std::vector<float>> moe_bias;
+  // finetune.lora: the base the adapters were trained on (LoraBaseIdentity, checkpointer.h);
+  // empty otherwise. A resume must start from the same base.
+  std::string lora_base;
 };
 
 JsonValue SavedStateJson(const SavedTrainerState& s);

@@ -312,6 +312,9 @@ Status Trainer::SetUpParameters() {
     moe_bias_.assign(static_cast<size_t>(c.model.num_moe_layers()),
                      std::vector<float>(static_cast<size_t>(c.model.moe.num_experts), 0.0f));
   }
+  if (c.model.lora.enabled()) {
+    ASSIGN_OR_RETURN(lora_base_, LoraBaseIdentity(c));
+  }
   RETURN_IF_ERROR(LoadInitialWeights());
   if (c.precision == Precision::kFp16) SetUpLossScaler();
   return Status::Ok();
@@ -520,7 +523,9 @@ std::vector<LocalMoeLayer> Trainer::LocalMoeLayers() {
 Status Trainer::FinishMoe(StepResult& r) {
   if (!config_.model.moe.enabled()) return Status::Ok();
   const std::vector<LocalMoeLayer> local = LocalMoeLayers();
-  ASSIGN_OR_RETURN(r.moe, FinishMoeStep(config_.model, local, dp_, pp_, !r.skipped));
+  // Under finetune.lora the base, its routing bias included, stays as it was loaded.
+  const bool update_bias = !r.skipped && !config_.model.lora.enabled();
+  ASSIGN_OR_RETURN(r.moe, FinishMoeStep(config_.model, local, dp_, pp_, update_bias));
   moe_bias_.clear();
   for (const MoeLayerReport& l : r.moe.layers) moe_bias_.push_back(l.bias);
   return Status::Ok();

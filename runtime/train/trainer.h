@@ -238,6 +238,7 @@ class Trainer {
   // model.moe's balancing bias of every MoE block of the job (not only this rank's), after the
   // last step: what a checkpoint saves (StateJson on any rank writes all of it).
   std::vector<std::vector<float>> moe_bias_;
+  std::string lora_base_;  // finetune.lora: LoraBaseIdentity, saved and checked on resume
   // The schedule's executor over model_ (pp = 1: its one-stage case) or chunks_; every step
   // and evaluation runs through it.
   std::unique_ptr<PipelineRunner> pipeline_;

@@ -262,7 +262,9 @@ Result<TrainSummary> Trainer::Finish(RunProgress& run, FILE* out) {
   HfExtras extras;
   extras.moe_bias = moe_bias_;
   if (config_.model.lora.enabled()) {
-    // The merged model where a full fine-tune leaves its weights; the adapters beside it.
+    // The merged model where a full fine-tune leaves its weights; the adapters beside it. A
+    // base stored in bf16 is read again in fp32: the merged model is the real base + B A.
+    if (config_.model.lora.base_bf16) RETURN_IF_ERROR(LoadLoraBase(config_, full.data()));
     std::vector<float> merged = MergeLoraWeights(config_.model, full);
     const ModelConfig base = BaseModelConfig(config_.model);
     RETURN_IF_ERROR(ExportHfWeights(weights, base, GlobalViews(base, merged.data()), DType::kF32,

@@ -21,7 +21,16 @@ Status Trainer::ResumeFromCheckpoint() {
   const int64_t windows = train_data_->num_windows();
   auto check = [&](const Manifest& m, const std::string& where) -> Status {
     ASSIGN_OR_RETURN(SavedTrainerState saved, ParseSavedState(m.state, m.step, where));
-    return CheckStateFitsRun(saved, config_, windows, where);
+    RETURN_IF_ERROR(CheckStateFitsRun(saved, config_, windows, where));
+    if (saved.lora_base != lora_base_) {  // adapters belong to the base they were trained on
+      const std::string theirs = saved.lora_base.empty() ? "none recorded" : saved.lora_base;
+      const std::string mine = lora_base_.empty() ? "none: no finetune.lora" : lora_base_;
+      return OutOfRange(where + ": its LoRA adapters were trained on the base \"" + theirs +
+                        "\", this run's is \"" + mine +
+                        "\" (a checkpoint root resolves to its newest step: name the step "
+                        "directory the run started from)");
+    }
+    return Status::Ok();
   };
   // The memory tier first when it holds a step at least as new as the newest on disk (the
   // disk tier sweeps its root when it is created, so the listing is of committed ones; with
@@ -92,6 +101,7 @@ JsonValue Trainer::StateJson(int64_t step) const {
   s.nonfinite_streak = guard_->nonfinite_streak();
   s.loss_window = guard_->loss_window();
   s.moe_bias = moe_bias_;  // empty for a dense model
+  s.lora_base = lora_base_;  // empty without finetune.lora
   if (loss_scaler_) {
     s.loss_scale = SavedLossScale{loss_scaler_->scale(), loss_scaler_->good_steps(),
                                   loss_scaler_->skipped_steps()};

@@ -18,7 +18,8 @@ Usage: lora.py TESSERA MPIEXEC CONFIG WORK [MPIRUN_FLAGS...]
     after step 2 and resumed to step 4 (resume=auto; the base read again from init_from):
     adapters bit-identical to the uninterrupted run; `tessera ckpt export` of that checkpoint
     gives the run's merged model (base read again from init_from) and, with --adapter, its
-    adapter file, bit for bit.
+    adapter file, bit for bit. A resume from another base is refused (exit 5, naming both
+    bases), and the adapters-only checkpoint as a full model's init_from too (exit 4).
   * Dropout 0.1 on the adapters' input: the masks are drawn per micro-batch of the global
     batch and per one-rank element, so dp 2 and pp 2 (with full recompute) stay bit-identical
     to one rank, tp 2 with sequence parallelism close, and a resume draws the same masks.
@@ -141,6 +142,16 @@ out, log = runner.run("resumed", 1, FROM + ["train.grad_accum_steps=2", "checkpo
                                             "resume=auto"])
 check("resumed at step 2" in log, "resumed at step 2", failures)
 same_adapters(ref, out, "stopped at 2 + resumed")
+# The adapters belong to their base: a resume from another base (here: the base's checkpoint,
+# the same numbers under another name) is refused naming both, and so is an adapters-only
+# checkpoint as a full model's init_from.
+_, log = runner.run("other_base", 1, LORA + ["init_from=" + os.path.join(work, "base_ckpt"),
+                                             "train.steps=4", "train.grad_accum_steps=2",
+                                             "checkpoint.dir=" + ckpt, "resume=auto"], expect=5)
+check("trained on the base" in log and base_file in log, "a resume from another base is refused",
+      failures)
+_, log = runner.run("adapters_as_model", 1, ["init_from=" + ckpt, "train.steps=1"], expect=4)
+check("holds the adapters only" in log, "an adapters-only checkpoint is not a model", failures)
 # tessera ckpt export of the adapters-only checkpoint: merged with the base its config names,
 # or (--adapter) PEFT's files: the run's own exports.
 for sets, what in (([], "merged"), (["--adapter"], "adapter")):
