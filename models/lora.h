@@ -1,6 +1,6 @@
 // models/lora.h — low-rank adapters (finetune.lora, model_config.h): which projections of a
-// block carry one, how they are named and laid out, and the forward and backward of a
-// projection with its adapters.
+// block carry one, and how they are named and laid out (the forward and backward of a
+// projection with its adapters are the block's: models/block_lora.cc).
 //
 // A target is one Hugging Face projection of every block (PEFT's target_modules names):
 //   llama  q_proj k_proj v_proj o_proj gate_proj up_proj down_proj

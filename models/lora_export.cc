@@ -1,10 +1,9 @@
 // models/lora_export.cc — the merged model and PEFT's adapter files (lora_export.h).
 #include "models/lora_export.h"
 
-#include <map>
-
 #include "models/hf_weights.h"
 #include "models/lora.h"
+#include "models/param_layout.h"
 #include "models/safetensors.h"
 #include "runtime/core/check.h"
 #include "runtime/core/file_util.h"
@@ -25,8 +24,8 @@ const Parameter& Named(const std::vector<Parameter>& specs, const std::string& n
 
 std::vector<float> MergeLoraWeights(const ModelConfig& config, std::span<const float> full) {
   const std::vector<Parameter> specs = HfGlobalSpecs(config);
-  const int64_t n_base = static_cast<int64_t>(HfGlobalSpecs(BaseModelConfig(config)).size());
-  std::vector<float> merged(full.begin(), full.begin() + (specs[static_cast<size_t>(n_base)].offset));
+  // The base's parameters come first, at the base model's own offsets.
+  std::vector<float> merged(full.begin(), full.begin() + UnitBounds(BaseModelConfig(config)).back());
   const int64_t r = config.lora.rank;
   const float s = config.lora.scale();
   for (int64_t i = 0; i < config.num_layers; ++i) {

@@ -30,7 +30,6 @@
 #include "models/block.h"
 #include "models/param_layout.h"
 #include "models/tensor_parallel.h"
-#include "models/lora.h"
 #include "models/transformer_impl.h"
 #include "runtime/core/random.h"
 #include "runtime/kernels/cpu_backend.h"

@@ -1,8 +1,6 @@
 // runtime/train/hf_load.cc — the sharded HF loader (hf_load.h).
 #include "runtime/train/hf_load.h"
 
-#include "models/lora.h"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
