@@ -58,4 +58,14 @@ class ParamStore {
   virtual void GradsDone(int unit) = 0;
 };
 
+// The store of a measuring pass (Transformer's MeasureArenas) and of a dry construction
+// (runtime/train/memory_plan.h): no weights, no gradients, nothing reported.
+class MeasuringStore final : public ParamStore {
+ public:
+  const float* Acquire(int unit) override { return nullptr; }
+  void Release(int unit) override {}
+  float* Grads(int unit) override { return nullptr; }
+  void GradsDone(int unit) override {}
+};
+
 }  // namespace tessera

@@ -144,6 +144,7 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
                              " ranks");
     }
   }
+  if (options.sizing) return Status::Ok();
   return CheckFitsInMemory(c, B, T, options.store == nullptr, ep_size);
 }
 
@@ -670,6 +671,16 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
 }
 
 }  // namespace transformer_internal
+
+double TrainFlopsPerToken(const ModelConfig& config, int64_t T, int tp, bool frozen_base) {
+  const double moe = static_cast<double>(MoeMatmulParams(config));
+  const double adapters = static_cast<double>(LoraParams(config));
+  const double w = frozen_base ? 4.0 : 6.0;
+  return (w * (static_cast<double>(MatmulParams(config)) - moe - adapters) + 6.0 * adapters +
+          12.0 * static_cast<double>(config.num_layers * config.num_heads * config.head_size() * T)) /
+             tp +
+         w * moe;
+}
 
 using transformer_internal::TransformerImpl;
 

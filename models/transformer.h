@@ -70,7 +70,20 @@ struct ModelOptions {
   // Activation sets kept at once (a pipeline schedule's micro-batches in flight), each its own
   // activation arena of the measured size. >= 1.
   int contexts = 1;
+  // A dry construction (runtime/train/memory_plan.h): `backend` is a sizing backend, so the
+  // arenas are booked and not held, and this machine's memory is not the limit (the plan
+  // checks against the ranks' own).
+  bool sizing = false;
 };
+
+// Training FLOPs per token of one tp rank's share of the model at sequence length T: PaLM's
+// estimate (Chowdhery et al. 2022, appendix B), 6 FLOPs per matmul weight per token (2
+// forward, 4 backward) plus 12 * L * C * T for the attention scores and their use (QK^T and
+// att@V: 2*T*C FLOPs each per token and layer forward, twice that backward). The MoE blocks'
+// router and experts are whole on every tp rank (moe.h), so their share is not divided by tp.
+// A frozen base (finetune.lora) computes no weight gradients: 4 FLOPs per frozen weight, 6
+// per adapter weight. Recomputation is not counted (model FLOPs, as MFU counts them).
+double TrainFlopsPerToken(const ModelConfig& config, int64_t T, int tp, bool frozen_base);
 
 class Transformer {
  public:

@@ -44,15 +44,6 @@ class FlatStore final : public ParamStore {
   const Transformer::GradReadyCallback* grad_ready_;
 };
 
-// The store of a measuring pass (MeasureArenas): no weights, no gradients, nothing reported.
-class MeasuringStore final : public ParamStore {
- public:
-  const float* Acquire(int unit) override { return nullptr; }
-  void Release(int unit) override {}
-  float* Grads(int unit) override { return nullptr; }
-  void GradsDone(int unit) override {}
-};
-
 // base + offset, null for a null base (measuring step) or an absent parameter (offset < 0).
 template <typename T>
 T* At(T* base, int64_t offset) {
@@ -104,22 +95,8 @@ class TransformerImpl final : public Transformer {
   std::vector<int64_t> moe_layer_ids() const override;
   void RecordRouting(bool on) override { record_routing_ = on; }
   std::vector<LayerOutput> LayerOutputs() override;
-  // PaLM's estimate (Chowdhery et al. 2022, appendix B): 6 FLOPs per matmul weight per token
-  // (2 forward, 4 backward) plus 12 * L * C * T for the attention scores and their use
-  // (QK^T and att@V: 2*T*C FLOPs each per token and layer forward, twice that backward), at
-  // the sequence length T of Create.
-  // The MoE blocks' router and experts are whole on every tp rank (moe.h), so their share is
-  // not divided by tp. A frozen base (finetune.lora) computes no weight gradients: 4 FLOPs
-  // per frozen weight, 6 per adapter weight.
   double TrainFlopsPerToken() const override {
-    const double moe = static_cast<double>(MoeMatmulParams(config_));
-    const double adapters = static_cast<double>(LoraParams(config_));
-    const double w = frozen_base_ ? 4.0 : 6.0;
-    return (w * (static_cast<double>(MatmulParams(config_)) - moe - adapters) + 6.0 * adapters +
-            12.0 * static_cast<double>(config_.num_layers * config_.num_heads *
-                                       config_.head_size() * T_)) /
-               partition_->tp_size() +
-           w * moe;
+    return tessera::TrainFlopsPerToken(config_, T_, partition_->tp_size(), frozen_base_);
   }
 
  private:

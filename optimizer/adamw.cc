@@ -79,12 +79,15 @@ size_t AdamW::StateBytes(int64_t num_params) {
 }
 
 AdamW::AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRange> ranges,
-             MemoryTracker* tracker, bool own_moments)
+             MemoryTracker* tracker, Moments moments)
     : config_(config),
       num_params_(num_params),
       ranges_(std::move(ranges)),
-      arena_(own_moments ? Arena(MemoryKind::kOptimizerState, StateBytes(num_params), tracker)
-                         : Arena::Measuring(MemoryKind::kOptimizerState)) {
+      arena_(moments == Moments::kOwn
+                 ? Arena(MemoryKind::kOptimizerState, StateBytes(num_params), tracker)
+             : moments == Moments::kSized
+                 ? Arena::Sizing(MemoryKind::kOptimizerState, StateBytes(num_params), tracker)
+                 : Arena::Measuring(MemoryKind::kOptimizerState)) {
   Status valid = ValidateParamRanges(ranges_, num_params_);
   TESSERA_CHECK_MSG(valid.ok(), "AdamW: %s", valid.message().c_str());
   std::sort(ranges_.begin(), ranges_.end(),
@@ -92,7 +95,7 @@ AdamW::AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRan
   for (const ParamRange& r : ranges_) {
     if (r.decay && r.size > 0) decay_spans_.push_back({r.offset, r.offset + r.size});
   }
-  if (!own_moments) return;
+  if (moments != Moments::kOwn) return;
   exp_avg_ = arena_.Allocate(DType::kF32, {num_params_});
   exp_avg_sq_ = arena_.Allocate(DType::kF32, {num_params_});
 }

@@ -49,13 +49,16 @@ class AdamW {
   // thread count; 16K floats = 64 KiB of each of the four streams.
   static constexpr int64_t kChunk = int64_t{1} << 14;
 
-  // Reserves the moments (zeroed) in an arena accounted to `tracker` (may be null) as
-  // kOptimizerState; without own_moments none (the caller keeps them elsewhere, e.g. on disk,
-  // and steps through StepSliceWith; exp_avg() and exp_avg_sq() are then empty). `ranges` must
-  // pass ValidateParamRanges (CHECK: a bad list is a trainer bug). The step counter starts at
-  // 0: no step taken yet.
+  // Where the moments live: kOwn reserves them (zeroed) in an arena accounted to `tracker` (may
+  // be null) as kOptimizerState; kElsewhere reserves none (the caller keeps them, e.g. on disk,
+  // and steps through StepSliceWith; exp_avg() and exp_avg_sq() are then empty); kSized books
+  // their bytes on `tracker` without them (a dry construction, runtime/train/memory_plan.h:
+  // never stepped).
+  enum class Moments { kOwn, kElsewhere, kSized };
+  // `ranges` must pass ValidateParamRanges (CHECK: a bad list is a trainer bug). The step
+  // counter starts at 0: no step taken yet.
   AdamW(const AdamWConfig& config, int64_t num_params, std::vector<ParamRange> ranges,
-        MemoryTracker* tracker, bool own_moments = true);
+        MemoryTracker* tracker, Moments moments = Moments::kOwn);
   AdamW(AdamW&&) noexcept = default;
   AdamW& operator=(AdamW&&) noexcept = default;
 

@@ -109,8 +109,11 @@ OffloadIoStats OffloadFile::stats() const {
   return s;
 }
 
-uint64_t OffloadFile::resident_bytes() const {
-  return static_cast<uint64_t>(options_.depth + 1) * options_.streams * chunk_bytes_;
+uint64_t OffloadFile::resident_bytes() const { return ResidentBytes(options_); }
+
+uint64_t OffloadFile::ResidentBytes(const OffloadFileOptions& o) {
+  return static_cast<uint64_t>(o.depth + 1) * o.streams * static_cast<uint64_t>(o.chunk_elems) *
+         sizeof(float);
 }
 
 Result<std::unique_ptr<OffloadFile>> OffloadFile::Create(const OffloadFileOptions& o) {

@@ -123,6 +123,8 @@ class OffloadFile {
 
   // The bytes a file of these dimensions takes on disk.
   static uint64_t FileBytes(int streams, int64_t elems, int64_t chunk_elems);
+  // The pool and reader buffers a file of these options holds (resident_bytes()).
+  static uint64_t ResidentBytes(const OffloadFileOptions& o);
 
  private:
   struct Ring;

@@ -20,31 +20,52 @@ size_t MasterBytes(int64_t packed_size) {
 ShardedAdamW::ShardedAdamW(const AdamWConfig& config, const ShardLayout& layout, int rank,
                            const std::vector<ParamRange>& ranges, bool keep_master,
                            MemoryTracker* tracker)
-    : ShardedAdamW(config, layout, rank, ranges, keep_master, tracker, /*on_disk=*/false) {}
+    : ShardedAdamW(config, layout, rank, ranges, keep_master, tracker, AdamW::Moments::kOwn) {}
 
 ShardedAdamW::ShardedAdamW(const AdamWConfig& config, const ShardLayout& layout, int rank,
                            const std::vector<ParamRange>& ranges, bool keep_master,
-                           MemoryTracker* tracker, bool on_disk)
+                           MemoryTracker* tracker, AdamW::Moments moments)
     : layout_(layout),
       rank_(rank),
       keep_master_(keep_master),
-      adamw_(config, layout.packed_size(), PackParamRanges(ranges, layout, rank), tracker,
-             /*own_moments=*/!on_disk),
-      master_arena_(keep_master && !on_disk
-                        ? Arena(MemoryKind::kOptimizerState, MasterBytes(layout.packed_size()),
-                                tracker)
-                        : Arena::Measuring(MemoryKind::kOptimizerState)) {
+      adamw_(config, layout.packed_size(), PackParamRanges(ranges, layout, rank), tracker, moments),
+      master_arena_(!keep_master || moments == AdamW::Moments::kElsewhere
+                        ? Arena::Measuring(MemoryKind::kOptimizerState)
+                    : moments == AdamW::Moments::kSized
+                        ? Arena::Sizing(MemoryKind::kOptimizerState,
+                                        MasterBytes(layout.packed_size()), tracker)
+                        : Arena(MemoryKind::kOptimizerState, MasterBytes(layout.packed_size()),
+                                tracker)) {
   TESSERA_CHECK(0 <= rank && rank < layout.ranks());
   // The arena is zero-filled, so padding starts (and stays) zero.
-  if (keep_master_ && !on_disk) master_ = master_arena_.Allocate(DType::kF32, {layout_.packed_size()});
+  if (keep_master_ && moments == AdamW::Moments::kOwn) {
+    master_ = master_arena_.Allocate(DType::kF32, {layout_.packed_size()});
+  }
 }
 
-Result<std::unique_ptr<ShardedAdamW>> ShardedAdamW::CreateOnDisk(
-    const AdamWConfig& config, const ShardLayout& layout, int rank,
-    const std::vector<ParamRange>& ranges, bool keep_master, MemoryTracker* tracker,
-    const ShardedAdamWDisk& disk) {
-  std::unique_ptr<ShardedAdamW> a(
-      new ShardedAdamW(config, layout, rank, ranges, keep_master, tracker, /*on_disk=*/true));
+std::unique_ptr<ShardedAdamW> ShardedAdamW::Sizing(const AdamWConfig& config,
+                                                   const ShardLayout& layout, int rank,
+                                                   const std::vector<ParamRange>& ranges,
+                                                   bool keep_master, MemoryTracker* tracker,
+                                                   const ShardedAdamWDisk* disk) {
+  if (disk == nullptr) {
+    return std::unique_ptr<ShardedAdamW>(new ShardedAdamW(config, layout, rank, ranges, keep_master,
+                                                          tracker, AdamW::Moments::kSized));
+  }
+  std::unique_ptr<ShardedAdamW> a(new ShardedAdamW(config, layout, rank, ranges, keep_master,
+                                                   tracker, AdamW::Moments::kElsewhere));
+  const OffloadFileOptions o = DiskFileOptions(layout, keep_master, *disk);
+  a->sized_.push_back(
+      Arena::Sizing(MemoryKind::kOptimizerState, OffloadFile::ResidentBytes(o), tracker));
+  a->sized_.push_back(Arena::Sizing(MemoryKind::kOffloaded,
+                                    OffloadFile::FileBytes(o.streams, o.elems, o.chunk_elems),
+                                    tracker));
+  return a;
+}
+
+// The offload file of a rank's state: its streams, chunking and pool (CreateOnDisk, Sizing).
+OffloadFileOptions ShardedAdamW::DiskFileOptions(const ShardLayout& layout, bool keep_master,
+                                                 const ShardedAdamWDisk& disk) {
   OffloadFileOptions o;
   o.path = disk.path;
   o.run = disk.run;
@@ -62,6 +83,16 @@ Result<std::unique_ptr<ShardedAdamW>> ShardedAdamW::CreateOnDisk(
                                       kOffloadAlignElems, whole);
   o.faults = disk.faults;
   o.host_ranks = disk.host_ranks;
+  return o;
+}
+
+Result<std::unique_ptr<ShardedAdamW>> ShardedAdamW::CreateOnDisk(
+    const AdamWConfig& config, const ShardLayout& layout, int rank,
+    const std::vector<ParamRange>& ranges, bool keep_master, MemoryTracker* tracker,
+    const ShardedAdamWDisk& disk) {
+  std::unique_ptr<ShardedAdamW> a(new ShardedAdamW(config, layout, rank, ranges, keep_master,
+                                                   tracker, AdamW::Moments::kElsewhere));
+  OffloadFileOptions o = DiskFileOptions(layout, keep_master, disk);
   o.tracker = tracker;
   ASSIGN_OR_RETURN(a->disk_, OffloadFile::Create(o));
   return a;

@@ -65,6 +65,13 @@ class ShardedAdamW {
       const AdamWConfig& config, const ShardLayout& layout, int rank,
       const std::vector<ParamRange>& ranges, bool keep_master, MemoryTracker* tracker,
       const ShardedAdamWDisk& disk);
+  // A dry one (runtime/train/memory_plan.h): books on `tracker` what the real one reserves
+  // (in memory; or with `disk`, the file's buffer pool and the file itself as kOffloaded) and
+  // holds none of it. Only for its accounting: never loaded, read or stepped.
+  static std::unique_ptr<ShardedAdamW> Sizing(const AdamWConfig& config, const ShardLayout& layout,
+                                              int rank, const std::vector<ParamRange>& ranges,
+                                              bool keep_master, MemoryTracker* tracker,
+                                              const ShardedAdamWDisk* disk);
 
   // Sets stream s (kMaster: keep_master only) of every piece from fill; padding zero.
   Status Load(Stream s, const PieceFill& fill);
@@ -109,7 +116,9 @@ class ShardedAdamW {
  private:
   ShardedAdamW(const AdamWConfig& config, const ShardLayout& layout, int rank,
                const std::vector<ParamRange>& ranges, bool keep_master, MemoryTracker* tracker,
-               bool on_disk);
+               AdamW::Moments moments);
+  static OffloadFileOptions DiskFileOptions(const ShardLayout& layout, bool keep_master,
+                                            const ShardedAdamWDisk& disk);
   // fn(u, x, y, streams) for every unit's real packed elements [x, y) inside [begin, end),
   // streams[s] pointing at element x of stream s (null: not in the pass).
   using PackedFn = std::function<void(int u, int64_t x, int64_t y, float* const* streams)>;
@@ -124,6 +133,7 @@ class ShardedAdamW {
   Arena master_arena_;
   Tensor master_;  // (packed_size) when keep_master, in memory
   std::unique_ptr<OffloadFile> disk_;
+  std::vector<Arena> sized_;  // Sizing with a disk: the file's pool and the file, booked
 };
 
 }  // namespace tessera

@@ -23,6 +23,7 @@ int RunBench(const Args& args);
 int RunEnv(const Args& args);
 int RunInspect(const Args& args);
 int RunValidate(const Args& args);
+int RunPlan(const Args& args);
 
 // True if args contain -h or --help.
 bool WantsHelp(const Args& args);

@@ -39,6 +39,8 @@ const Command kCommands[] = {
      RunInspect},
     {"validate", "every layer's output on a fixed input, compared with an independent implementation",
      RunValidate},
+    {"plan", "the fastest layout of a model on a cluster that fits, with memory by kind and step time",
+     RunPlan},
     {"env", "print the environment fingerprint (compiler, libraries, CPU, git commit)", RunEnv},
 };
 

@@ -75,6 +75,15 @@ Arena::Arena(MemoryKind kind, Device device, std::byte* base, size_t capacity_by
 
 Arena Arena::Measuring(MemoryKind kind, Device device) { return Arena(kind, device); }
 
+Arena Arena::Sizing(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker, Device device) {
+  Arena a(kind, device);
+  a.sizing_ = true;
+  a.capacity_ = capacity_bytes;
+  a.tracker_ = tracker;
+  if (tracker != nullptr) tracker->OnReserve(kind, static_cast<int64_t>(capacity_bytes));
+  return a;
+}
+
 void Arena::FreeHost(std::byte* base) { std::free(base); }
 
 void Arena::Free() {
@@ -89,7 +98,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
     // The bytes this arena held leave the books before it takes over the other's.
     if (tracker_) {
       if (used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
-      if (base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
+      if (Books()) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
     }
     Free();
     kind_ = o.kind_;
@@ -99,6 +108,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
     peak_ = std::exchange(o.peak_, 0);
+    sizing_ = std::exchange(o.sizing_, false);
     tracker_ = std::exchange(o.tracker_, nullptr);
   }
   return *this;
@@ -106,7 +116,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
 
 Arena::~Arena() {
   if (tracker_ && used_) tracker_->OnUse(kind_, -static_cast<int64_t>(used_));
-  if (tracker_ && base_) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
+  if (tracker_ && Books()) tracker_->OnReserve(kind_, -static_cast<int64_t>(capacity_));
   Free();
 }
 

@@ -71,6 +71,11 @@ class Arena {
         MemoryTracker* tracker);
   // A measuring arena: Allocate returns tensors with null data and counts what was asked for.
   static Arena Measuring(MemoryKind kind, Device device = Device::kCpu);
+  // A sizing arena: a measuring arena whose `capacity_bytes` the tracker counts as reserved,
+  // as a real arena's would be. A dry construction of the trainer's state on sizing arenas
+  // (runtime/train/memory_plan.h) books exactly what a run reserves, without the memory.
+  static Arena Sizing(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker,
+                      Device device = Device::kCpu);
   Arena(Arena&&) noexcept;
   Arena& operator=(Arena&&) noexcept;
   ~Arena();
@@ -89,6 +94,7 @@ class Arena {
   size_t peak() const { return peak_; }
   size_t capacity() const { return capacity_; }
   bool measuring() const { return base_ == nullptr; }
+  bool sizing() const { return sizing_; }
   std::byte* base() const { return base_; }
 
  private:
@@ -102,7 +108,9 @@ class Arena {
   size_t capacity_ = 0;
   size_t used_ = 0;
   size_t peak_ = 0;
+  bool sizing_ = false;  // measuring, with capacity_ booked as reserved
   MemoryTracker* tracker_ = nullptr;
+  bool Books() const { return base_ != nullptr || sizing_; }  // capacity_ is on the tracker
 };
 
 // "1.23 GiB", "456.0 MiB", "12.0 KiB", "17 B".

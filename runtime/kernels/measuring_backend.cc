@@ -5,6 +5,7 @@
 namespace tessera {
 
 Arena MeasuringBackend::MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) {
+  if (sizing_) return Arena::Sizing(kind, capacity_bytes, tracker, device_);
   return Arena::Measuring(kind, device_);
 }
 

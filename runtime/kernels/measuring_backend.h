@@ -16,10 +16,18 @@ namespace tessera {
 class MeasuringBackend final : public Backend {
  public:
   explicit MeasuringBackend(Device device = Device::kCpu) : device_(device) {}
+  // A sizing backend: its arenas are sizing arenas (memory.h), so a dry construction of a
+  // rank's state books on `tracker` the capacities a run on `device` would reserve.
+  static MeasuringBackend Sizing(Device device = Device::kCpu) {
+    MeasuringBackend b(device);
+    b.sizing_ = true;
+    return b;
+  }
 
   Device device() const override { return device_; }
   const char* name() const override { return "measuring"; }
-  // A measuring arena: capacity_bytes and tracker are not used (nothing is reserved).
+  // A measuring arena: capacity_bytes and tracker are not used (nothing is reserved); a
+  // sizing backend's books capacity_bytes on tracker.
   Arena MakeArena(MemoryKind kind, size_t capacity_bytes, MemoryTracker* tracker) override;
   Stream stream() const override { return Stream{}; }
   void SetStream(Stream s) override {}
@@ -123,6 +131,7 @@ class MeasuringBackend final : public Backend {
                       const MoeAuxGrad& aux, float* d_logits, int64_t R) override;
  private:
   Device device_;
+  bool sizing_ = false;
 };
 
 }  // namespace tessera

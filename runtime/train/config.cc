@@ -184,6 +184,7 @@ Status ReadTrain(YamlMap& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Int("eval_batches", 1, kMaxBatch, &t->eval_batches));
   RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
   RETURN_IF_ERROR(s.Float("peak_gflops", kNonNegative, &t->peak_gflops));
+  RETURN_IF_ERROR(s.Int("memory_limit_mb", 0, int64_t{1} << 40, &t->memory_limit_mb));
   // "" would scatter outputs into the current directory.
   RETURN_IF_ERROR(s.NonEmptyString("out_dir", &t->out_dir));
   RETURN_IF_ERROR(s.Enum<NonFinitePolicy>(

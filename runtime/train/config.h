@@ -68,6 +68,9 @@ struct TrainConfig {
   float peak_gflops = 0.0f;  // train.peak_gflops: the MFU denominator per rank in GFLOP/s (e.g.
                              //   a GPU's rated bf16 peak); 0 = measure sgemm at startup
                              //   (~0.7 s on rank 0), >= 0
+  int64_t memory_limit_mb = 0;  // train.memory_limit_mb: bytes one rank may reserve (MiB); the
+                                //   run refuses a layout the plan says exceeds it
+                                //   (memory_plan.h); 0 = physical memory / ranks on the host
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  // train.on_nonfinite: stop | skip —
                              //   a NaN/Inf loss or gradient norm: stop the run at once (exit
                              //   code 10, nothing non-finite saved) or skip that update and go on

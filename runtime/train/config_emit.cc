@@ -150,6 +150,7 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   Put(out, "eval_batches", t.eval_batches);
   Put(out, "threads", static_cast<int64_t>(t.threads));
   Put(out, "peak_gflops", t.peak_gflops);
+  Put(out, "memory_limit_mb", t.memory_limit_mb);
   PutPath(out, "out_dir", t.out_dir);
   PutName(out, "on_nonfinite", NonFinitePolicyName(t.on_nonfinite));
   Put(out, "max_nonfinite_skips", t.max_nonfinite_skips);

@@ -2,7 +2,6 @@
 // data-parallel parameter state (see param_shards.h for the contract).
 #include "runtime/train/param_shards.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -81,8 +80,9 @@ Tensor ParamShards::Reserve(MemoryKind kind, DType dtype, int64_t n) {
   return t;
 }
 
-// Init, in three steps: check that this rank's share fits in memory, reserve the state
-// buffers (parameters, gradients, optimizer, all-gather staging), reserve the unit slots.
+// Init, in two steps: reserve the state buffers (parameters, gradients, optimizer, all-gather
+// staging), reserve the unit slots. Whether they fit is the trainer's check before
+// (memory_plan.h), which books this same construction dry.
 Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges) {
   const int U = layout_.num_units();
   // The final unit: the last one that does not hold experts (those follow it).
@@ -96,13 +96,15 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   zero_ = layout_.ranks() > 1 ? options_.zero : 0;
   low_ = options_.param_dtype != DType::kF32;
   if (U < 3) return InvalidArgument("param shards: a model has at least 3 units, got " + std::to_string(U));
-  RETURN_IF_ERROR(CheckFitsInMemory());
   const int lrank = layout_.ranks() > 1 ? rank_ : 0;
-  if (options_.disk) {
-    ShardedAdamWDisk disk = *options_.disk;
-    disk.path += ".bin";
+  std::optional<ShardedAdamWDisk> disk = options_.disk;
+  if (disk) disk->path += ".bin";
+  if (options_.sizing) {
+    optimizer_ = ShardedAdamW::Sizing(adamw, layout_, lrank, ranges, low_, tracker_,
+                                      disk ? &*disk : nullptr);
+  } else if (disk) {
     ASSIGN_OR_RETURN(optimizer_, ShardedAdamW::CreateOnDisk(adamw, layout_, lrank, ranges, low_,
-                                                            tracker_, disk));
+                                                            tracker_, *disk));
   } else {
     optimizer_ = std::make_unique<ShardedAdamW>(adamw, layout_, lrank, ranges, low_, tracker_);
   }
@@ -110,29 +112,6 @@ Status ParamShards::Init(const AdamWConfig& adamw, const std::vector<ParamRange>
   ReserveSlots();
   grads_of_.assign(static_cast<size_t>(U), nullptr);
   return Status::Ok();
-}
-
-// This rank's share, before any of it is reserved: an absurd model gets a message, not an
-// allocation failure. Unit buffers (a few units) and activations (the model's own check) come
-// on top.
-Status ParamShards::CheckFitsInMemory() const {
-  const int64_t n = layout_.num_params(), S = layout_.packed_size();
-  const DType pdt = options_.param_dtype;
-  const double P = static_cast<double>(zero_ == 3 ? S : n) * DTypeSize(pdt);
-  const double G = zero_ <= 1 ? 4.0 * n : 4.0 * S;
-  // On disk the optimizer's share is its buffer pool (offload_file.h), checked there.
-  const double O = options_.disk ? static_cast<double>(options_.disk->pool_bytes)
-                                 : static_cast<double>(AdamW::StateBytes(S)) + (low_ ? 4.0 * S : 0.0);
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  if (P + G + O <= ram) return Status::Ok();
-  char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "parameters, gradients and optimizer state need %.1f GiB on each rank (zero %d "
-                "over %d ranks, parameters %s) but this machine has %.1f GiB: use a smaller "
-                "model, more data-parallel ranks or a higher parallel.zero",
-                (P + G + O) / 1073741824.0, zero_, ranks_, std::string(DTypeName(pdt)).c_str(),
-                ram / 1073741824.0);
-  return InvalidArgument(buf);
 }
 
 void ParamShards::ReserveStateBuffers() {
@@ -636,6 +615,10 @@ std::vector<ParamShards::SaveSpan> ParamShards::SaveSpans() const {
     SaveSpan span;
     span.begin = f;
     span.end = f + real;
+    if (options_.sizing) {  // a dry state holds nothing: the span's place only
+      spans.push_back(std::move(span));
+      continue;
+    }
     span.values = low_ ? at(ShardedAdamW::kMaster)
                   : zero_ == 3 ? reinterpret_cast<const float*>(ShardStorage(u)) + in_piece
                                : static_cast<const float*>(full_.data()) + f;

@@ -81,6 +81,10 @@ struct ParamShardsOptions {
   // optimizer.offload: nvme: where the optimizer's moments (and master weights) live; the file
   // is disk->path + ".bin". Unset: in memory.
   std::optional<ShardedAdamWDisk> disk;
+  // A dry construction (memory_plan.h): `backend` is a sizing MeasuringBackend and the
+  // optimizer ShardedAdamW::Sizing, so every buffer is booked on the tracker and none held.
+  // Such a state is only read for its accounting.
+  bool sizing = false;
 };
 
 class ParamShards final : public ParamState {
@@ -164,7 +168,6 @@ class ParamShards final : public ParamState {
   ParamShards(const ParamShardsOptions& options, ShardLayout layout, Communicator* dp,
               MemoryTracker* tracker);
   Status Init(const AdamWConfig& adamw, const std::vector<ParamRange>& ranges);
-  Status CheckFitsInMemory() const;  // Init's steps
   void ReserveStateBuffers();
   void ReserveSlots();
   Tensor Reserve(MemoryKind kind, DType dtype, int64_t n);

@@ -30,8 +30,10 @@
 #include "runtime/train/grad_sync.h"
 #include "runtime/train/hf_load.h"
 #include "runtime/train/lora_state.h"
+#include "runtime/train/memory_plan.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
+#include "runtime/train/rank_state.h"
 
 namespace tessera {
 namespace {
@@ -164,6 +166,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   }
   t->guard_.emplace(config.train);
   RETURN_IF_ERROR(CheckOutputs(config, t->is_root()));
+  // Before anything is reserved: the layout's every stage must fit in what a rank may hold,
+  // as the plan books it (memory_plan.h). Every rank decides the same from the config alone.
+  RETURN_IF_ERROR(CheckMemoryFits(config, RankMemoryLimit(config)));
   RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,
@@ -250,51 +255,21 @@ std::string OffloadOwner(const Config& c, int rank, const RunLink* link) {
 // weights: random (each rank initialises only what it holds) or init_from.
 Status Trainer::SetUpParameters() {
   const Config& c = config_;
-  ParamShardsOptions o;
-  o.zero = c.parallel.zero;
-  o.param_dtype = PrecisionDType(c.precision);
-  o.reduce_dtype = c.mixed_precision.reduce_in_low ? o.param_dtype : DType::kF32;
-  o.grad_accum_steps = c.train.grad_accum_steps;
-  o.bucket_elems = std::max<int64_t>(
-      1, static_cast<int64_t>(c.comm.bucket_mb * 1048576.0 / sizeof(float)));
-  // ParamShards checks that this rank's share of parameters, gradients and optimizer state
-  // fits before reserving it; Transformer::Create then checks the activations.
   // This rank's share of the model (tensor parallelism, pipeline chunks: models/partition.h,
-  // rank_layout.h; else all of it).
+  // rank_layout.h; else all of it) and its state's options (rank_state.h).
+  ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
+  partition_.emplace(std::move(partition));
+  ParamShardsOptions o = ParamStateOptions(c, *partition_, world_rank_);
   // The compute backend first: the parameter state lives in its device's memory.
   ComputeBackendChoice compute = ChooseComputeBackend(o.param_dtype);
   backend_ = std::move(compute.backend);
   compute_ = std::move(compute.description);
   o.backend = backend_.get();
-  ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
-  partition_.emplace(std::move(partition));
-  for (size_t k = 1; k < partition_->chunks().size(); ++k) {
-    o.embedding_units.push_back(partition_->chunk_unit_begin(static_cast<int>(k)));
+  if (o.disk) {
+    o.disk->run = OffloadOwner(c, world_rank_, link_);
+    o.disk->faults = link_ != nullptr ? link_->offload_faults() : nullptr;
   }
-  o.expert_units = partition_->expert_units();
-  if (c.optimizer.offload == OptimizerOffload::kNvme) {  // each rank's own file(s)
-    ShardedAdamWDisk disk;
-    disk.path = c.optimizer.offload_dir + "/tessera-optimizer-rank" + std::to_string(world_rank_);
-    disk.run = OffloadOwner(c, world_rank_, link_);
-    disk.pool_bytes = c.optimizer.offload_buffer_mb << 20;
-    disk.faults = link_ != nullptr ? link_->offload_faults() : nullptr;
-    disk.host_ranks = cpu::ThreadInputsFromEnvironment(0).local_ranks;  // same config, same dir
-    o.disk = disk;
-  }
-  if (c.model.lora.enabled()) {  // the base frozen, the adapters trained (lora_state.h)
-    ASSIGN_OR_RETURN(shards_, LoraState::Create(o, c.optimizer, partition_->unit_bounds(),
-                                                DecayRanges(*partition_, c.optimizer),
-                                                partition_->adapter_units(),
-                                                c.model.lora.base_bf16, dp_, &memory_));
-  } else if (ep_ == nullptr) {
-    ASSIGN_OR_RETURN(shards_, ParamShards::Create(o, c.optimizer, partition_->unit_bounds(),
-                                                  DecayRanges(*partition_, c.optimizer), dp_,
-                                                  &memory_));
-  } else {  // the experts' state over their own data-parallel group (expert_split_state.h)
-    ASSIGN_OR_RETURN(shards_, ExpertSplitState::Create(o, c.optimizer, partition_->unit_bounds(),
-                                                       DecayRanges(*partition_, c.optimizer),
-                                                       dp_, expert_dp_, ep_, &memory_));
-  }
+  ASSIGN_OR_RETURN(shards_, CreateParamState(c, o, *partition_, dp_, expert_dp_, ep_, &memory_));
   ModelOptions mo;
   mo.store = shards_.get();
   if (link_ != nullptr) {
@@ -343,7 +318,7 @@ Status Trainer::BuildModels(ModelOptions mo) {
     po.virtual_stages = c.parallel.virtual_stages;
     po.micro_batches = static_cast<int>(c.train.grad_accum_steps);
     po.first_micro = dp_rank_ * c.train.grad_accum_steps;
-    const std::vector<int> contexts = PipelineContextsPerChunk(po);
+    const std::vector<int> contexts = ChunkContexts(c, po.stage);
     std::vector<Transformer*> views;
     for (int k = 0; k < po.virtual_stages; ++k) {
       mo.chunk = k;

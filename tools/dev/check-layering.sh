@@ -13,13 +13,14 @@ declare -A allowed=(
   [optimizer]="runtime/core runtime/kernels comm"
   [checkpoint]="runtime/core comm"
   [runtime/train]="runtime/core runtime/kernels comm models optimizer checkpoint"
+  [runtime/plan]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train"
   [runtime/supervisor]="runtime/core checkpoint"
   [runtime/chaos]="runtime/core checkpoint runtime/supervisor"
-  [tools]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train runtime/supervisor runtime/chaos tools"
+  [tools]="runtime/core runtime/kernels comm models optimizer checkpoint runtime/train runtime/plan runtime/supervisor runtime/chaos tools"
 )
 layer_of() {
   local f=$1
-  for l in runtime/core runtime/kernels runtime/train runtime/supervisor runtime/chaos comm models optimizer checkpoint tools; do
+  for l in runtime/core runtime/kernels runtime/train runtime/plan runtime/supervisor runtime/chaos comm models optimizer checkpoint tools; do
     [[ $f == $l/* ]] && { echo "$l"; return; }
   done
 }

@@ -1,0 +1,114 @@
+// runtime/plan/cluster.cc — see cluster.h.
+#include "runtime/plan/cluster.h"
+
+#include <cstdio>
+
+#include "runtime/core/file_util.h"
+#include "runtime/core/yaml_reader.h"
+#include "runtime/core/yaml_tree.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+constexpr double kGB = 1e9;
+
+// A number in `unit`s into *out (absent: unchanged).
+Status Scaled(YamlMap& m, const std::string& key, const NumberRange& range, double unit, double* out) {
+  double v = *out / unit;
+  RETURN_IF_ERROR(m.Number(key, range, &v));
+  *out = v * unit;
+  return Status::Ok();
+}
+
+Status ReadLink(YamlMap& links, const std::string& key, double* bandwidth, double* latency) {
+  ASSIGN_OR_RETURN(YamlMap l, links.Child(key));
+  RETURN_IF_ERROR(l.Require("bandwidth_gbs"));
+  RETURN_IF_ERROR(Scaled(l, "bandwidth_gbs", kPositive, kGB, bandwidth));
+  RETURN_IF_ERROR(Scaled(l, "latency_us", kNonNegative, 1e-6, latency));
+  return l.Finish();
+}
+
+}  // namespace
+
+Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::string& origin) {
+  ASSIGN_OR_RETURN(const YamlNode root, ParseYaml(text, origin));
+  YamlContext ctx(origin);
+  ASSIGN_OR_RETURN(YamlMap top, YamlMap::Make(&ctx, &root, "", &root));
+  ClusterSpec c;
+  RETURN_IF_ERROR(top.String("name", &c.name));
+  RETURN_IF_ERROR(top.Require("hosts"));
+  RETURN_IF_ERROR(top.Int("hosts", 1, 1 << 20, &c.hosts));
+  RETURN_IF_ERROR(top.Require("devices_per_host"));
+  RETURN_IF_ERROR(top.Int("devices_per_host", 1, 4096, &c.devices_per_host));
+  {
+    RETURN_IF_ERROR(top.Require("device"));
+    ASSIGN_OR_RETURN(YamlMap d, top.Child("device"));
+    RETURN_IF_ERROR(d.Require("memory_gb"));
+    RETURN_IF_ERROR(Scaled(d, "memory_gb", kPositive, kGiB, &c.device_memory));
+    RETURN_IF_ERROR(d.Require("gemm_tflops"));
+    RETURN_IF_ERROR(Scaled(d, "gemm_tflops", kPositive, 1e12, &c.gemm_flops));
+    c.peak_flops = c.gemm_flops;
+    RETURN_IF_ERROR(Scaled(d, "peak_tflops", kPositive, 1e12, &c.peak_flops));
+    RETURN_IF_ERROR(d.Require("memory_bandwidth_gbs"));
+    RETURN_IF_ERROR(Scaled(d, "memory_bandwidth_gbs", kPositive, kGB, &c.memory_bandwidth));
+    RETURN_IF_ERROR(d.Finish());
+  }
+  {
+    RETURN_IF_ERROR(top.Require("links"));
+    ASSIGN_OR_RETURN(YamlMap l, top.Child("links"));
+    RETURN_IF_ERROR(l.Require("intra_host"));
+    RETURN_IF_ERROR(ReadLink(l, "intra_host", &c.intra_bandwidth, &c.intra_latency));
+    c.inter_bandwidth = c.intra_bandwidth;
+    c.inter_latency = c.intra_latency;
+    if (c.hosts > 1) RETURN_IF_ERROR(l.Require("inter_host"));
+    if (l.Has("inter_host")) RETURN_IF_ERROR(ReadLink(l, "inter_host", &c.inter_bandwidth, &c.inter_latency));
+    RETURN_IF_ERROR(Scaled(l, "host_device_gbs", kNonNegative, kGB, &c.host_device_bandwidth));
+    RETURN_IF_ERROR(l.Finish());
+  }
+  {
+    ASSIGN_OR_RETURN(YamlMap h, top.Child("host"));
+    c.host_memory = c.device_memory * c.devices_per_host;
+    RETURN_IF_ERROR(Scaled(h, "memory_gb", kPositive, kGiB, &c.host_memory));
+    RETURN_IF_ERROR(Scaled(h, "nvme_bandwidth_gbs", kNonNegative, kGB, &c.nvme_bandwidth));
+    RETURN_IF_ERROR(Scaled(h, "nvme_capacity_tb", kNonNegative, kGiB * 1024, &c.nvme_capacity));
+    RETURN_IF_ERROR(h.Finish());
+  }
+  RETURN_IF_ERROR(top.Finish());
+  return c;
+}
+
+Result<ClusterSpec> LoadCluster(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  return LoadClusterFromText(text, path);
+}
+
+std::string ClusterYaml(const ClusterSpec& c) {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "name: %s\nhosts: %d\ndevices_per_host: %d\n"
+                "device:\n  memory_gb: %.3f\n  gemm_tflops: %.6g\n  peak_tflops: %.6g\n"
+                "  memory_bandwidth_gbs: %.4g\n"
+                "links:\n  intra_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n"
+                "  inter_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n  host_device_gbs: %.4g\n"
+                "host:\n  memory_gb: %.3f\n  nvme_bandwidth_gbs: %.4g\n  nvme_capacity_tb: %.4g\n",
+                c.name.c_str(), c.hosts, c.devices_per_host, c.device_memory / kGiB,
+                c.gemm_flops / 1e12, c.peak_flops / 1e12, c.memory_bandwidth / kGB,
+                c.intra_bandwidth / kGB, c.intra_latency * 1e6, c.inter_bandwidth / kGB,
+                c.inter_latency * 1e6, c.host_device_bandwidth / kGB, c.host_memory / kGiB,
+                c.nvme_bandwidth / kGB, c.nvme_capacity / (kGiB * 1024));
+  return buf;
+}
+
+std::string DescribeCluster(const ClusterSpec& c) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s: %d host%s x %d device%s (%.1f GiB, %.4g TFLOP/s sustained GEMM, %.4g peak), "
+                "links %.4g GB/s in a host, %.4g GB/s between hosts",
+                c.name.c_str(), c.hosts, c.hosts == 1 ? "" : "s", c.devices_per_host,
+                c.devices_per_host == 1 ? "" : "s", c.device_memory / kGiB, c.gemm_flops / 1e12,
+                c.peak_flops / 1e12, c.intra_bandwidth / kGB, c.inter_bandwidth / kGB);
+  return buf;
+}
+
+}  // namespace tessera

@@ -1,0 +1,65 @@
+// runtime/plan/cluster.h — the machines a plan places a model on: hosts of identical devices,
+// what one device holds and computes, the links between devices in a host and between hosts,
+// and each host's memory and local NVMe.
+//
+// A CLUSTER file (YAML, read by the strict reader of the configs: errors name file:line:col):
+//   name: h100-dgx                 # free text for the report
+//   hosts: 512
+//   devices_per_host: 8
+//   device:
+//     memory_gb: 80                # what one rank may hold (GiB)
+//     gemm_tflops: 600             # sustained dense GEMM rate at the run's precision
+//     peak_tflops: 989             # rated peak: the MFU denominator (default: gemm_tflops)
+//     memory_bandwidth_gbs: 3350   # for the bandwidth-bound work (norms, activations, AdamW)
+//   links:
+//     intra_host: {bandwidth_gbs: 450, latency_us: 3}   # per device, e.g. NVLink
+//     inter_host: {bandwidth_gbs: 50, latency_us: 10}   # per device: its share of the NICs
+//     host_device_gbs: 55          # host <-> device copies (PCIe); 0: the device is the host
+//   host:
+//     memory_gb: 2048
+//     nvme_bandwidth_gbs: 25       # local NVMe, read or write, the whole host
+//     nvme_capacity_tb: 30
+// Units are decimal (GB/s = 1e9 bytes/s) except memory sizes, which are GiB / TiB as the
+// memory reports print them.
+// Thread-safety: values.
+#pragma once
+
+#include <string>
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+struct ClusterSpec {
+  std::string name = "cluster";
+  int hosts = 1;
+  int devices_per_host = 1;
+  double device_memory = 0;      // bytes one rank may hold
+  double gemm_flops = 0;         // FLOP/s sustained by dense GEMMs
+  double peak_flops = 0;         // FLOP/s rated (MFU denominator)
+  double memory_bandwidth = 0;   // bytes/s per device
+  double intra_bandwidth = 0;    // bytes/s per device within a host
+  double intra_latency = 0;      // seconds per message within a host
+  double inter_bandwidth = 0;    // bytes/s per device between hosts
+  double inter_latency = 0;      // seconds per message between hosts
+  double host_device_bandwidth = 0;  // bytes/s per device, host <-> device; 0: same memory
+  double host_memory = 0;        // bytes per host
+  double nvme_bandwidth = 0;     // bytes/s per host
+  double nvme_capacity = 0;      // bytes per host
+
+  int devices() const { return hosts * devices_per_host; }
+  // Whether the devices are the host itself (a CPU cluster: optimizer.offload cpu moves nothing).
+  bool host_is_device() const { return host_device_bandwidth <= 0; }
+};
+
+// Reads a CLUSTER file; InvalidArgument at file:line:col for a bad or unknown key.
+Result<ClusterSpec> LoadCluster(const std::string& path);
+Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::string& origin);
+
+// The spec as a CLUSTER file reads it (the report's header and `--cluster this --emit-cluster`).
+std::string ClusterYaml(const ClusterSpec& c);
+
+// One line: "512 hosts x 8 devices (80 GiB, 600 TFLOP/s), 450/50 GB/s".
+std::string DescribeCluster(const ClusterSpec& c);
+
+}  // namespace tessera

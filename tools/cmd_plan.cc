@@ -1,0 +1,251 @@
+// tools/cmd_plan.cc — `tessera plan MODEL [CLUSTER]`: which layout (dp x tp x pp x ep, ZeRO,
+// recompute, offload, micro-batch) trains MODEL fastest on CLUSTER and fits, with each rank's
+// memory by kind as the trainer would reserve it (runtime/train/memory_plan.h) and the
+// predicted step time (runtime/plan/step_time.h). `--layout` predicts the config's own layout
+// instead; `--emit FILE` writes the chosen layout as a config `tessera train` takes.
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "models/param_layout.h"
+#include "runtime/core/file_util.h"
+#include "runtime/kernels/cpu_bf16_backend.h"
+#include "runtime/core/json.h"
+#include "runtime/kernels/cpu/bench.h"
+#include "runtime/kernels/cpu/threads.h"
+#include "runtime/plan/search.h"
+#include "runtime/train/config_emit.h"
+#include "tools/cmd_bench.h"
+#include "tools/commands.h"
+#include "tools/config_command.h"
+
+namespace tessera::cli {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+// Sequential write bandwidth of `dir`'s disk: 128 MiB written and fdatasync'ed (~0.1-1 s).
+double MeasureDiskWriteBandwidth(const std::string& dir) {
+  const std::string path = dir + "/.tessera-plan-probe";
+  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  if (fd < 0) return 0;
+  std::vector<char> block(size_t{4} << 20, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool ok = true;
+  for (int i = 0; i < 32 && ok; ++i) ok = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
+  ok = ok && ::fdatasync(fd) == 0;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  ::unlink(path.c_str());
+  return ok && s > 0 ? 32.0 * block.size() / s : 0;
+}
+
+// This machine as a cluster of one host whose devices are its cores, one rank each with one
+// thread (how the multirank runs place ranks): the GEMM rate and memory bandwidth measured on
+// one thread (the bench's probes), a shared-memory message copied twice (half the bandwidth),
+// the disk's write bandwidth and free space for NVMe offload.
+ClusterSpec MeasureThisMachine(const Config& c) {
+  ClusterSpec cl;
+  cl.name = "this machine";
+  cl.hosts = 1;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cl.devices_per_host = static_cast<int>(std::max(1L, cores));
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  cl.host_memory = ram;
+  cl.device_memory = ram / cl.devices_per_host;
+  const int before = cpu::NumThreads();
+  cpu::SetNumThreads(1);
+  const bool bf16 = c.precision != Precision::kFp32 && ChooseComputeBackend(DType::kBF16).description.find("bf16") != std::string::npos;
+  cl.gemm_flops = (bf16 ? cpu::MeasurePeakBf16GemmGflops() : cpu::MeasurePeakSgemmGflops()) * 1e9;
+  cl.peak_flops = cl.gemm_flops;
+  cl.memory_bandwidth = MeasureUpdateBandwidth() * 1e9;
+  cpu::SetNumThreads(before);
+  cl.intra_bandwidth = cl.inter_bandwidth = cl.memory_bandwidth / 2;
+  cl.intra_latency = cl.inter_latency = 5e-6;
+  const std::string dir = c.optimizer.offload_dir.empty() ? std::filesystem::temp_directory_path().string()
+                                                          : c.optimizer.offload_dir;
+  cl.nvme_bandwidth = MeasureDiskWriteBandwidth(dir);
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) cl.nvme_capacity = static_cast<double>(fs.f_bavail) * fs.f_frsize;
+  return cl;
+}
+
+// MODEL: a Tessera config, or a Hugging Face config.json (or its directory), read as a
+// config whose init_from is that directory (the model section comes from config.json).
+Result<Config> LoadModel(const ParsedArgs& p) {
+  const std::string& model = p.positional[0];
+  std::filesystem::path path(model);
+  std::error_code ec;
+  const bool hf = path.filename() == "config.json" ||
+                  (std::filesystem::is_directory(path, ec) && std::filesystem::exists(path / "config.json", ec));
+  if (!hf) return LoadFromArgs(p);
+  const std::filesystem::path dir = path.filename() == "config.json" ? path.parent_path() : path;
+  const std::string yaml = (std::filesystem::temp_directory_path() /
+                            ("tessera-plan-" + std::to_string(getpid()) + ".yaml")).string();
+  RETURN_IF_ERROR(WriteFileAtomic(yaml, "# tessera plan: the model of " + dir.string() +
+                                            "\ninit_from: " + std::filesystem::absolute(dir).string() + "\n"));
+  Result<Config> c = LoadConfig(yaml, p.All("--set"));
+  std::filesystem::remove(yaml, ec);
+  return c;
+}
+
+double TotalParams(const ModelConfig& m) {
+  double n = 0;
+  for (const ParamDecl& d : DeclareParameters(m)) n += static_cast<double>(d.shape.numel());
+  return n;
+}
+
+std::string Gb(size_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f GiB", bytes / kGiB);
+  return bytes >= kGiB ? b : FormatBytes(bytes);
+}
+
+void PrintTimeParts(const StepTime& t) {
+  std::printf("    step %.3f s = compute %.3f + memory-bound %.3f + tp %.3f + ep %.3f + bubble %.3f + pp %.3f "
+              "+ dp %.3f + optimizer %.3f (largest: %s)\n",
+              t.total, t.compute, t.memory, t.tp, t.ep, t.bubble, t.pp, t.dp, t.optimizer, t.slowest.c_str());
+}
+
+void PrintEntry(int index, const PlanEntry& e) {
+  std::printf("%2d  %s\n", index, DescribeLayout(e.config).c_str());
+  std::printf("    %.3f s/step, %.0f tokens/s, MFU %.1f%%; %s per device (stage %d: %s)\n", e.time.total,
+              e.time.tokens_per_s, 100 * e.time.mfu, Gb(e.device_bytes).c_str(), e.worst_stage,
+              DescribeRankMemory(e.stages[static_cast<size_t>(e.worst_stage)]).c_str());
+  if (e.host_bytes > 0) std::printf("    host memory for offloaded optimizer state: %s per host\n", Gb(e.host_bytes).c_str());
+  if (e.nvme_bytes > 0) std::printf("    NVMe for offloaded optimizer state: %s per host\n", Gb(e.nvme_bytes).c_str());
+  PrintTimeParts(e.time);
+}
+
+std::string LayoutJson(const PlanEntry& e) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("layout").String(DescribeLayout(e.config));
+  w.Key("stages").BeginArray();
+  for (const RankMemory& m : e.stages) {
+    w.BeginObject().Key("stage").Int(m.stage).Key("rank").Int(m.rank);
+    for (int k = 0; k < static_cast<int>(MemoryKind::kCount); ++k) {
+      std::string name = MemoryKindName(static_cast<MemoryKind>(k));
+      std::replace(name.begin(), name.end(), ' ', '_');
+      w.Key(name + "_bytes").Int(static_cast<int64_t>(m.bytes[static_cast<size_t>(k)]));
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("step_seconds").Double(e.time.total);
+  w.Key("tokens_per_s").Double(e.time.tokens_per_s);
+  w.Key("mfu").Double(e.time.mfu);
+  w.EndObject();
+  return w.str() + "\n";
+}
+
+int PrintLayout(const Config& c, const ClusterSpec& cl, bool json) {
+  Result<PlanEntry> e = PlanLayout(c, cl);
+  if (!e.ok()) return Fail("plan", e.status(), ExitPhase::kConfig);
+  if (json) {
+    std::printf("%s", LayoutJson(*e).c_str());
+    return kExitOk;
+  }
+  std::printf("%s\n", DescribeLayout(c).c_str());
+  for (const RankMemory& m : e->stages) {
+    std::printf("  stage %d (rank %d): %s resident: %s\n", m.stage, m.rank, Gb(m.resident()).c_str(),
+                DescribeRankMemory(m).c_str());
+  }
+  std::printf("  %.3f s/step, %.0f tokens/s, MFU %.1f%% on %s\n", e->time.total, e->time.tokens_per_s,
+              100 * e->time.mfu, DescribeCluster(cl).c_str());
+  PrintTimeParts(e->time);
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunPlan(const Args& args) {
+  if (WantsHelp(args)) {
+    std::printf(
+        "usage: tessera plan MODEL [CLUSTER] [--set key=value]... [--top N] [--ranks N]\n"
+        "                    [--global-batch N] [--no-offload] [--emit FILE] [--layout [--json]]\n\n"
+        "Finds the layouts that train MODEL fastest on CLUSTER and fit: every tp x pp (with\n"
+        "virtual stages and a layer split) x ep x dp over the cluster's devices, ZeRO 0-3,\n"
+        "recompute none/selective/full, sequence parallelism, micro-batch size (accumulation\n"
+        "keeps the global batch) and optimizer offload none/cpu/nvme, at MODEL's precision.\n"
+        "Prints the best N with each rank's memory by kind (exactly as the trainer reserves it:\n"
+        "its own construction, dry), the predicted step time by part, tokens/s and MFU, and how\n"
+        "many layouts were rejected and why.\n\n"
+        "  MODEL           a Tessera config (its model, precision, sequence length, optimizer and\n"
+        "                  global batch), or a Hugging Face config.json or its directory\n"
+        "  CLUSTER         a cluster YAML (hosts, devices per host, device memory and GEMM rate,\n"
+        "                  link bandwidths and latencies, host memory, NVMe; see README), or\n"
+        "                  'this' (default): this machine, one device per core, its GEMM rate\n"
+        "                  and memory bandwidth measured now with the bench's probes\n"
+        "  --set k=v       override MODEL's config (e.g. train.seq_len=4096)\n"
+        "  --top N         layouts to show (default 5)\n"
+        "  --ranks N       devices the job uses (default: the whole cluster)\n"
+        "  --global-batch N  sequences per step (default: MODEL's micro_batch_size x\n"
+        "                  grad_accum_steps x dp x ep)\n"
+        "  --no-offload    do not consider optimizer offload\n"
+        "  --emit FILE     write the best layout as a config tessera train / launch take as is\n"
+        "  --layout        no search: MODEL's own layout, each pipeline stage's memory by kind\n"
+        "                  and the step time (--json: as JSON, the kinds as memory.json names them)\n\n"
+        "The same memory plan is the trainer's check: a run whose layout does not fit in\n"
+        "train.memory_limit_mb (default: physical memory / ranks on the host) is refused before\n"
+        "it reserves anything, naming the largest kind and settings that fit.\n");
+    return kExitOk;
+  }
+  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit"},
+                          {"--layout", "--json", "--no-offload", "--strict-env"});
+  if (parsed.ok() && (parsed->positional.empty() || parsed->positional.size() > 2)) {
+    parsed = InvalidArgument("tessera plan: expected MODEL [CLUSTER] (see tessera plan --help)");
+  }
+  if (!parsed.ok()) return FailUsage("plan", parsed.status());
+  PlanOptions o;
+  for (auto [flag, out] : {std::pair{"--top", &o.top}, std::pair{"--ranks", &o.ranks}}) {
+    if (!parsed->Has(flag)) continue;
+    Result<int64_t> v = ParseIntFlag(flag, parsed->Get(flag));
+    if (!v.ok() || *v < 1 || *v > (1 << 20)) {
+      return FailUsage("plan", InvalidArgument(std::string("tessera plan: ") + flag + " must be 1 .. 1048576"));
+    }
+    *out = static_cast<int>(*v);
+  }
+  if (parsed->Has("--global-batch")) {
+    Result<int64_t> v = ParseIntFlag("--global-batch", parsed->Get("--global-batch"));
+    if (!v.ok() || *v < 1) return FailUsage("plan", InvalidArgument("tessera plan: --global-batch must be >= 1"));
+    o.global_batch = *v;
+  }
+  if (parsed->Has("--no-offload")) o.offloads = {OptimizerOffload::kNone};
+  Result<Config> config = LoadModel(*parsed);
+  if (!config.ok()) return Fail("plan", config.status(), ExitPhase::kConfig);
+  const std::string cluster_arg = parsed->positional.size() == 2 ? parsed->positional[1] : "this";
+  Result<ClusterSpec> cluster = cluster_arg == "this" ? Result<ClusterSpec>(MeasureThisMachine(*config))
+                                                      : LoadCluster(cluster_arg);
+  if (!cluster.ok()) return Fail("plan", cluster.status(), ExitPhase::kConfig);
+  if (parsed->Has("--layout")) return PrintLayout(*config, *cluster, parsed->Has("--json"));
+
+  Result<PlanReport> report = PlanLayouts(*config, *cluster, o);
+  if (!report.ok()) return Fail("plan", report.status(), ExitPhase::kConfig);
+  std::printf("tessera plan: %s (%.3gB parameters) on %s\n", parsed->positional[0].c_str(),
+              TotalParams(config->model) / 1e9, DescribeCluster(*cluster).c_str());
+  std::printf("searched %lld layouts in %.2f s (%lld dry constructions of a rank's state or model)\n\n",
+              static_cast<long long>(report->candidates), report->seconds,
+              static_cast<long long>(report->memory_checked));
+  for (size_t i = 0; i < report->best.size(); ++i) PrintEntry(static_cast<int>(i + 1), report->best[i]);
+  if (report->best.empty()) std::printf("no layout fits this cluster\n");
+  std::printf("\nnot chosen:\n");
+  for (const auto& [why, n] : report->rejected) std::printf("  %10lld  %s\n", static_cast<long long>(n), why.c_str());
+  if (parsed->Has("--emit")) {
+    if (report->best.empty()) return Fail("plan", InvalidArgument("--emit: no layout fits"), ExitPhase::kConfig);
+    const std::string file = parsed->Get("--emit");
+    Status s = WriteFileAtomic(file, EmitResolvedYaml(report->best.front().config, {}));
+    if (!s.ok()) return Fail("plan", s, ExitPhase::kRun);
+    std::printf("\nwrote the best layout to %s (tessera launch %s -n %d)\n", file.c_str(), file.c_str(),
+                report->best.front().config.parallel.world_size());
+  }
+  return report->best.empty() ? kExitBadConfig : kExitOk;
+}
+
+}  // namespace tessera::cli
