@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "runtime/kernels/cpu_bf16_backend.h"
 #include "runtime/core/json.h"
 #include "runtime/kernels/cpu/bench.h"
+#include "runtime/kernels/cpu/ops.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/plan/search.h"
 #include "runtime/train/config_emit.h"
@@ -30,29 +34,85 @@ namespace {
 
 constexpr double kGiB = 1073741824.0;
 
-// Sequential write bandwidth of `dir`'s disk: 128 MiB written and fdatasync'ed (~0.1-1 s).
-double MeasureDiskWriteBandwidth(const std::string& dir) {
+// The disk under `dir` as the optimizer's offload file uses it: 64 MiB written and read back
+// with O_DIRECT in 4 MiB blocks (falling back to buffered I/O where O_DIRECT is refused);
+// bytes/s of the write and the read together (0 when the directory is not writable).
+double MeasureDiskBandwidth(const std::string& dir) {
   const std::string path = dir + "/.tessera-plan-probe";
-  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0600);
+  if (fd < 0) fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
   if (fd < 0) return 0;
-  std::vector<char> block(size_t{4} << 20, 1);
+  constexpr size_t kBlock = size_t{4} << 20;
+  constexpr int kBlocks = 16;
+  void* buf = std::aligned_alloc(4096, kBlock);
+  std::memset(buf, 1, kBlock);
   const auto t0 = std::chrono::steady_clock::now();
   bool ok = true;
-  for (int i = 0; i < 32 && ok; ++i) ok = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
-  ok = ok && ::fdatasync(fd) == 0;
+  for (int i = 0; i < kBlocks && ok; ++i) ok = ::pwrite(fd, buf, kBlock, static_cast<off_t>(i * kBlock)) == static_cast<ssize_t>(kBlock);
+  for (int i = 0; i < kBlocks && ok; ++i) ok = ::pread(fd, buf, kBlock, static_cast<off_t>(i * kBlock)) == static_cast<ssize_t>(kBlock);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::free(buf);
   ::close(fd);
   ::unlink(path.c_str());
-  return ok && s > 0 ? 32.0 * block.size() / s : 0;
+  return ok && s > 0 ? 2.0 * kBlocks * kBlock / s : 0;
+}
+
+// FLOP/s of the backend's linear layer forward and backward (input and weight gradients, 6 N
+// C OC FLOPs) at N x C -> OC, best of 3 after a warm-up: what a training step's GEMMs get on
+// that path, operand conversions and transposed products included.
+double LinearRate(Backend& be, int64_t N, int64_t C, int64_t OC) {
+  std::vector<float> inp(N * C, 0.5f), w(OC * C, 0.01f), b(OC, 0.0f), out(N * OC), d_out(N * OC, 1e-3f);
+  std::vector<float> d_inp(N * C), d_w(OC * C), d_b(OC);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    be.LinearForward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    be.LinearBackward(d_inp.data(), d_w.data(), d_b.data(), d_out.data(), inp.data(), w.data(), N, C, OC);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0 && s > 0) best = std::max(best, 6.0 * N * C * OC / s);
+  }
+  return best;
+}
+
+// The large-shape rate and the half-rate size (cluster.h GemmRate) of one GEMM path: its GEMM
+// rate at 2048^3 and its linear layer's rate at the config's own MLP shape (micro-batch tokens
+// x hidden x MLP width); r(s) = R s / (s + h) at both sizes gives R and h.
+void MeasureGemmCurve(bool bf16, const ModelConfig& m, int64_t tokens, double* rate, double* half) {
+  const double big = (bf16 ? cpu::MeasureBf16GemmGflops(2048, 2048, 2048, 2)
+                           : cpu::MeasureSgemmGflops(2048, 2048, 2048, 2)) * 1e9;
+  const int64_t N = std::clamp<int64_t>(tokens, 16, 8192), C = std::clamp<int64_t>(m.hidden_size, 16, 8192);
+  const int64_t F = std::clamp<int64_t>(m.ffn_size(), 16, 8192);
+  ComputeBackendChoice be = ChooseComputeBackend(bf16 ? DType::kBF16 : DType::kF32);
+  const double size = std::cbrt(static_cast<double>(N) * C * F);
+  const double ratio = LinearRate(*be.backend, N, C, F) / big;  // = size (2048 + h) / (2048 (size + h))
+  const double h = ratio < 1.0 && ratio * 2048.0 > size ? 2048.0 * size * (1.0 - ratio) / (ratio * 2048.0 - size) : 0.0;
+  *half = std::max(0.0, h);
+  *rate = big * (2048.0 + *half) / 2048.0;
+}
+
+// Elements/s of GELU forward + backward on 1M elements, best of 5 (cluster.h elementwise_rate).
+double MeasureElementwiseRate() {
+  constexpr int64_t n = int64_t{1} << 20;
+  std::vector<float> x(n, 0.5f), y(n), dy(n, 1.0f), dx(n);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::GeluForward(y.data(), x.data(), n);
+    cpu::GeluBackward(dx.data(), dy.data(), x.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, static_cast<double>(n) / s);
+  }
+  return best;
 }
 
 // This machine as a cluster of one host whose devices are its cores, one rank each with one
-// thread (how the multirank runs place ranks): the GEMM rate and memory bandwidth measured on
-// one thread (the bench's probes), a shared-memory message copied twice (half the bandwidth),
-// the disk's write bandwidth and free space for NVMe offload.
+// thread (how the multirank runs place ranks): the GEMM paths' rates by size, the memory
+// bandwidth and GELU's element rate measured on one thread (the bench's probes), a shared-memory message copied twice
+// (half the bandwidth), the disk's O_DIRECT bandwidth and free space for NVMe offload.
 ClusterSpec MeasureThisMachine(const Config& c) {
   ClusterSpec cl;
   cl.name = "this machine";
+  cl.kind = DeviceKind::kCpu;
   cl.hosts = 1;
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cl.devices_per_host = static_cast<int>(std::max(1L, cores));
@@ -61,16 +121,23 @@ ClusterSpec MeasureThisMachine(const Config& c) {
   cl.device_memory = ram / cl.devices_per_host;
   const int before = cpu::NumThreads();
   cpu::SetNumThreads(1);
-  const bool bf16 = c.precision != Precision::kFp32 && ChooseComputeBackend(DType::kBF16).description.find("bf16") != std::string::npos;
-  cl.gemm_flops = (bf16 ? cpu::MeasurePeakBf16GemmGflops() : cpu::MeasurePeakSgemmGflops()) * 1e9;
+  const int64_t tokens = c.train.micro_batch_size * c.train.seq_len;
+  MeasureGemmCurve(false, c.model, tokens, &cl.fp32_gemm_flops, &cl.fp32_gemm_half_size);
+  cl.gemm_flops = cl.fp32_gemm_flops;
+  cl.gemm_half_size = cl.fp32_gemm_half_size;
+  // bf16 runs use bf16 GEMMs only where the CPU has them (ChooseComputeBackend).
+  if (ChooseComputeBackend(DType::kBF16).description.rfind("cpu-bf16", 0) == 0) {
+    MeasureGemmCurve(true, c.model, tokens, &cl.gemm_flops, &cl.gemm_half_size);
+  }
   cl.peak_flops = cl.gemm_flops;
   cl.memory_bandwidth = MeasureUpdateBandwidth() * 1e9;
+  cl.elementwise_rate = MeasureElementwiseRate();
   cpu::SetNumThreads(before);
   cl.intra_bandwidth = cl.inter_bandwidth = cl.memory_bandwidth / 2;
   cl.intra_latency = cl.inter_latency = 5e-6;
   const std::string dir = c.optimizer.offload_dir.empty() ? std::filesystem::temp_directory_path().string()
                                                           : c.optimizer.offload_dir;
-  cl.nvme_bandwidth = MeasureDiskWriteBandwidth(dir);
+  cl.nvme_bandwidth = MeasureDiskBandwidth(dir);
   struct statvfs fs {};
   if (::statvfs(dir.c_str(), &fs) == 0) cl.nvme_capacity = static_cast<double>(fs.f_bavail) * fs.f_frsize;
   return cl;
@@ -169,7 +236,8 @@ int RunPlan(const Args& args) {
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera plan MODEL [CLUSTER] [--set key=value]... [--top N] [--ranks N]\n"
-        "                    [--global-batch N] [--no-offload] [--emit FILE] [--layout [--json]]\n\n"
+        "                    [--global-batch N] [--no-offload] [--emit FILE] [--save-cluster FILE]\n"
+        "                    [--layout [--json]]\n\n"
         "Finds the layouts that train MODEL fastest on CLUSTER and fit: every tp x pp (with\n"
         "virtual stages and a layer split) x ep x dp over the cluster's devices, ZeRO 0-3,\n"
         "recompute none/selective/full, sequence parallelism, micro-batch size (accumulation\n"
@@ -190,6 +258,7 @@ int RunPlan(const Args& args) {
         "                  grad_accum_steps x dp x ep)\n"
         "  --no-offload    do not consider optimizer offload\n"
         "  --emit FILE     write the best layout as a config tessera train / launch take as is\n"
+        "  --save-cluster FILE  write CLUSTER (e.g. the measured 'this') as a cluster YAML\n"
         "  --layout        no search: MODEL's own layout, each pipeline stage's memory by kind\n"
         "                  and the step time (--json: as JSON, the kinds as memory.json names them)\n\n"
         "The same memory plan is the trainer's check: a run whose layout does not fit in\n"
@@ -197,7 +266,7 @@ int RunPlan(const Args& args) {
         "it reserves anything, naming the largest kind and settings that fit.\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit"},
+  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit", "--save-cluster"},
                           {"--layout", "--json", "--no-offload", "--strict-env"});
   if (parsed.ok() && (parsed->positional.empty() || parsed->positional.size() > 2)) {
     parsed = InvalidArgument("tessera plan: expected MODEL [CLUSTER] (see tessera plan --help)");
@@ -224,6 +293,10 @@ int RunPlan(const Args& args) {
   Result<ClusterSpec> cluster = cluster_arg == "this" ? Result<ClusterSpec>(MeasureThisMachine(*config))
                                                       : LoadCluster(cluster_arg);
   if (!cluster.ok()) return Fail("plan", cluster.status(), ExitPhase::kConfig);
+  if (parsed->Has("--save-cluster")) {  // measured once, reused: the same numbers every plan
+    Status s = WriteFileAtomic(parsed->Get("--save-cluster"), ClusterYaml(*cluster));
+    if (!s.ok()) return Fail("plan", s, ExitPhase::kRun);
+  }
   if (parsed->Has("--layout")) return PrintLayout(*config, *cluster, parsed->Has("--json"));
 
   Result<PlanReport> report = PlanLayouts(*config, *cluster, o);

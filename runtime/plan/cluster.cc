@@ -1,6 +1,7 @@
 // runtime/plan/cluster.cc — see cluster.h.
 #include "runtime/plan/cluster.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "runtime/core/file_util.h"
@@ -44,14 +45,22 @@ Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::stri
   {
     RETURN_IF_ERROR(top.Require("device"));
     ASSIGN_OR_RETURN(YamlMap d, top.Child("device"));
+    RETURN_IF_ERROR(d.Enum<DeviceKind>("kind", {{"gpu", DeviceKind::kGpu}, {"cpu", DeviceKind::kCpu}}, &c.kind));
     RETURN_IF_ERROR(d.Require("memory_gb"));
     RETURN_IF_ERROR(Scaled(d, "memory_gb", kPositive, kGiB, &c.device_memory));
     RETURN_IF_ERROR(d.Require("gemm_tflops"));
     RETURN_IF_ERROR(Scaled(d, "gemm_tflops", kPositive, 1e12, &c.gemm_flops));
     c.peak_flops = c.gemm_flops;
+    c.fp32_gemm_flops = c.gemm_flops;
+    RETURN_IF_ERROR(Scaled(d, "fp32_gemm_tflops", kPositive, 1e12, &c.fp32_gemm_flops));
+    RETURN_IF_ERROR(d.Number("gemm_half_size", kNonNegative, &c.gemm_half_size));
+    c.fp32_gemm_half_size = c.gemm_half_size;
+    RETURN_IF_ERROR(d.Number("fp32_gemm_half_size", kNonNegative, &c.fp32_gemm_half_size));
     RETURN_IF_ERROR(Scaled(d, "peak_tflops", kPositive, 1e12, &c.peak_flops));
     RETURN_IF_ERROR(d.Require("memory_bandwidth_gbs"));
     RETURN_IF_ERROR(Scaled(d, "memory_bandwidth_gbs", kPositive, kGB, &c.memory_bandwidth));
+    c.elementwise_rate = c.memory_bandwidth / 16.0;
+    RETURN_IF_ERROR(Scaled(d, "elementwise_gelems", kPositive, 1e9, &c.elementwise_rate));
     RETURN_IF_ERROR(d.Finish());
   }
   {
@@ -87,17 +96,29 @@ std::string ClusterYaml(const ClusterSpec& c) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "name: %s\nhosts: %d\ndevices_per_host: %d\n"
-                "device:\n  memory_gb: %.3f\n  gemm_tflops: %.6g\n  peak_tflops: %.6g\n"
-                "  memory_bandwidth_gbs: %.4g\n"
+                "device:\n  kind: %s\n  memory_gb: %.3f\n  gemm_tflops: %.6g\n  fp32_gemm_tflops: %.6g\n"
+                "  gemm_half_size: %.4g\n  fp32_gemm_half_size: %.4g\n  peak_tflops: %.6g\n  memory_bandwidth_gbs: %.4g\n"
+                "  elementwise_gelems: %.4g\n"
                 "links:\n  intra_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n"
                 "  inter_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n  host_device_gbs: %.4g\n"
                 "host:\n  memory_gb: %.3f\n  nvme_bandwidth_gbs: %.4g\n  nvme_capacity_tb: %.4g\n",
-                c.name.c_str(), c.hosts, c.devices_per_host, c.device_memory / kGiB,
-                c.gemm_flops / 1e12, c.peak_flops / 1e12, c.memory_bandwidth / kGB,
+                c.name.c_str(), c.hosts, c.devices_per_host, c.kind == DeviceKind::kCpu ? "cpu" : "gpu",
+                c.device_memory / kGiB,
+                c.gemm_flops / 1e12, c.fp32_gemm_flops / 1e12, c.gemm_half_size, c.fp32_gemm_half_size,
+                c.peak_flops / 1e12,
+                c.memory_bandwidth / kGB, c.elementwise_rate / 1e9,
                 c.intra_bandwidth / kGB, c.intra_latency * 1e6, c.inter_bandwidth / kGB,
                 c.inter_latency * 1e6, c.host_device_bandwidth / kGB, c.host_memory / kGiB,
                 c.nvme_bandwidth / kGB, c.nvme_capacity / (kGiB * 1024));
   return buf;
+}
+
+double ClusterSpec::GemmRate(bool fp32, double m, double n, double k) const {
+  const double rate = fp32 ? fp32_gemm_flops : gemm_flops;
+  const double half = fp32 ? fp32_gemm_half_size : gemm_half_size;
+  if (half <= 0) return rate;
+  const double s = std::cbrt(m * n * k);
+  return rate * s / (s + half);
 }
 
 std::string DescribeCluster(const ClusterSpec& c) {

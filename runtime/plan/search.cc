@@ -289,6 +289,8 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
             if (sp && (p.tp < 2 || m.moe.enabled() || (mbs * base.train.seq_len) % p.tp != 0)) continue;
             for (OptimizerOffload off : o.offloads) {
               if (off == OptimizerOffload::kNvme && cl.nvme_bandwidth <= 0) continue;
+              // Where the device is the host, cpu offload holds and moves what none does.
+              if (off == OptimizerOffload::kCpu && cl.host_is_device()) continue;
               Knobs k{static_cast<int>(li), mbs, accum, zero, rc, sp, off, 0};
               const Config c = Apply(base, p, k);
               k.seconds = PredictStepTime(c, cl, stages->shapes).total;

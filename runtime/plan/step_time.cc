@@ -35,12 +35,6 @@ double Exchange(const Link& l, int g, double bytes) {
   return (g - 1.0) / g * bytes / l.bandwidth + (g - 1.0) * l.latency;
 }
 
-// Bytes of the bandwidth-bound work per token and block, in activation-dtype elements of C:
-// Korthikanti et al.'s 34 C + 5 NH T stored per token and layer (fp16 bytes, so 17 C + 2.5
-// NH T elements), each written in forward and read again in backward, with as much again for
-// the temporaries around them (norm statistics, residual sums, gradient buffers): 4 passes.
-constexpr double kPasses = 4.0;
-
 }  // namespace
 
 StageShape ShapeOf(const ModelConfig& m, const ModelPartition& part) {
@@ -66,6 +60,58 @@ Result<std::vector<StageShape>> StageShapes(const Config& c) {
   return stages;
 }
 
+namespace {
+
+// Seconds of one micro-batch's GEMMs on one rank: forward, backward (input and weight
+// gradients) and the forward recomputation repeats, each GEMM at the rate of its shape.
+struct GemmSeconds {
+  double dense = 0, moe = 0, head = 0;  // per dense block, per MoE block, the LM head
+};
+
+GemmSeconds BlockGemmSeconds(const Config& c, const ClusterSpec& cl) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const bool fp32 = c.precision == Precision::kFp32;
+  const double tp = std::max(1, p.tp), ep = std::max(1, p.ep);
+  const double B = static_cast<double>(c.train.micro_batch_size), T = static_cast<double>(c.train.seq_len);
+  const double N = B * T, C = static_cast<double>(m.hidden_size), NH = static_cast<double>(m.num_heads);
+  const double HS = static_cast<double>(m.head_size()), NKV = static_cast<double>(m.kv_heads());
+  const double F = static_cast<double>(m.ffn_size()), V = static_cast<double>(m.vocab_size);
+  const bool llama = m.family != ModelFamily::kGpt2;
+  const bool full = m.recompute == RecomputePolicy::kFull;
+  // Passes over a weight GEMM: forward, input gradient, weight gradient (none for a frozen
+  // base), and the forward again under full recomputation.
+  const double passes = (m.lora.enabled() ? 2.0 : 3.0) + (full ? 1.0 : 0.0);
+  auto gemm = [&](double rows, double in, double out, bool in_fp32) {
+    return 2.0 * rows * in * out / cl.GemmRate(in_fp32, rows, out, in);
+  };
+  auto linear = [&](double rows, double in, double out) { return passes * gemm(rows, in, out, fp32); };
+  // Attention: per sequence and local head, QK^T and PV forward, four GEMMs backward, the
+  // forward's two again under selective or full recomputation (in fp32 on a CPU).
+  const double attn_passes = 6.0 + (m.recompute != RecomputePolicy::kNone ? 2.0 : 0.0);
+  const double attention = B * NH / tp * attn_passes * gemm(T, HS, T, fp32 || cl.kind == DeviceKind::kCpu);
+  const double qkv = linear(N, C, (NH + 2 * NKV) * HS / tp) + linear(N, NH * HS / tp, C);
+  auto mlp = [&](double rows, double width) {  // SwiGLU: gate|up then down; GELU: fc then out
+    return linear(rows, C, (llama ? 2.0 : 1.0) * width) + linear(rows, width, C);
+  };
+  GemmSeconds g;
+  g.dense = attention + qkv + mlp(N, F / tp);
+  if (m.moe.enabled()) {
+    const double E = static_cast<double>(m.moe.num_experts), Fe = static_cast<double>(m.expert_ffn());
+    // Balanced routing: each of the rank's E / ep experts gets N top_k ep / E rows.
+    const double rows = N * static_cast<double>(m.moe.top_k) * ep / E;
+    g.moe = attention + qkv + linear(N, C, E) + (E / ep) * mlp(rows, Fe);
+    if (m.moe.shared_experts > 0) g.moe += mlp(N, static_cast<double>(m.moe.shared_experts) * Fe);
+  }
+  // The classifier runs on chunks of at most 256 rows (models/transformer.cc).
+  const double rows = std::clamp(std::floor(16.0 * 1048576.0 / V), 64.0, 256.0);
+  const double chunks = std::ceil(N / rows), chunk = std::ceil(N / chunks);
+  g.head = chunks * (m.lora.enabled() ? 2.0 : 3.0) * gemm(chunk, C, std::ceil(V / tp), fp32);
+  return g;
+}
+
+}  // namespace
+
 StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vector<StageShape>& stages) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
@@ -73,46 +119,39 @@ StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vect
   const int v = std::max(1, p.virtual_stages);
   const double B = static_cast<double>(c.train.micro_batch_size), T = static_cast<double>(c.train.seq_len);
   const double micro = static_cast<double>(c.train.grad_accum_steps);
-  const double C = static_cast<double>(m.hidden_size), L = static_cast<double>(m.num_layers);
-  const double NH = static_cast<double>(m.num_heads), HS = static_cast<double>(m.head_size());
-  const double NKV = static_cast<double>(m.kv_heads()), V = static_cast<double>(m.vocab_size);
+  const double C = static_cast<double>(m.hidden_size), NH = static_cast<double>(m.num_heads);
   const bool low = c.precision != Precision::kFp32;
   const double act = low ? 2.0 : 4.0, pbytes = low ? 2.0 : 4.0;
   const double rbytes = c.mixed_precision.reduce_in_low && low ? 2.0 : 4.0;
   const double tokens = B * T;  // per micro-batch
-
-  // FLOPs per token by block kind and the head, normalised to TrainFlopsPerToken.
-  const double Mb = static_cast<double>(m.num_moe_layers());
-  const double attn_w = C * (NH + 2 * NKV) * HS + NH * HS * C;
-  const double head_w = V * C;
-  const double moe_w = static_cast<double>(MoeMatmulParams(m));
-  const double dense_mlp_w =
-      L > Mb ? std::max(0.0, (static_cast<double>(MatmulParams(m)) - moe_w - head_w - L * attn_w) / (L - Mb)) : 0.0;
-  const double w = m.lora.enabled() ? 4.0 : 6.0;
-  const double score = 12.0 * NH * HS * T / tp;
-  const double f_dense = w * (attn_w + dense_mlp_w) / tp + score;
-  const double f_moe = w * attn_w / tp + score + (Mb > 0 ? w * moe_w / Mb : 0.0);
-  const double f_head = w * head_w / tp;
-  const double f_sum = (L - Mb) * f_dense + Mb * f_moe + f_head;
-  const double f_model = TrainFlopsPerToken(m, c.train.seq_len, tp, m.lora.enabled());
-  const double norm = f_sum > 0 ? f_model / f_sum : 1.0;
-  // Recomputation repeats a forward: the whole block's (a third of its FLOPs) or, selective,
-  // the attention scores'.
-  const double redo = m.recompute == RecomputePolicy::kFull ? 1.0 / 3.0 : 0.0;
-  const double redo_score = m.recompute == RecomputePolicy::kSelective ? score / 3.0 : 0.0;
+  const GemmSeconds gemm = BlockGemmSeconds(c, cl);
 
   // The slowest stage.
   StepTime best;
   const StageShape* slow = nullptr;
   double slow_busy = -1;
+  // Element-wise work per token (cluster.h elementwise_rate: one unit = an activation's
+  // forward and backward): the MLP's activation, the causal softmax (T / 2 keys on average per
+  // head), the norms and residual adds (1.5 C; divided by tp under sequence parallelism); an
+  // MoE block's routed and shared activations and router softmax; the LM head's softmax over
+  // the vocabulary. Recomputation repeats the forward half.
+  const double T_ = T, F = static_cast<double>(m.ffn_size());
+  const double softmax = NH * T_ / 2.0 / tp, norms = 1.5 * C / (p.sequence_parallel ? tp : 1);
+  const double redo = m.recompute == RecomputePolicy::kFull ? 0.5 : 0.0;
+  const double redo_softmax = m.recompute == RecomputePolicy::kSelective ? 0.5 * softmax : 0.0;
+  const double dense_units = (F / tp + softmax + norms) * (1.0 + redo) + redo_softmax;
+  double moe_units = 0;
+  if (m.moe.enabled()) {
+    const double Fe = static_cast<double>(m.expert_ffn());
+    moe_units = (static_cast<double>(m.moe.top_k + m.moe.shared_experts) * Fe +
+                 static_cast<double>(m.moe.num_experts) + softmax + norms) * (1.0 + redo) + redo_softmax;
+  }
+  const double head_units = std::ceil(static_cast<double>(m.vocab_size) / tp);
   for (const StageShape& st : stages) {
     const double nd = static_cast<double>(st.blocks - st.moe_blocks), nm = static_cast<double>(st.moe_blocks);
-    const double flops = norm * (nd * f_dense + nm * f_moe + (st.last ? f_head : 0.0));
-    const double extra = norm * ((nd * f_dense + nm * f_moe) * redo + (nd + nm) * redo_score);
-    const double per_tok_bytes =
-        kPasses * act * (17.0 * C + 2.5 * NH * T / tp) / (p.sequence_parallel ? tp : 1) * (nd + nm);
-    const double compute = micro * tokens * (flops + extra) / cl.gemm_flops;
-    const double memory = micro * tokens * per_tok_bytes / cl.memory_bandwidth;
+    const double compute = micro * (nd * gemm.dense + nm * gemm.moe + (st.last ? gemm.head : 0.0));
+    const double units = nd * dense_units + nm * moe_units + (st.last ? head_units : 0.0);
+    const double memory = micro * tokens * units / cl.elementwise_rate;
     if (compute + memory > slow_busy) {
       slow_busy = compute + memory;
       slow = &st;
@@ -168,7 +207,9 @@ StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vect
   const double adam_bytes = pieces * (28.0 + (low ? 10.0 : 0.0));
   if (c.optimizer.offload == OptimizerOffload::kNvme && cl.nvme_bandwidth > 0) {
     const double file = pieces * 4.0 * (low ? 3.0 : 2.0) * 2.0;  // read and written back
-    best.optimizer = std::max(adam_bytes / cl.memory_bandwidth, file / (cl.nvme_bandwidth / cl.devices_per_host));
+    // The host's disk is shared by its ranks that offload.
+    const double sharing = std::min(cl.devices_per_host, p.world_size());
+    best.optimizer = std::max(adam_bytes / cl.memory_bandwidth, file / (cl.nvme_bandwidth / sharing));
   } else {
     best.optimizer = adam_bytes / cl.memory_bandwidth;
   }
@@ -180,9 +221,13 @@ StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vect
   best.tokens_per_s = best.total > 0 ? global_tokens / best.total : 0;
   // Model FLOPs of the whole step over every device's peak: TrainFlopsPerToken is one tp
   // rank's share of the whole model, which pp stages divide.
-  best.mfu = best.total > 0 ? f_model * tokens * micro / pp / best.total / cl.peak_flops : 0;
+  const double f_model = TrainFlopsPerToken(m, c.train.seq_len, tp, m.lora.enabled());
+  // The denominator: the rated peak for bf16/fp16, the fp32 GEMM rate for fp32 runs (as the
+  // trainer's MFU counts against the GEMM path the run takes).
+  const double peak = low ? cl.peak_flops : cl.fp32_gemm_flops;
+  best.mfu = best.total > 0 ? f_model * tokens * micro / pp / best.total / peak : 0;
   const std::pair<const char*, double> parts[] = {
-      {"compute", best.compute}, {"memory-bound work", best.memory}, {"tp", best.tp}, {"ep", best.ep},
+      {"compute", best.compute}, {"element-wise work", best.memory}, {"tp", best.tp}, {"ep", best.ep},
       {"pp", best.pp}, {"bubble", best.bubble}, {"dp", best.dp}, {"optimizer", best.optimizer}};
   best.slowest = std::max_element(std::begin(parts), std::end(parts), [](auto& a, auto& b) { return a.second < b.second; })->first;
   return best;
