@@ -77,8 +77,11 @@ OffloadFileOptions ShardedAdamW::DiskFileOptions(const ShardLayout& layout, bool
   const int64_t per_chunk = disk.pool_bytes / ((o.depth + 1) * o.streams * int64_t{4});
   // ... and a small state is still cut into about 2 x depth chunks, so the read-ahead and
   // write-back overlap the update whatever the size.
-  const int64_t whole = (std::max<int64_t>(o.elems, 1) / (2 * o.depth) + kOffloadAlignElems - 1) /
-                        kOffloadAlignElems * kOffloadAlignElems;
+  // (At least one aligned chunk: a rank's expert part may be empty, e.g. on a pipeline stage
+  // of dense blocks only, and its file is then one chunk of padding.)
+  const int64_t whole = std::max<int64_t>(
+      kOffloadAlignElems, (std::max<int64_t>(o.elems, 1) / (2 * o.depth) + kOffloadAlignElems - 1) /
+                              kOffloadAlignElems * kOffloadAlignElems);
   o.chunk_elems = std::clamp<int64_t>(per_chunk / kOffloadAlignElems * kOffloadAlignElems,
                                       kOffloadAlignElems, whole);
   o.faults = disk.faults;

@@ -32,6 +32,18 @@
 namespace tessera::cli {
 namespace {
 
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
 constexpr double kGiB = 1073741824.0;
 
 // The disk under `dir` as the optimizer's offload file uses it: 64 MiB written and read back
@@ -175,7 +187,7 @@ std::string Gb(size_t bytes) {
 }
 
 void PrintTimeParts(const StepTime& t) {
-  std::printf("    step %.3f s = compute %.3f + memory-bound %.3f + tp %.3f + ep %.3f + bubble %.3f + pp %.3f "
+  std::printf("    step %.3f s = compute %.3f + element-wise %.3f + tp %.3f + ep %.3f + bubble %.3f + pp %.3f "
               "+ dp %.3f + optimizer %.3f (largest: %s)\n",
               t.total, t.compute, t.memory, t.tp, t.ep, t.bubble, t.pp, t.dp, t.optimizer, t.slowest.c_str());
 }
@@ -185,7 +197,10 @@ void PrintEntry(int index, const PlanEntry& e) {
   std::printf("    %.3f s/step, %.0f tokens/s, MFU %.1f%%; %s per device (stage %d: %s)\n", e.time.total,
               e.time.tokens_per_s, 100 * e.time.mfu, Gb(e.device_bytes).c_str(), e.worst_stage,
               DescribeRankMemory(e.stages[static_cast<size_t>(e.worst_stage)]).c_str());
-  if (e.host_bytes > 0) std::printf("    host memory for offloaded optimizer state: %s per host\n", Gb(e.host_bytes).c_str());
+  if (e.host_bytes > 0) {
+    std::printf("    the optimizer state is in host memory (not counted per device): %s per host\n",
+                Gb(e.host_bytes).c_str());
+  }
   if (e.nvme_bytes > 0) std::printf("    NVMe for offloaded optimizer state: %s per host\n", Gb(e.nvme_bytes).c_str());
   PrintTimeParts(e.time);
 }
@@ -236,7 +251,7 @@ int RunPlan(const Args& args) {
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera plan MODEL [CLUSTER] [--set key=value]... [--top N] [--ranks N]\n"
-        "                    [--global-batch N] [--no-offload] [--emit FILE] [--save-cluster FILE]\n"
+        "                    [--global-batch N] [--offload LIST] [--emit FILE] [--save-cluster FILE]\n"
         "                    [--layout [--json]]\n\n"
         "Finds the layouts that train MODEL fastest on CLUSTER and fit: every tp x pp (with\n"
         "virtual stages and a layer split) x ep x dp over the cluster's devices, ZeRO 0-3,\n"
@@ -256,7 +271,7 @@ int RunPlan(const Args& args) {
         "  --ranks N       devices the job uses (default: the whole cluster)\n"
         "  --global-batch N  sequences per step (default: MODEL's micro_batch_size x\n"
         "                  grad_accum_steps x dp x ep)\n"
-        "  --no-offload    do not consider optimizer offload\n"
+        "  --offload LIST  optimizer offloads to consider, of none,cpu,nvme (default all three)\n"
         "  --emit FILE     write the best layout as a config tessera train / launch take as is\n"
         "  --save-cluster FILE  write CLUSTER (e.g. the measured 'this') as a cluster YAML\n"
         "  --layout        no search: MODEL's own layout, each pipeline stage's memory by kind\n"
@@ -266,8 +281,8 @@ int RunPlan(const Args& args) {
         "it reserves anything, naming the largest kind and settings that fit.\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit", "--save-cluster"},
-                          {"--layout", "--json", "--no-offload", "--strict-env"});
+  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit", "--save-cluster", "--offload"},
+                          {"--layout", "--json", "--strict-env"});
   if (parsed.ok() && (parsed->positional.empty() || parsed->positional.size() > 2)) {
     parsed = InvalidArgument("tessera plan: expected MODEL [CLUSTER] (see tessera plan --help)");
   }
@@ -286,7 +301,15 @@ int RunPlan(const Args& args) {
     if (!v.ok() || *v < 1) return FailUsage("plan", InvalidArgument("tessera plan: --global-batch must be >= 1"));
     o.global_batch = *v;
   }
-  if (parsed->Has("--no-offload")) o.offloads = {OptimizerOffload::kNone};
+  if (parsed->Has("--offload")) {
+    o.offloads.clear();
+    for (const std::string& v : Split(parsed->Get("--offload"), ',')) {
+      if (v == "none") o.offloads.push_back(OptimizerOffload::kNone);
+      else if (v == "cpu") o.offloads.push_back(OptimizerOffload::kCpu);
+      else if (v == "nvme") o.offloads.push_back(OptimizerOffload::kNvme);
+      else return FailUsage("plan", InvalidArgument("tessera plan: --offload takes none, cpu and nvme, got \"" + v + "\""));
+    }
+  }
   Result<Config> config = LoadModel(*parsed);
   if (!config.ok()) return Fail("plan", config.status(), ExitPhase::kConfig);
   const std::string cluster_arg = parsed->positional.size() == 2 ? parsed->positional[1] : "this";
@@ -301,15 +324,16 @@ int RunPlan(const Args& args) {
 
   Result<PlanReport> report = PlanLayouts(*config, *cluster, o);
   if (!report.ok()) return Fail("plan", report.status(), ExitPhase::kConfig);
-  std::printf("tessera plan: %s (%.3gB parameters) on %s\n", parsed->positional[0].c_str(),
-              TotalParams(config->model) / 1e9, DescribeCluster(*cluster).c_str());
+  const double n = TotalParams(config->model);
+  std::printf("tessera plan: %s (%.3g%s parameters) on %s\n", parsed->positional[0].c_str(),
+              n >= 1e12 ? n / 1e12 : n / 1e9, n >= 1e12 ? "T" : "B", DescribeCluster(*cluster).c_str());
   std::printf("searched %lld layouts in %.2f s (%lld dry constructions of a rank's state or model)\n\n",
               static_cast<long long>(report->candidates), report->seconds,
               static_cast<long long>(report->memory_checked));
   for (size_t i = 0; i < report->best.size(); ++i) PrintEntry(static_cast<int>(i + 1), report->best[i]);
   if (report->best.empty()) std::printf("no layout fits this cluster\n");
   std::printf("\nnot chosen:\n");
-  for (const auto& [why, n] : report->rejected) std::printf("  %10lld  %s\n", static_cast<long long>(n), why.c_str());
+  for (const auto& [why, count] : report->rejected) std::printf("  %10lld  %s\n", static_cast<long long>(count), why.c_str());
   if (parsed->Has("--emit")) {
     if (report->best.empty()) return Fail("plan", InvalidArgument("--emit: no layout fits"), ExitPhase::kConfig);
     const std::string file = parsed->Get("--emit");

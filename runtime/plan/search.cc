@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "models/partition.h"
+#include "models/transformer.h"
 #include "runtime/train/pipeline_schedule.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/rank_state.h"
@@ -35,6 +36,37 @@ std::string LayoutKey(const ParallelConfig& p) {
   return k;
 }
 
+// The shape of a stage holding `chunks`, from the unit sizes of the whole model's partition at
+// the same tp and ep (models/partition.h's units: 0 embeddings, 1 + l block l, L + 1 the final
+// norm and head, L + 2 + m the m-th MoE block's experts, L + 2 + M + l block l's adapters). A
+// last stage that is not the first holds a copy of tied embeddings. Equal to ShapeOf of the
+// stage's own partition, without building one per layout.
+StageShape ShapeFromUnits(const ModelConfig& m, const ModelPartition& whole,
+                          const std::vector<PipelineChunk>& chunks) {
+  const std::vector<int64_t>& b = whole.unit_bounds();
+  auto unit = [&](int64_t u) { return b[static_cast<size_t>(u + 1)] - b[static_cast<size_t>(u)]; };
+  const int64_t L = m.num_layers, M = m.num_moe_layers();
+  StageShape st;
+  for (const PipelineChunk& ch : chunks) {
+    for (int64_t l = ch.layer_begin; l < ch.layer_end; ++l) {
+      st.params += unit(1 + l);
+      if (m.is_moe_layer(l)) {
+        const int64_t e = unit(L + 2 + m.moe_layers_before(l));
+        st.params += e;
+        st.expert_params += e;
+        ++st.moe_blocks;
+      }
+      if (m.lora.enabled()) st.params += unit(L + 2 + M + l);
+      ++st.blocks;
+    }
+    if (ch.first || (ch.last && m.tie_embeddings)) st.params += unit(0);
+    if (ch.last) st.params += unit(L + 1);
+    st.first = st.first || ch.first;
+    st.last = st.last || ch.last;
+  }
+  return st;
+}
+
 // Partitions, stage shapes and the two halves of memory, shared by every candidate with the
 // same key.
 class PlanCache {
@@ -43,7 +75,6 @@ class PlanCache {
   struct Stages {
     std::vector<int> rep;                  // per stage: the stage whose partition it shares
     std::vector<StageShape> shapes;        // per stage
-    std::map<int, std::unique_ptr<ModelPartition>> partitions;  // by representative stage
   };
 
   Result<const Stages*> StagesOf(const Config& c) {
@@ -52,19 +83,15 @@ class PlanCache {
     if (it != stages_.end()) return it->second.get();
     auto st = std::make_unique<Stages>();
     const ParallelConfig& p = c.parallel;
+    ASSIGN_OR_RETURN(const ModelPartition* whole, Whole(c));
     std::map<std::string, int> first_of;
     for (int s = 0; s < p.pp; ++s) {
       ASSIGN_OR_RETURN(std::vector<PipelineChunk> chunks,
                        PipelineChunks(c.model.num_layers, p.pp, s, p.virtual_stages,
                                       p.pipeline_split, p.account_for_embedding_and_head));
-      const std::string sig = ChunkSignature(c.model, chunks);
-      auto [at, fresh] = first_of.emplace(sig, s);
+      auto [at, fresh] = first_of.emplace(ChunkSignature(c.model, chunks), s);
       st->rep.push_back(at->second);
-      if (fresh) {
-        ASSIGN_OR_RETURN(ModelPartition part, RankPartition(c, s * p.dp * p.ep * p.tp));
-        st->partitions[s] = std::make_unique<ModelPartition>(std::move(part));
-      }
-      st->shapes.push_back(ShapeOf(c.model, *st->partitions[at->second]));
+      st->shapes.push_back(ShapeFromUnits(c.model, *whole, chunks));
     }
     return (stages_[key] = std::move(st)).get();
   }
@@ -83,7 +110,8 @@ class PlanCache {
     std::vector<RankMemory> stages;
     for (int s = 0; s < p.pp; ++s) {
       const int rep = st->rep[static_cast<size_t>(s)];
-      const ModelPartition& part = *st->partitions.at(rep);
+      ASSIGN_OR_RETURN(const ModelPartition* built, Partition(c, rep));
+      const ModelPartition& part = *built;
       const int rank = rep * p.dp * p.ep * p.tp;
       const std::string sk = state_key + "#" + std::to_string(rep), mk = model_key + "#" + std::to_string(rep);
       if (!state_.count(sk)) {
@@ -102,7 +130,34 @@ class PlanCache {
     return stages;
   }
 
+ // TrainFlopsPerToken at `c`'s tp (the rest of what it reads is the base config's).
+  double FlopsPerToken(const Config& c) {
+    auto [it, fresh] = flops_.emplace(c.parallel.tp, 0.0);
+    if (fresh) it->second = TrainFlopsPerToken(c.model, c.train.seq_len, c.parallel.tp, c.model.lora.enabled());
+    return it->second;
+  }
+
  private:
+  std::map<int, double> flops_;
+  // The whole model's partition at `c`'s tp and ep (its unit sizes give every stage's shape).
+  Result<const ModelPartition*> Whole(const Config& c) {
+    const std::string key = std::to_string(c.parallel.tp) + "." + std::to_string(c.parallel.ep);
+    auto it = whole_.find(key);
+    if (it != whole_.end()) return it->second.get();
+    ASSIGN_OR_RETURN(ModelPartition part, ModelPartition::Create(c.model, c.parallel.tp, 0, {}, c.parallel.ep, 0));
+    return (whole_[key] = std::make_unique<ModelPartition>(std::move(part))).get();
+  }
+  // Pipeline stage `stage`'s partition (a dry construction's).
+  Result<const ModelPartition*> Partition(const Config& c, int stage) {
+    const std::string key = LayoutKey(c.parallel) + "#" + std::to_string(stage);
+    auto it = partitions_.find(key);
+    if (it != partitions_.end()) return it->second.get();
+    const ParallelConfig& p = c.parallel;
+    ASSIGN_OR_RETURN(ModelPartition part, RankPartition(c, stage * p.dp * p.ep * p.tp));
+    return (partitions_[key] = std::make_unique<ModelPartition>(std::move(part))).get();
+  }
+
+  std::map<std::string, std::unique_ptr<ModelPartition>> whole_, partitions_;
   std::map<std::string, std::unique_ptr<Stages>> stages_;
   std::map<std::string, RankMemory> state_;
   std::map<std::string, std::vector<ChunkArenas>> chunks_;
@@ -173,18 +228,28 @@ struct Knobs {
   RecomputePolicy recompute = RecomputePolicy::kNone;
   bool sp = false;
   OptimizerOffload offload = OptimizerOffload::kNone;
+  bool reduce_low = false;  // mixed_precision.reduce_dtype: low
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
   double seconds = 0;
 };
 
-Config Apply(const Config& base, const ParallelConfig& layout, const Knobs& k) {
-  Config c = base;
-  c.parallel = layout;
+// `c` (already holding `layout`'s parallel section) with the knobs of `k`: set in place, so
+// timing a candidate copies nothing.
+void SetKnobs(const Knobs& k, Config& c) {
   c.parallel.zero = k.zero;
   c.parallel.sequence_parallel = k.sp;
+  c.parallel.pipeline_schedule = k.schedule;
   c.train.micro_batch_size = k.mbs;
   c.train.grad_accum_steps = k.accum;
   c.model.recompute = k.recompute;
   c.optimizer.offload = k.offload;
+  c.mixed_precision.reduce_in_low = k.reduce_low;
+}
+
+Config Apply(const Config& base, const ParallelConfig& layout, const Knobs& k) {
+  Config c = base;
+  c.parallel = layout;
+  SetKnobs(k, c);
   if (k.offload == OptimizerOffload::kNvme && c.optimizer.offload_dir.empty()) {
     c.optimizer.offload_dir = c.train.out_dir;
   }
@@ -193,6 +258,31 @@ Config Apply(const Config& base, const ParallelConfig& layout, const Knobs& k) {
 
 void Count(std::map<std::string, int64_t>& m, const std::string& why, int64_t n = 1) { m[why] += n; }
 
+// Whether the parameters, gradients and optimizer state alone exceed the device on some stage,
+// counted from the stage's parameters as ParamShards holds them (param_shards.h: dense
+// state over dp x ep ranks, experts over dp; ZeRO 3 shards the parameters, 2 and 3 the
+// gradients, 1-3 the optimizer state; padding left out, so this is a lower bound). Returns
+// the largest of the three kinds' names, or null when they fit.
+const char* StateExceeds(const Config& c, const ClusterSpec& cl, const std::vector<StageShape>& stages) {
+  const ParallelConfig& p = c.parallel;
+  const bool low = c.precision != Precision::kFp32;
+  const double dense_shard = static_cast<double>(p.dp) * p.ep, expert_shard = p.dp;
+  const int zero = dense_shard > 1 ? p.zero : 0;
+  const bool host_opt = c.optimizer.offload == OptimizerOffload::kNvme ||
+                        (c.optimizer.offload == OptimizerOffload::kCpu && !cl.host_is_device());
+  for (const StageShape& s : stages) {
+    const double e = static_cast<double>(s.expert_params), d = static_cast<double>(s.params) - e;
+    auto share = [&](bool sharded) { return sharded ? d / dense_shard + e / expert_shard : d + e; };
+    const double params = (low ? 2.0 : 4.0) * share(zero == 3);
+    const double grads = 4.0 * share(zero >= 2);
+    const double opt = host_opt ? 0.0 : (low ? 12.0 : 8.0) * share(zero >= 1);
+    if (params + grads + opt > cl.device_memory) {
+      return opt >= params && opt >= grads ? "optimizer state" : grads >= params ? "gradients" : "parameters";
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string DescribeLayout(const Config& c) {
@@ -200,6 +290,10 @@ std::string DescribeLayout(const Config& c) {
   std::string s = "dp " + std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " +
                   std::to_string(p.pp);
   if (p.virtual_stages > 1) s += " (v " + std::to_string(p.virtual_stages) + ")";
+  if (!p.pipeline_split.empty()) {
+    s += " split";
+    for (size_t i = 0; i < p.pipeline_split.size(); ++i) s += (i ? "," : " ") + std::to_string(p.pipeline_split[i]);
+  }
   if (p.ep > 1) s += " x ep " + std::to_string(p.ep);
   s += ", zero " + std::to_string(p.zero) + ", recompute " + RecomputePolicyName(c.model.recompute);
   if (p.sequence_parallel) s += ", sp";
@@ -208,6 +302,8 @@ std::string DescribeLayout(const Config& c) {
   if (c.optimizer.offload != OptimizerOffload::kNone) {
     s += std::string(", offload ") + OptimizerOffloadName(c.optimizer.offload);
   }
+  if (c.mixed_precision.reduce_in_low) s += ", gradients reduced in " + std::string(PrecisionName(c.precision));
+  if (p.pp > 1) s += std::string(", ") + PipelineScheduleName(p.pipeline_schedule);
   return s;
 }
 
@@ -275,26 +371,35 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
     Config probe = base;
     probe.parallel = p;
     ASSIGN_OR_RETURN(const PlanCache::Stages* stages, cache.StagesOf(probe));
+    const double flops = cache.FlopsPerToken(probe);
     for (int64_t mbs = 1; mbs <= G / data; mbs *= 2) {
       if ((G / data) % mbs != 0) continue;
       const int64_t accum = G / data / mbs;
-      if (p.pp > 1 && !CheckPipelineSchedule(p.pipeline_schedule, p.pp, static_cast<int>(accum), p.virtual_stages).ok()) {
-        Count(rejected, "too few micro-batches for the pipeline schedule");
-        continue;
-      }
-      for (int zero = 0; zero <= 3; ++zero) {
-        if (zero > 0 && data < 2) continue;
-        for (RecomputePolicy rc : policies) {
-          for (bool sp : {false, true}) {
-            if (sp && (p.tp < 2 || m.moe.enabled() || (mbs * base.train.seq_len) % p.tp != 0)) continue;
-            for (OptimizerOffload off : o.offloads) {
-              if (off == OptimizerOffload::kNvme && cl.nvme_bandwidth <= 0) continue;
-              // Where the device is the host, cpu offload holds and moves what none does.
-              if (off == OptimizerOffload::kCpu && cl.host_is_device()) continue;
-              Knobs k{static_cast<int>(li), mbs, accum, zero, rc, sp, off, 0};
-              const Config c = Apply(base, p, k);
-              k.seconds = PredictStepTime(c, cl, stages->shapes).total;
-              knobs.push_back(k);
+      // 1F1B or GPipe with one chunk per rank; interleaved with several.
+      std::vector<PipelineSchedule> schedules = {p.pipeline_schedule};
+      if (p.pp > 1 && p.virtual_stages == 1) schedules = {PipelineSchedule::k1F1B, PipelineSchedule::kGpipe};
+      for (PipelineSchedule sched : schedules) {
+        if (p.pp > 1 && !CheckPipelineSchedule(sched, p.pp, static_cast<int>(accum), p.virtual_stages).ok()) {
+          Count(rejected, "too few micro-batches for the pipeline schedule");
+          continue;
+        }
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (zero > 0 && data < 2) continue;
+          for (RecomputePolicy rc : policies) {
+            for (bool sp : {false, true}) {
+              if (sp && (p.tp < 2 || m.moe.enabled() || (mbs * base.train.seq_len) % p.tp != 0)) continue;
+              for (bool reduce_low : {false, true}) {
+                if (reduce_low && (base.precision == Precision::kFp32 || data < 2)) continue;
+                for (OptimizerOffload off : o.offloads) {
+                  if (off == OptimizerOffload::kNvme && cl.nvme_bandwidth <= 0) continue;
+                  // Where the device is the host, cpu offload holds and moves what none does.
+                  if (off == OptimizerOffload::kCpu && cl.host_is_device()) continue;
+                  Knobs k{static_cast<int>(li), mbs, accum, zero, rc, sp, off, reduce_low, sched, 0};
+                  SetKnobs(k, probe);
+                  k.seconds = PredictStepTime(probe, cl, stages->shapes, flops).total;
+                  knobs.push_back(k);
+                }
+              }
             }
           }
         }
@@ -310,13 +415,9 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
     PlanEntry e;
     e.config = Apply(base, layouts[static_cast<size_t>(k.layout)], k);
     ASSIGN_OR_RETURN(const PlanCache::Stages* stages, cache.StagesOf(e.config));
-    // Parameters alone: a lower bound that needs no dry construction.
-    const double pbytes = base.precision == Precision::kFp32 ? 4.0 : 2.0;
-    const double shard = e.config.parallel.zero == 3 ? static_cast<double>(e.config.parallel.dp) * e.config.parallel.ep : 1.0;
-    double params = 0;
-    for (const StageShape& s : stages->shapes) params = std::max(params, static_cast<double>(s.params));
-    if (params * pbytes / shard > cl.device_memory) {
-      Count(rejected, "does not fit the device (largest: parameters)");
+    // A lower bound of the state's bytes that needs no dry construction.
+    if (const char* kind = StateExceeds(e.config, cl, stages->shapes)) {
+      Count(rejected, std::string("does not fit the device (largest: ") + kind + ")");
       continue;
     }
     ASSIGN_OR_RETURN(e.stages, cache.Memory(e.config, &report.memory_checked));
@@ -325,7 +426,7 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
       Count(rejected, fit.why);
       continue;
     }
-    e.time = PredictStepTime(e.config, cl, stages->shapes);
+    e.time = PredictStepTime(e.config, cl, stages->shapes, cache.FlopsPerToken(e.config));
     report.best.push_back(std::move(e));
   }
   if (i < knobs.size()) Count(rejected, "slower than the layouts shown (memory not checked)", static_cast<int64_t>(knobs.size() - i));

@@ -112,7 +112,8 @@ GemmSeconds BlockGemmSeconds(const Config& c, const ClusterSpec& cl) {
 
 }  // namespace
 
-StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vector<StageShape>& stages) {
+StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vector<StageShape>& stages,
+                         double flops_per_token) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const int tp = std::max(1, p.tp), pp = std::max(1, p.pp), ep = std::max(1, p.ep), dp = std::max(1, p.dp);
@@ -221,7 +222,8 @@ StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vect
   best.tokens_per_s = best.total > 0 ? global_tokens / best.total : 0;
   // Model FLOPs of the whole step over every device's peak: TrainFlopsPerToken is one tp
   // rank's share of the whole model, which pp stages divide.
-  const double f_model = TrainFlopsPerToken(m, c.train.seq_len, tp, m.lora.enabled());
+  const double f_model = flops_per_token >= 0 ? flops_per_token
+                                              : TrainFlopsPerToken(m, c.train.seq_len, tp, m.lora.enabled());
   // The denominator: the rated peak for bf16/fp16, the fp32 GEMM rate for fp32 runs (as the
   // trainer's MFU counts against the GEMM path the run takes).
   const double peak = low ? cl.peak_flops : cl.fp32_gemm_flops;

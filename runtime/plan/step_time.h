@@ -65,8 +65,10 @@ struct StepTime {
   std::string slowest;      // the largest part's name
 };
 
-// `stages`: StageShapes(config).
+// `stages`: StageShapes(config). `flops_per_token`: TrainFlopsPerToken of the model at the
+// config's sequence length and tp (models/transformer.h), for the MFU; computed when < 0 (it
+// declares every parameter: a search passes it once per tp).
 StepTime PredictStepTime(const Config& config, const ClusterSpec& cluster,
-                         const std::vector<StageShape>& stages);
+                         const std::vector<StageShape>& stages, double flops_per_token = -1);
 
 }  // namespace tessera
