@@ -10,6 +10,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/supervisor/rank_env.h"
 #include "runtime/train/config.h"
+#include "runtime/train/memory_plan.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/world.h"
 #include "tools/args.h"
@@ -100,6 +101,12 @@ int RunTrain(const Args& args) {
   // Under mpirun every rank loads the config and checks the layout on its own.
   auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return FailOnEveryRank(config.status(), ExitPhase::kConfig);
+  // The layout must fit in what a rank may hold, as the plan books the trainer's own
+  // construction (runtime/train/memory_plan.h): checked before any work or collective, the
+  // same on every rank from the config alone, a config error (exit 3) naming what fits.
+  if (Status fits = CheckMemoryFits(*config, RankMemoryLimit(*config)); !fits.ok()) {
+    return FailOnEveryRank(fits, ExitPhase::kConfig);
+  }
   // MPI starts here only if the job needs it (mpirun, or parallel.* > 1); the world-size
   // check runs first, on the launcher's variables, so no rank waits for a peer that quit.
   auto world = World::Create(*config);

@@ -36,37 +36,6 @@ std::string LayoutKey(const ParallelConfig& p) {
   return k;
 }
 
-// The shape of a stage holding `chunks`, from the unit sizes of the whole model's partition at
-// the same tp and ep (models/partition.h's units: 0 embeddings, 1 + l block l, L + 1 the final
-// norm and head, L + 2 + m the m-th MoE block's experts, L + 2 + M + l block l's adapters). A
-// last stage that is not the first holds a copy of tied embeddings. Equal to ShapeOf of the
-// stage's own partition, without building one per layout.
-StageShape ShapeFromUnits(const ModelConfig& m, const ModelPartition& whole,
-                          const std::vector<PipelineChunk>& chunks) {
-  const std::vector<int64_t>& b = whole.unit_bounds();
-  auto unit = [&](int64_t u) { return b[static_cast<size_t>(u + 1)] - b[static_cast<size_t>(u)]; };
-  const int64_t L = m.num_layers, M = m.num_moe_layers();
-  StageShape st;
-  for (const PipelineChunk& ch : chunks) {
-    for (int64_t l = ch.layer_begin; l < ch.layer_end; ++l) {
-      st.params += unit(1 + l);
-      if (m.is_moe_layer(l)) {
-        const int64_t e = unit(L + 2 + m.moe_layers_before(l));
-        st.params += e;
-        st.expert_params += e;
-        ++st.moe_blocks;
-      }
-      if (m.lora.enabled()) st.params += unit(L + 2 + M + l);
-      ++st.blocks;
-    }
-    if (ch.first || (ch.last && m.tie_embeddings)) st.params += unit(0);
-    if (ch.last) st.params += unit(L + 1);
-    st.first = st.first || ch.first;
-    st.last = st.last || ch.last;
-  }
-  return st;
-}
-
 // Partitions, stage shapes and the two halves of memory, shared by every candidate with the
 // same key.
 class PlanCache {

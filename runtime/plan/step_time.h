@@ -54,6 +54,10 @@ struct StageShape {
 
 // The shape of the stage that holds `partition` (models/partition.h).
 StageShape ShapeOf(const ModelConfig& model, const ModelPartition& partition);
+// The same from the unit sizes of the whole model's partition at the stage's tp and ep (no
+// partition of the stage needed: what a search over pipeline splits uses).
+StageShape ShapeFromUnits(const ModelConfig& model, const ModelPartition& whole,
+                          const std::vector<PipelineChunk>& chunks);
 // One StageShape per pipeline stage of `config`'s layout (from each stage's partition).
 Result<std::vector<StageShape>> StageShapes(const Config& config);
 

@@ -11,7 +11,7 @@
 // the state's save spans as the checkpointer stages them.
 // Ranks of one pipeline stage reserve the same (tp ranks hold equal shares, the vocabulary
 // padded; dp and ep ranks equal pieces), so a run's memory is one RankMemory per stage.
-// The trainer refuses a layout whose largest stage does not fit (CheckMemoryFits) before any
+// `tessera train` refuses a layout whose largest stage does not fit (CheckMemoryFits) before any
 // work; `tessera plan` (runtime/plan) searches layouts with it.
 // Thread-safety: pure functions of their arguments.
 #pragma once

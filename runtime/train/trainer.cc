@@ -30,7 +30,6 @@
 #include "runtime/train/grad_sync.h"
 #include "runtime/train/hf_load.h"
 #include "runtime/train/lora_state.h"
-#include "runtime/train/memory_plan.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/rank_state.h"
@@ -166,9 +165,6 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   }
   t->guard_.emplace(config.train);
   RETURN_IF_ERROR(CheckOutputs(config, t->is_root()));
-  // Before anything is reserved: the layout's every stage must fit in what a rank may hold,
-  // as the plan books it (memory_plan.h). Every rank decides the same from the config alone.
-  RETURN_IF_ERROR(CheckMemoryFits(config, RankMemoryLimit(config)));
   RETURN_IF_ERROR(t->SetUpParameters());
   const int64_t V = config.model.vocab_size, T = config.train.seq_len;
   ASSIGN_OR_RETURN(t->train_data_,

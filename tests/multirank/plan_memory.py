@@ -119,6 +119,35 @@ for name, model, ranks, sets in LAYOUTS:
     print(f"{name}: {ranks} rank(s), rank 0 {total / 1048576:.2f} MiB resident, "
           f"largest error over every stage and kind {100 * worst:.2f} %")
 
+
+def run(cmd, what, expect=0):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if p.returncode != expect:
+        failures.append(f"{what}: exit {p.returncode}, expected {expect}:\n{p.stdout}")
+    return p.stdout
+
+
+# The trainer's own check: under a limit below what the plan books (tiny.yaml: 30.2 MiB), the
+# run is refused before any work (exit 3), naming the largest kind and the settings of a layout
+# that fits on the same ranks; with those settings it runs.
+tiny = os.path.join(configs, "tiny.yaml")
+limit = ["--set", "train.memory_limit_mb=26"] + sum((["--set", s] for s in COMMON), [])
+said = run([tessera, "train", tiny] + limit + ["--set", "train.out_dir=" + os.path.join(work, "refused")],
+           "a run over train.memory_limit_mb", expect=3)
+for needle in ("the largest is activations", "that fits: model.recompute=full"):
+    if needle not in said:
+        failures.append(f"the refusal does not say '{needle}': {said}")
+run([tessera, "train", tiny] + limit + ["--set", "model.recompute=full", "--set",
+                                         "train.out_dir=" + os.path.join(work, "remedied")],
+    "the remedied run")
+# --emit: the best layout of tiny.yaml for 2 ranks of the cluster, trained exactly as written.
+emitted = os.path.join(work, "emitted.yaml")
+run([tessera, "plan", tiny, cluster, "--ranks", "2", "--emit", emitted] + sum((["--set", s] for s in COMMON), []) +
+    ["--set", "train.out_dir=" + os.path.join(work, "emitted")], "tessera plan --emit")
+if os.path.exists(emitted):
+    run([mpiexec, "-np", "2"] + mpiflags + [tessera, "train", emitted], "training the emitted config")
+    print("emitted layout trained: " + next((l for l in open(emitted) if "dp:" in l), "").strip())
+
 print("\n| layout | ranks | rank 0 resident | largest error (any stage, any kind) |")
 print("| --- | --- | --- | --- |")
 for name, ranks, total, worst in rows:
