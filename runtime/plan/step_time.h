@@ -3,11 +3,16 @@
 //
 // The parts, per rank of the slowest pipeline stage (the one with the most blocks, the LM
 // head breaking ties), per step of m = grad_accum_steps micro-batches:
-//   compute     matmul FLOPs (models/transformer.h TrainFlopsPerToken, plus the forward that
-//               recomputation repeats) / the device's sustained GEMM rate
-//   memory      the bandwidth-bound work around the GEMMs (norms, residuals, activations,
-//               softmax, attention's T x T per head): bytes each token moves per block /
-//               memory bandwidth
+//   compute     every GEMM of a block at the rate of its shape (cluster.h GemmRate): the
+//               linear layers' forward, input and weight gradients (no weight gradient for a
+//               frozen LoRA base) and the forward full recomputation repeats; attention's
+//               per-head QK^T and PV, forward and backward (again forward under selective or
+//               full recomputation; in fp32 on a CPU, whose bf16 path covers linear layers
+//               only); an MoE block's router and experts at their balanced rows; the LM
+//               head's classifier in its chunks of at most 256 rows
+//   memory      the element-wise work at the cluster's element rate: the MLP's activation,
+//               the causal softmax, the norms and residual adds, an MoE block's routed
+//               activations, the vocabulary's softmax; recomputation repeats its forward half
 //   tp          per block and micro-batch 2 all-reduces forward and 2 backward of the block's
 //               activations (sequence parallelism: all-gather + reduce-scatter, the same
 //               bytes); Tessera waits for each, so none overlaps
