@@ -17,6 +17,8 @@ issue's. Prints the table the README shows.
 """
 import json, os, shutil, subprocess, sys
 
+from tessera_runs import plan_then_train
+
 tessera, mpiexec, configs, work = sys.argv[1:5]
 mpiflags = sys.argv[5:]
 shutil.rmtree(work, ignore_errors=True)
@@ -83,22 +85,11 @@ rows = []
 for name, model, ranks, sets in LAYOUTS:
     out = os.path.join(work, name)
     sets = [s.replace("@work", work) for s in sets] + COMMON + ["train.out_dir=" + out]
-    args = sum((["--set", s] for s in sets), [])
     config = os.path.join(configs, model + ".yaml")
-    plan = subprocess.run([tessera, "plan", config, cluster, "--layout", "--json"] + args,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    if plan.returncode != 0:
-        failures.append(f"{name}: plan exited {plan.returncode}: {plan.stdout}")
+    done = plan_then_train(tessera, mpiexec, mpiflags, config, cluster, name, ranks, sets, failures)
+    if done is None:
         continue
-    predicted = json.loads(plan.stdout)["stages"]
-    cmd = [tessera, "train", config] + args
-    if ranks > 1:
-        cmd = [mpiexec, "-np", str(ranks)] + mpiflags + cmd
-    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    if run.returncode != 0:
-        failures.append(f"{name}: train exited {run.returncode}")
-        print(run.stdout)
-        continue
+    predicted = done[0]["stages"]
     with open(os.path.join(out, "memory.json")) as f:
         measured = json.load(f)["ranks"]
     worst = 0.0

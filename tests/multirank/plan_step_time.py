@@ -12,6 +12,8 @@ quiet machine, not in CI (`ctest -L long`).
 """
 import json, os, shutil, statistics, subprocess, sys
 
+from tessera_runs import plan_then_train
+
 tessera, mpiexec, configs, work = sys.argv[1:5]
 mpiflags = sys.argv[5:]
 shutil.rmtree(work, ignore_errors=True)
@@ -76,22 +78,11 @@ for name, model, ranks, sets in LAYOUTS:
         continue
     out = os.path.join(work, name)
     sets = MODEL + [s.replace("@work", work) for s in sets] + ["train.out_dir=" + out]
-    args = sum((["--set", s] for s in sets), [])
     config = os.path.join(configs, model + ".yaml")
-    plan = subprocess.run([tessera, "plan", config, cluster, "--layout", "--json"] + args,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    if plan.returncode != 0:
-        failures.append(f"{name}: plan exited {plan.returncode}: {plan.stdout}")
+    done = plan_then_train(tessera, mpiexec, mpiflags, config, cluster, name, ranks, sets, failures)
+    if done is None:
         continue
-    predicted = json.loads(plan.stdout)["step_seconds"]
-    cmd = [tessera, "train", config] + args
-    if ranks > 1:
-        cmd = [mpiexec, "-np", str(ranks)] + mpiflags + cmd
-    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    if run.returncode != 0:
-        failures.append(f"{name}: train exited {run.returncode}")
-        print(run.stdout)
-        continue
+    predicted = done[0]["step_seconds"]
     with open(os.path.join(out, "metrics.jsonl")) as f:
         steps = [json.loads(line) for line in f]
     measured = statistics.median(s["step_s"] for s in steps if s["step"] >= 3)

@@ -190,3 +190,25 @@ def close_rms(ref, out, what, failures, rel=0.005):
 def metrics(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return {r["step"]: r for r in map(json.loads, f)}
+
+
+def plan_then_train(tessera, mpiexec, mpiflags, config, cluster, name, ranks, sets, failures):
+    """`tessera plan CONFIG CLUSTER --layout --json` with `sets`, then the same config trained
+    on `ranks` ranks (mpirun when more than one). Returns (the plan's JSON, the run's
+    output) or None after appending what failed to `failures`."""
+    args = sum((["--set", s] for s in sets), [])
+    plan = subprocess.run([tessera, "plan", config, cluster, "--layout", "--json"] + args,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if plan.returncode != 0:
+        failures.append(f"{name}: plan exited {plan.returncode}: {plan.stdout}")
+        return None
+    cmd = [tessera, "train", config] + args
+    if ranks > 1:
+        cmd = [mpiexec, "-np", str(ranks)] + mpiflags + cmd
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    if run.returncode != 0:
+        failures.append(f"{name}: train exited {run.returncode}")
+        print(run.stdout)
+        return None
+    return json.loads(plan.stdout), run.stdout
+

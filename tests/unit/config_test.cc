@@ -16,21 +16,11 @@
 #include "runtime/train/config_emit.h"
 #include "runtime/core/suggest.h"
 #include "runtime/core/yaml_reader.h"
+#include "tests/testing/expect_text.h"
 
 namespace tessera {
 namespace {
 
-// gmock is not linked; these two stand in for HasSubstr / StartsWith.
-#define EXPECT_CONTAINS(haystack, needle)                                               \
-  do {                                                                                  \
-    const std::string h_ = (haystack);                                                  \
-    EXPECT_NE(h_.find(needle), std::string::npos) << "missing: " << (needle) << "\nin: " << h_; \
-  } while (0)
-#define EXPECT_STARTS_WITH(haystack, prefix)                                            \
-  do {                                                                                  \
-    const std::string h_ = (haystack);                                                  \
-    EXPECT_EQ(h_.rfind(prefix, 0), 0u) << "expected prefix: " << (prefix) << "\nin: " << h_; \
-  } while (0)
 
 // Writes `text` to a file named after the running test and returns its path.
 std::string WriteTemp(const std::string& text, const std::string& suffix = "") {

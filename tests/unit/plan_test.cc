@@ -16,15 +16,11 @@
 #include "runtime/plan/step_time.h"
 #include "runtime/train/memory_plan.h"
 #include "runtime/train/rank_layout.h"
+#include "tests/testing/expect_text.h"
 
 namespace tessera {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle)                                                       \
-  do {                                                                                          \
-    const std::string h_ = (haystack);                                                          \
-    EXPECT_NE(h_.find(needle), std::string::npos) << "missing: " << (needle) << "\nin: " << h_; \
-  } while (0)
 
 const std::string kSource = TESSERA_SOURCE_DIR;
 
