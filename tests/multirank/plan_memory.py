@@ -139,6 +139,23 @@ if os.path.exists(emitted):
     run([mpiexec, "-np", "2"] + mpiflags + [tessera, "train", emitted], "training the emitted config")
     print("emitted layout trained: " + next((l for l in open(emitted) if "dp:" in l), "").strip())
 
+# MODEL as a Hugging Face directory: the dp1 run's weights exported with config.json; its plan
+# books what tiny.yaml's does (the same model read from config.json).
+hf = os.path.join(work, "hf")
+run([tessera, "export", tiny, "--init-from", os.path.join(work, "dp1", "model.safetensors"), "--out", hf],
+    "exporting the dp1 run as a Hugging Face directory")
+common = sum((["--set", s] for s in COMMON), [])
+as_hf = run([tessera, "plan", os.path.join(hf, "config.json"), cluster, "--layout", "--json"] + common,
+            "tessera plan of a config.json")
+as_yaml = run([tessera, "plan", tiny, cluster, "--layout", "--json"] + common, "tessera plan of tiny.yaml")
+try:
+    a, b = json.loads(as_hf)["stages"][0], json.loads(as_yaml)["stages"][0]
+    for kind in ("parameters", "gradients", "optimizer_state"):
+        if a[kind + "_bytes"] != b[kind + "_bytes"]:
+            failures.append(f"config.json plan {kind}: {a[kind + '_bytes']} vs tiny.yaml's {b[kind + '_bytes']}")
+except (ValueError, KeyError, IndexError) as e:
+    failures.append(f"plan of config.json: {e}: {as_hf}")
+
 print("\n| layout | ranks | rank 0 resident | largest error (any stage, any kind) |")
 print("| --- | --- | --- | --- |")
 for name, ranks, total, worst in rows:
