@@ -28,6 +28,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/train/config.h"
 #include "runtime/train/grad_sync.h"
+#include "runtime/train/memory_plan.h"
 #include "runtime/train/pipeline_schedule.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/world.h"
@@ -140,7 +141,8 @@ int RunBenchPipeline(const Args& args) {
       }
       world = std::move(*w);
     }
-    auto trainer = Trainer::Create(*config, world.get());
+    Status fits = CheckMemoryFits(*config, RankMemoryLimit(*config));  // as tessera train does
+    auto trainer = fits.ok() ? Trainer::Create(*config, world.get()) : Result<std::unique_ptr<Trainer>>(fits);
     if (!trainer.ok()) {
       std::fprintf(stderr, "tessera bench pipeline: %s\n", trainer.status().ToString().c_str());
       AbortJob(trainer.status(), kExitRestartable);

@@ -223,6 +223,7 @@ std::string LayoutJson(const PlanEntry& e) {
   w.Key("step_seconds").Double(e.time.total);
   w.Key("tokens_per_s").Double(e.time.tokens_per_s);
   w.Key("mfu").Double(e.time.mfu);
+  w.Key("fits").Bool(e.fits);
   w.EndObject();
   return w.str() + "\n";
 }
@@ -241,6 +242,7 @@ int PrintLayout(const Config& c, const ClusterSpec& cl, bool json) {
   }
   std::printf("  %.3f s/step, %.0f tokens/s, MFU %.1f%% on %s\n", e->time.total, e->time.tokens_per_s,
               100 * e->time.mfu, DescribeCluster(cl).c_str());
+  std::printf("  %s\n", e->fits ? "fits the cluster" : ("does not fit: " + e->why).c_str());
   PrintTimeParts(e->time);
   return kExitOk;
 }
@@ -262,7 +264,7 @@ int RunPlan(const Args& args) {
         "many layouts were rejected and why.\n\n"
         "  MODEL           a Tessera config (its model, precision, sequence length, optimizer and\n"
         "                  global batch), or a Hugging Face config.json or its directory\n"
-        "  CLUSTER         a cluster YAML (hosts, devices per host, device memory and GEMM rate,\n"
+        "  CLUSTER         (or --cluster CLUSTER) a cluster YAML (hosts, devices per host, device memory and GEMM rate,\n"
         "                  link bandwidths and latencies, host memory, NVMe; see README), or\n"
         "                  'this' (default): this machine, one device per core, its GEMM rate\n"
         "                  and memory bandwidth measured now with the bench's probes\n"
@@ -281,7 +283,7 @@ int RunPlan(const Args& args) {
         "it reserves anything, naming the largest kind and settings that fit.\n");
     return kExitOk;
   }
-  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit", "--save-cluster", "--offload"},
+  auto parsed = ParseArgs(args, "plan", {"--set", "--top", "--ranks", "--global-batch", "--emit", "--save-cluster", "--offload", "--cluster"},
                           {"--layout", "--json", "--strict-env"});
   if (parsed.ok() && (parsed->positional.empty() || parsed->positional.size() > 2)) {
     parsed = InvalidArgument("tessera plan: expected MODEL [CLUSTER] (see tessera plan --help)");
@@ -312,7 +314,11 @@ int RunPlan(const Args& args) {
   }
   Result<Config> config = LoadModel(*parsed);
   if (!config.ok()) return Fail("plan", config.status(), ExitPhase::kConfig);
-  const std::string cluster_arg = parsed->positional.size() == 2 ? parsed->positional[1] : "this";
+  if (parsed->Has("--cluster") && parsed->positional.size() == 2) {
+    return FailUsage("plan", InvalidArgument("tessera plan: CLUSTER given twice (positional and --cluster)"));
+  }
+  const std::string cluster_arg = parsed->positional.size() == 2 ? parsed->positional[1]
+                                                                 : parsed->Get("--cluster", "this");
   Result<ClusterSpec> cluster = cluster_arg == "this" ? Result<ClusterSpec>(MeasureThisMachine(*config))
                                                       : LoadCluster(cluster_arg);
   if (!cluster.ok()) return Fail("plan", cluster.status(), ExitPhase::kConfig);

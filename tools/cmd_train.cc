@@ -102,8 +102,10 @@ int RunTrain(const Args& args) {
   auto config = LoadFromArgs(*parsed);
   if (!config.ok()) return FailOnEveryRank(config.status(), ExitPhase::kConfig);
   // The layout must fit in what a rank may hold, as the plan books the trainer's own
-  // construction (runtime/train/memory_plan.h): checked before any work or collective, the
-  // same on every rank from the config alone, a config error (exit 3) naming what fits.
+  // construction (runtime/train/memory_plan.h): checked before any work or collective, a
+  // config error (exit 3) naming what fits. The plan is the config's alone; the default limit
+  // is this host's (its memory over its ranks), so on unlike hosts a rank that refuses ends
+  // the job for all (mpirun stops the rest when one exits).
   if (Status fits = CheckMemoryFits(*config, RankMemoryLimit(*config)); !fits.ok()) {
     return FailOnEveryRank(fits, ExitPhase::kConfig);
   }

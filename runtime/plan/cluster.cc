@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "runtime/core/file_util.h"
 #include "runtime/core/yaml_reader.h"
@@ -30,6 +31,16 @@ Status ReadLink(YamlMap& links, const std::string& key, double* bandwidth, doubl
   return l.Finish();
 }
 
+// `s` inside a YAML double-quoted scalar: backslashes and quotes escaped.
+std::string Quoted(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::string& origin) {
@@ -42,6 +53,10 @@ Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::stri
   RETURN_IF_ERROR(top.Int("hosts", 1, 1 << 20, &c.hosts));
   RETURN_IF_ERROR(top.Require("devices_per_host"));
   RETURN_IF_ERROR(top.Int("devices_per_host", 1, 4096, &c.devices_per_host));
+  if (c.devices() > (int64_t{1} << 20)) {
+    return top.ValueError("hosts", "hosts x devices_per_host = " + std::to_string(c.devices()) +
+                                       " exceeds 1048576 devices (the configs' rank limit)");
+  }
   {
     RETURN_IF_ERROR(top.Require("device"));
     ASSIGN_OR_RETURN(YamlMap d, top.Child("device"));
@@ -64,10 +79,10 @@ Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::stri
     RETURN_IF_ERROR(d.Finish());
   }
   {
-    RETURN_IF_ERROR(top.Require("links"));
+    if (c.devices() > 1) RETURN_IF_ERROR(top.Require("links"));
     ASSIGN_OR_RETURN(YamlMap l, top.Child("links"));
-    RETURN_IF_ERROR(l.Require("intra_host"));
-    RETURN_IF_ERROR(ReadLink(l, "intra_host", &c.intra_bandwidth, &c.intra_latency));
+    if (c.devices_per_host > 1) RETURN_IF_ERROR(l.Require("intra_host"));
+    if (l.Has("intra_host")) RETURN_IF_ERROR(ReadLink(l, "intra_host", &c.intra_bandwidth, &c.intra_latency));
     c.inter_bandwidth = c.intra_bandwidth;
     c.inter_latency = c.intra_latency;
     if (c.hosts > 1) RETURN_IF_ERROR(l.Require("inter_host"));
@@ -80,7 +95,7 @@ Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::stri
     c.host_memory = c.device_memory * c.devices_per_host;
     RETURN_IF_ERROR(Scaled(h, "memory_gb", kPositive, kGiB, &c.host_memory));
     RETURN_IF_ERROR(Scaled(h, "nvme_bandwidth_gbs", kNonNegative, kGB, &c.nvme_bandwidth));
-    RETURN_IF_ERROR(Scaled(h, "nvme_capacity_tb", kNonNegative, kGiB * 1024, &c.nvme_capacity));
+    RETURN_IF_ERROR(Scaled(h, "nvme_capacity_tb", kNonNegative, 1e12, &c.nvme_capacity));
     RETURN_IF_ERROR(h.Finish());
   }
   RETURN_IF_ERROR(top.Finish());
@@ -95,22 +110,30 @@ Result<ClusterSpec> LoadCluster(const std::string& path) {
 std::string ClusterYaml(const ClusterSpec& c) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "name: %s\nhosts: %d\ndevices_per_host: %d\n"
+                "name: \"%s\"\nhosts: %d\ndevices_per_host: %d\n"
                 "device:\n  kind: %s\n  memory_gb: %.3f\n  gemm_tflops: %.6g\n  fp32_gemm_tflops: %.6g\n"
-                "  gemm_half_size: %.4g\n  fp32_gemm_half_size: %.4g\n  peak_tflops: %.6g\n  memory_bandwidth_gbs: %.4g\n"
-                "  elementwise_gelems: %.4g\n"
-                "links:\n  intra_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n"
-                "  inter_host: {bandwidth_gbs: %.4g, latency_us: %.3g}\n  host_device_gbs: %.4g\n"
-                "host:\n  memory_gb: %.3f\n  nvme_bandwidth_gbs: %.4g\n  nvme_capacity_tb: %.4g\n",
-                c.name.c_str(), c.hosts, c.devices_per_host, c.kind == DeviceKind::kCpu ? "cpu" : "gpu",
-                c.device_memory / kGiB,
-                c.gemm_flops / 1e12, c.fp32_gemm_flops / 1e12, c.gemm_half_size, c.fp32_gemm_half_size,
-                c.peak_flops / 1e12,
-                c.memory_bandwidth / kGB, c.elementwise_rate / 1e9,
-                c.intra_bandwidth / kGB, c.intra_latency * 1e6, c.inter_bandwidth / kGB,
-                c.inter_latency * 1e6, c.host_device_bandwidth / kGB, c.host_memory / kGiB,
-                c.nvme_bandwidth / kGB, c.nvme_capacity / (kGiB * 1024));
-  return buf;
+                "  gemm_half_size: %.4g\n  fp32_gemm_half_size: %.4g\n  peak_tflops: %.6g\n"
+                "  memory_bandwidth_gbs: %.4g\n  elementwise_gelems: %.4g\n",
+                Quoted(c.name).c_str(), c.hosts, c.devices_per_host, c.kind == DeviceKind::kCpu ? "cpu" : "gpu",
+                c.device_memory / kGiB, c.gemm_flops / 1e12, c.fp32_gemm_flops / 1e12, c.gemm_half_size,
+                c.fp32_gemm_half_size, c.peak_flops / 1e12, c.memory_bandwidth / kGB, c.elementwise_rate / 1e9);
+  std::string out = buf;
+  // Links only where the file had them (a host of one device needs none).
+  std::string links;
+  for (const auto& [key, bw, lat] : {std::tuple{"intra_host", c.intra_bandwidth, c.intra_latency},
+                                     std::tuple{"inter_host", c.inter_bandwidth, c.inter_latency}}) {
+    if (bw <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  %s: {bandwidth_gbs: %.4g, latency_us: %.3g}\n", key, bw / kGB, lat * 1e6);
+    links += buf;
+  }
+  if (c.host_device_bandwidth > 0) {
+    std::snprintf(buf, sizeof buf, "  host_device_gbs: %.4g\n", c.host_device_bandwidth / kGB);
+    links += buf;
+  }
+  if (!links.empty()) out += "links:\n" + links;
+  std::snprintf(buf, sizeof buf, "host:\n  memory_gb: %.3f\n  nvme_bandwidth_gbs: %.4g\n  nvme_capacity_tb: %.4g\n",
+                c.host_memory / kGiB, c.nvme_bandwidth / kGB, c.nvme_capacity / 1e12);
+  return out + buf;
 }
 
 double ClusterSpec::GemmRate(bool fp32, double m, double n, double k) const {

@@ -28,11 +28,13 @@
 //     memory_gb: 2048
 //     nvme_bandwidth_gbs: 25       # local NVMe, read or write, the whole host
 //     nvme_capacity_tb: 30
-// Units are decimal (GB/s = 1e9 bytes/s) except memory sizes, which are GiB / TiB as the
-// memory reports print them.
+// Units are decimal (GB/s = 1e9 bytes/s, TB = 1e12 bytes of NVMe, as drives are sold) except
+// memory sizes, which are GiB as the memory reports print them. At most 2^20 devices in all
+// (the configs' rank limit); a host of one device needs no intra_host link.
 // Thread-safety: values.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/core/status.h"
@@ -63,7 +65,7 @@ struct ClusterSpec {
   double nvme_bandwidth = 0;     // bytes/s per host
   double nvme_capacity = 0;      // bytes per host
 
-  int devices() const { return hosts * devices_per_host; }
+  int64_t devices() const { return static_cast<int64_t>(hosts) * devices_per_host; }
   // FLOP/s of an M x N x K GEMM: the large-shape rate times s / (s + gemm_half_size), s the
   // geometric mean of M, N and K (small GEMMs are bound by loads and per-call overhead).
   double GemmRate(bool fp32, double m, double n, double k) const;

@@ -72,7 +72,8 @@ class PlanCache {
     const std::string layout = LayoutKey(p);
     const std::string state_key = layout + "|" + std::to_string(p.zero) + "." +
                                   std::to_string(static_cast<int>(c.optimizer.offload)) + "." +
-                                  (c.train.grad_accum_steps > 1 ? "a" : "");
+                                  (c.train.grad_accum_steps > 1 ? "a" : "") +
+                                  (c.mixed_precision.reduce_in_low ? "r" : "");
     const std::string model_key = layout + "|" + std::to_string(c.train.micro_batch_size) + "." +
                                   std::to_string(static_cast<int>(c.model.recompute)) +
                                   (p.sequence_parallel ? "s" : "");
@@ -154,8 +155,9 @@ Fit Place(const ClusterSpec& cl, PlanEntry& e) {
   }
   e.device_bytes = worst;
   if (static_cast<double>(worst) > cl.device_memory) {
-    const RankMemory& m = e.stages[static_cast<size_t>(e.worst_stage)];
-    return {false, std::string("does not fit the device (largest: ") + MemoryKindName(m.largest()) + ")"};
+    RankMemory on_device = e.stages[static_cast<size_t>(e.worst_stage)];
+    if (host_opt) on_device.bytes[static_cast<int>(MemoryKind::kOptimizerState)] = 0;
+    return {false, std::string("does not fit the device (largest: ") + MemoryKindName(on_device.largest()) + ")"};
   }
   if (host_opt && static_cast<double>(e.host_bytes) > cl.host_memory) {
     return {false, "offloaded optimizer state does not fit the host's memory"};
@@ -219,7 +221,10 @@ Config Apply(const Config& base, const ParallelConfig& layout, const Knobs& k) {
   Config c = base;
   c.parallel = layout;
   SetKnobs(k, c);
-  if (k.offload == OptimizerOffload::kNvme && c.optimizer.offload_dir.empty()) {
+  // offload_dir belongs to nvme only (the config check refuses it otherwise).
+  if (k.offload != OptimizerOffload::kNvme) {
+    c.optimizer.offload_dir.clear();
+  } else if (c.optimizer.offload_dir.empty()) {
     c.optimizer.offload_dir = c.train.out_dir;
   }
   return c;
@@ -234,6 +239,7 @@ void Count(std::map<std::string, int64_t>& m, const std::string& why, int64_t n 
 // the largest of the three kinds' names, or null when they fit.
 const char* StateExceeds(const Config& c, const ClusterSpec& cl, const std::vector<StageShape>& stages) {
   const ParallelConfig& p = c.parallel;
+  if (c.model.lora.enabled()) return nullptr;  // a frozen base has no gradients or moments
   const bool low = c.precision != Precision::kFp32;
   const double dense_shard = static_cast<double>(p.dp) * p.ep, expert_shard = p.dp;
   const int zero = dense_shard > 1 ? p.zero : 0;
@@ -284,14 +290,16 @@ Result<PlanEntry> PlanLayout(const Config& config, const ClusterSpec& cluster) {
   ASSIGN_OR_RETURN(e.stages, cache.Memory(config, &dry));
   ASSIGN_OR_RETURN(const std::vector<StageShape> shapes, StageShapes(config));
   e.time = PredictStepTime(config, cluster, shapes);
-  Place(cluster, e);
+  const Fit fit = Place(cluster, e);
+  e.fits = fit.ok;
+  e.why = fit.why;
   return e;
 }
 
 Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& m = base.model;
-  const int world = o.ranks > 0 ? o.ranks : cl.devices();
+  const int world = static_cast<int>(o.ranks > 0 ? o.ranks : cl.devices());
   const int64_t data_ranks = static_cast<int64_t>(base.parallel.dp) * base.parallel.ep;
   const int64_t G = o.global_batch > 0 ? o.global_batch
                                        : base.train.micro_batch_size * base.train.grad_accum_steps * data_ranks;
@@ -301,6 +309,7 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
   // The layouts: tp x pp x v x ep x dp.
   std::vector<ParallelConfig> layouts;
   for (int tp : PowersOfTwoUpTo(std::min(cl.devices_per_host, world))) {
+    if (world % tp != 0) continue;
     if (!ValidateTensorParallel(m, tp).ok()) {
       Count(rejected, "tp does not divide the heads or MLP width");
       continue;
@@ -318,7 +327,7 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
         const int rest = world / (tp * pp);
         for (int ep = 1; ep <= rest; ++ep) {
           if (rest % ep != 0) continue;
-          if (ep > 1 && (!m.moe.enabled() || m.moe.num_experts % ep != 0)) continue;
+          if (ep > 1 && (!m.moe.enabled() || m.moe.num_experts % ep != 0 || m.lora.enabled())) continue;
           p.ep = ep;
           p.dp = rest / ep;
           layouts.push_back(p);
@@ -344,6 +353,7 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
     for (int64_t mbs = 1; mbs <= G / data; mbs *= 2) {
       if ((G / data) % mbs != 0) continue;
       const int64_t accum = G / data / mbs;
+      if (accum > (int64_t{1} << 20)) continue;  // train.grad_accum_steps' bound
       // 1F1B or GPipe with one chunk per rank; interleaved with several.
       std::vector<PipelineSchedule> schedules = {p.pipeline_schedule};
       if (p.pp > 1 && p.virtual_stages == 1) schedules = {PipelineSchedule::k1F1B, PipelineSchedule::kGpipe};
@@ -396,6 +406,7 @@ Result<PlanReport> PlanLayouts(const Config& base, const ClusterSpec& cl, const 
       continue;
     }
     e.time = PredictStepTime(e.config, cl, stages->shapes, cache.FlopsPerToken(e.config));
+    e.fits = true;
     report.best.push_back(std::move(e));
   }
   if (i < knobs.size()) Count(rejected, "slower than the layouts shown (memory not checked)", static_cast<int64_t>(knobs.size() - i));

@@ -46,6 +46,8 @@ struct PlanEntry {
   size_t host_bytes = 0;           // on each host (optimizer.offload cpu with a host link)
   size_t nvme_bytes = 0;           // on each host's NVMe (optimizer.offload nvme)
   StepTime time;
+  bool fits = false;  // on the cluster (device, host memory, NVMe)
+  std::string why;    // when not: what does not fit
 };
 
 struct PlanReport {

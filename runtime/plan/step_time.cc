@@ -47,6 +47,10 @@ StageShape ShapeOf(const ModelConfig& m, const ModelPartition& part) {
   }
   st.params = part.num_local();
   for (int u : part.expert_units()) st.expert_params += part.unit_bounds()[u + 1] - part.unit_bounds()[u];
+  if (m.lora.enabled()) {  // everything but the adapters (and the experts) is the frozen base
+    st.frozen_params = st.params - st.expert_params;
+    for (int u : part.adapter_units()) st.frozen_params -= part.unit_bounds()[u + 1] - part.unit_bounds()[u];
+  }
   return st;
 }
 
@@ -71,10 +75,12 @@ StageShape ShapeFromUnits(const ModelConfig& m, const ModelPartition& whole,
         ++st.moe_blocks;
       }
       if (m.lora.enabled()) st.params += unit(L + 2 + M + l);
+      if (m.lora.enabled()) st.frozen_params += unit(1 + l);
       ++st.blocks;
     }
-    if (ch.first || (ch.last && m.tie_embeddings)) st.params += unit(0);
-    if (ch.last) st.params += unit(L + 1);
+    const int64_t ends = (ch.first || (ch.last && m.tie_embeddings) ? unit(0) : 0) + (ch.last ? unit(L + 1) : 0);
+    st.params += ends;
+    if (m.lora.enabled()) st.frozen_params += ends;
     st.first = st.first || ch.first;
     st.last = st.last || ch.last;
   }
@@ -212,7 +218,9 @@ StepTime PredictStepTime(const Config& c, const ClusterSpec& cl, const std::vect
   // Data parallelism over the dense group (dp x ep ranks) and the experts' (dp ranks).
   const int dense_g = dp * ep;
   const Link dense_link = GroupLink(cl, tp, dense_g), expert_link = GroupLink(cl, static_cast<int64_t>(tp) * ep, dp);
-  const double dense_n = static_cast<double>(st.params - st.expert_params), exp_n = static_cast<double>(st.expert_params);
+  // What trains: a frozen LoRA base is neither reduced nor stepped (experts are never adapted).
+  const double dense_n = static_cast<double>(st.params - st.expert_params - st.frozen_params);
+  const double exp_n = m.lora.enabled() ? 0.0 : static_cast<double>(st.expert_params);
   const int zero = dense_g > 1 ? p.zero : 0;
   const double backward_last = (best.compute + best.memory) / micro * (2.0 / 3.0);
   auto reduce = [&](const Link& l, int g, double n) {

@@ -55,6 +55,8 @@ struct StageShape {
   bool first = false, last = false;  // holds the embeddings / the LM head
   int64_t params = 0;         // local parameters (tp share, its experts)
   int64_t expert_params = 0;  // of which routed experts (reduced over the expert dp group)
+  int64_t frozen_params = 0;  // of which a frozen LoRA base outside the experts (which LoRA
+                              //   never adapts either): no gradients, no optimizer
 };
 
 // The shape of the stage that holds `partition` (models/partition.h).

@@ -281,7 +281,11 @@ Status CheckMemoryFits(const Config& config, size_t limit) {
     if (!planned.ok() || Largest(*planned).resident() >= Largest(stages).resident()) continue;
     c = trial;
     stages = *planned;
-    changes += std::string(changes.empty() ? "" : ", ") + r.setting;
+    std::string setting = r.setting;
+    if (trial.optimizer.offload == OptimizerOffload::kNvme && config.optimizer.offload != OptimizerOffload::kNvme) {
+      setting += " optimizer.offload_dir=" + trial.optimizer.offload_dir;  // the remedy chose it
+    }
+    changes += std::string(changes.empty() ? "" : ", ") + setting;
     if (Largest(stages).resident() <= limit) {
       return InvalidArgument(msg + ". A layout on the same ranks that fits: " + changes + " (" +
                                FormatBytes(Largest(stages).resident()) + " per rank; `tessera plan` "

@@ -14,6 +14,7 @@
 #include "runtime/plan/cluster.h"
 #include "runtime/plan/search.h"
 #include "runtime/plan/step_time.h"
+#include "runtime/train/config_emit.h"
 #include "runtime/train/memory_plan.h"
 #include "runtime/train/rank_layout.h"
 #include "tests/testing/expect_text.h"
@@ -75,6 +76,19 @@ TEST(Cluster, ABadFileIsRefusedAtItsLine) {
   ASSERT_FALSE(negative.ok());
   EXPECT_CONTAINS(negative.status().message(), "c.yaml:3:");
   EXPECT_CONTAINS(negative.status().message(), "memory_gb");
+  // One device needs no links; a name with YAML's specials survives the round trip.
+  Result<ClusterSpec> one = LoadClusterFromText(
+      "name: 'lab: box #1'\nhosts: 1\ndevices_per_host: 1\n"
+      "device: {memory_gb: 8, gemm_tflops: 1, memory_bandwidth_gbs: 50}\n", "one.yaml");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  Result<ClusterSpec> back = LoadClusterFromText(ClusterYaml(*one), "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->name, "lab: box #1");
+  Result<ClusterSpec> huge = LoadClusterFromText(
+      "hosts: 1048576\ndevices_per_host: 8\ndevice: {memory_gb: 8, gemm_tflops: 1, memory_bandwidth_gbs: 50}\n"
+      "links: {intra_host: {bandwidth_gbs: 1}, inter_host: {bandwidth_gbs: 1}}\n", "huge.yaml");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_CONTAINS(huge.status().message(), "exceeds 1048576 devices");
 }
 
 // The search's stage shapes (from the whole model's units) are each stage's own partition's.
@@ -85,13 +99,17 @@ TEST(StageShape, FromUnitsEqualsEachStagesPartition) {
       {"parallel.pp=3", "parallel.pipeline_split=[1,2,1]", "train.grad_accum_steps=3"},
       {"parallel.pp=1", "parallel.ep=2"},
   };
-  for (const std::string file : {"moe-deepseek-tiny.yaml", "tiny.yaml"}) {
+  for (const std::string file : {"moe-deepseek-tiny.yaml", "tiny.yaml", "lora"}) {
     for (const auto& sets : layouts) {
       if (file == "tiny.yaml" && sets.back() == "parallel.ep=2") continue;
       if (file == "tiny.yaml" && sets[0] == "parallel.pp=3") continue;
       std::vector<std::string> all = sets;
-      if (std::string(file) == "moe-deepseek-tiny.yaml") all.push_back("model.num_layers=4");
-      Config c = Load(file, all);
+      if (file == "moe-deepseek-tiny.yaml") all.push_back("model.num_layers=4");
+      if (file == "lora") {  // a frozen base: what trains is the adapters only
+        if (sets.back() == "parallel.ep=2" || sets[0] == "parallel.pp=3") continue;
+        all.push_back("finetune.lora.rank=4");
+      }
+      Config c = Load(file == "lora" ? "tiny.yaml" : file, all);
       const ParallelConfig& p = c.parallel;
       Result<ModelPartition> whole = ModelPartition::Create(c.model, p.tp, 0, {}, p.ep, 0);
       ASSERT_TRUE(whole.ok());
@@ -104,6 +122,11 @@ TEST(StageShape, FromUnitsEqualsEachStagesPartition) {
         const StageShape& b = (*shapes)[static_cast<size_t>(s)];
         EXPECT_EQ(a.params, b.params) << file << " stage " << s;
         EXPECT_EQ(a.expert_params, b.expert_params) << file << " stage " << s;
+        EXPECT_EQ(a.frozen_params, b.frozen_params) << file << " stage " << s;
+        if (file == "lora") {
+          EXPECT_GT(a.frozen_params, 0);
+          EXPECT_LT(a.frozen_params, a.params);
+        }
         EXPECT_EQ(a.blocks, b.blocks);
         EXPECT_EQ(a.moe_blocks, b.moe_blocks);
         EXPECT_EQ(a.last, b.last);
@@ -187,6 +210,32 @@ TEST(MemoryPlan, TheTrainersCheckNamesTheLargestKindAndALayoutThatFits) {
   Status none = CheckMemoryFits(c, 4 << 20);
   ASSERT_FALSE(none.ok());
   EXPECT_CONTAINS(none.message(), "No setting on the same ranks makes it fit");
+}
+
+// Whatever the search shows, `tessera train` takes: every layout's emitted config loads and
+// passes the config checks (an nvme base's offload_dir is dropped where another offload is
+// chosen), and uses every rank it was asked for.
+TEST(Search, EveryLayoutShownIsAConfigTrainTakes) {
+  Config c = Load("tiny.yaml", {"optimizer.offload=nvme", "optimizer.offload_dir=/tmp"});
+  Result<ClusterSpec> cl = LoadClusterFromText(
+      "hosts: 1\ndevices_per_host: 8\ndevice: {memory_gb: 1, gemm_tflops: 0.1, memory_bandwidth_gbs: 20}\n"
+      "links: {intra_host: {bandwidth_gbs: 5}}\nhost: {nvme_bandwidth_gbs: 1, nvme_capacity_tb: 1}\n",
+      "c.yaml");
+  ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+  PlanOptions o;
+  o.top = 40;
+  o.ranks = 4;
+  Result<PlanReport> r = PlanLayouts(c, *cl, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->best.size(), 40u);
+  bool other_offload = false;
+  for (const PlanEntry& e : r->best) {
+    EXPECT_EQ(e.config.parallel.world_size(), 4) << DescribeLayout(e.config);
+    other_offload = other_offload || e.config.optimizer.offload != OptimizerOffload::kNvme;
+    Result<Config> back = LoadConfigFromText(EmitResolvedYaml(e.config, {}), "emitted.yaml");
+    EXPECT_TRUE(back.ok()) << DescribeLayout(e.config) << ": " << back.status().ToString();
+  }
+  EXPECT_TRUE(other_offload);
 }
 
 // The seeds' question: a 3T MoE on 4,096 80 GB GPUs. Over 10^5 layouts are timed, and the
