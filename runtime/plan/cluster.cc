@@ -95,6 +95,8 @@ Result<ClusterSpec> LoadClusterFromText(const std::string& text, const std::stri
     c.host_memory = c.device_memory * c.devices_per_host;
     RETURN_IF_ERROR(Scaled(h, "memory_gb", kPositive, kGiB, &c.host_memory));
     RETURN_IF_ERROR(Scaled(h, "nvme_bandwidth_gbs", kNonNegative, kGB, &c.nvme_bandwidth));
+    // Offload to a disk of unknown size could not be checked: the two come together.
+    if (h.Has("nvme_bandwidth_gbs")) RETURN_IF_ERROR(h.Require("nvme_capacity_tb"));
     RETURN_IF_ERROR(Scaled(h, "nvme_capacity_tb", kNonNegative, 1e12, &c.nvme_capacity));
     RETURN_IF_ERROR(h.Finish());
   }

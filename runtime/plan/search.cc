@@ -288,8 +288,8 @@ Result<PlanEntry> PlanLayout(const Config& config, const ClusterSpec& cluster) {
   PlanEntry e;
   e.config = config;
   ASSIGN_OR_RETURN(e.stages, cache.Memory(config, &dry));
-  ASSIGN_OR_RETURN(const std::vector<StageShape> shapes, StageShapes(config));
-  e.time = PredictStepTime(config, cluster, shapes);
+  ASSIGN_OR_RETURN(const PlanCache::Stages* stages, cache.StagesOf(config));
+  e.time = PredictStepTime(config, cluster, stages->shapes, cache.FlopsPerToken(config));
   const Fit fit = Place(cluster, e);
   e.fits = fit.ok;
   e.why = fit.why;

@@ -52,21 +52,18 @@ namespace tessera {
 // What a pipeline stage's rank holds, for the time model: its blocks and parameters.
 struct StageShape {
   int64_t blocks = 0, moe_blocks = 0;
-  bool first = false, last = false;  // holds the embeddings / the LM head
+  bool last = false;  // holds the LM head
   int64_t params = 0;         // local parameters (tp share, its experts)
   int64_t expert_params = 0;  // of which routed experts (reduced over the expert dp group)
   int64_t frozen_params = 0;  // of which a frozen LoRA base outside the experts (which LoRA
                               //   never adapts either): no gradients, no optimizer
 };
 
-// The shape of the stage that holds `partition` (models/partition.h).
-StageShape ShapeOf(const ModelConfig& model, const ModelPartition& partition);
-// The same from the unit sizes of the whole model's partition at the stage's tp and ep (no
-// partition of the stage needed: what a search over pipeline splits uses).
+// The shape of a pipeline stage holding `chunks`, from the unit sizes of the whole model's
+// partition at the stage's tp and ep (models/partition.h), so a search over pipeline splits
+// builds no partition per layout.
 StageShape ShapeFromUnits(const ModelConfig& model, const ModelPartition& whole,
                           const std::vector<PipelineChunk>& chunks);
-// One StageShape per pipeline stage of `config`'s layout (from each stage's partition).
-Result<std::vector<StageShape>> StageShapes(const Config& config);
 
 struct StepTime {
   double compute = 0, memory = 0, tp = 0, ep = 0, pp = 0, bubble = 0, dp = 0, optimizer = 0;
@@ -76,7 +73,7 @@ struct StepTime {
   std::string slowest;      // the largest part's name
 };
 
-// `stages`: StageShapes(config). `flops_per_token`: TrainFlopsPerToken of the model at the
+// `stages`: one StageShape per pipeline stage of `config`'s layout. `flops_per_token`: TrainFlopsPerToken of the model at the
 // config's sequence length and tp (models/transformer.h), for the MFU; computed when < 0 (it
 // declares every parameter: a search passes it once per tp).
 StepTime PredictStepTime(const Config& config, const ClusterSpec& cluster,

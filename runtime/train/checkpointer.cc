@@ -91,6 +91,13 @@ Checkpointer::~Checkpointer() {
   if (pending_ && pending_->thread.joinable()) pending_->thread.join();
 }
 
+std::vector<int> SavedParameterIndex(const ModelConfig& model) {
+  std::vector<int> index;
+  int saved = 0;
+  for (const ParamDecl& d : DeclareParameters(model)) index.push_back(d.frozen ? -1 : saved++);
+  return index;
+}
+
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config, Communicator* dp,
                                                            FILE* log, FileSystem& fs,
                                                            MemoryTracker* tracker,
@@ -102,9 +109,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(const Config& config,
   for (size_t i = 0; i < c->decls_.size(); ++i) {
     for (int k = 0; k < 3; ++k) c->tensor_index_[kSavedTensorKinds[k] + c->decls_[i].name] = static_cast<int>(3 * i + k);
   }
-  // A parameter's index among the saved ones (frozen ones are not saved: -1).
-  int saved = 0;
-  for (const ParamDecl& d : DeclareParameters(config.model)) c->saved_index_.push_back(d.frozen ? -1 : saved++);
+  c->saved_index_ = SavedParameterIndex(config.model);
   if (c->enabled() && c->AutoInterval()) {
     const Mtbf mtbf = ChooseMtbf(config.checkpoint.mtbf_s, config.checkpoint.measured_mtbf_s);
     c->Event("interval", std::string(c->memory() ? "memory_interval" : "checkpoint.interval") +

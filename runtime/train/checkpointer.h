@@ -120,6 +120,10 @@ class HostTier;
 struct HeldChoice;
 enum class CheckpointTier { kDisk, kMemory };
 
+// Per DeclareParameters(model) index, the parameter's index among the saved ones (a
+// checkpoint's tensors), or -1 for a frozen one (finetune.lora's base), which is not saved.
+std::vector<int> SavedParameterIndex(const ModelConfig& model);
+
 class Checkpointer {
  public:
   // `config` must outlive the Checkpointer (it is kept by reference). `dp`: every rank that

@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "comm/fake_communicator.h"
-#include "models/param_layout.h"
 #include "models/param_store.h"
 #include "models/transformer.h"
 #include "runtime/kernels/cpu/thread_count.h"
 #include "runtime/kernels/measuring_backend.h"
+#include "runtime/train/checkpointer.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/rank_state.h"
 
@@ -47,9 +47,7 @@ class DryGroups {
 size_t StagingBytes(const Config& c, const ParamState& state, const ModelPartition& partition) {
   if (c.checkpoint.dir.empty()) return 0;
   constexpr int64_t kStreamElems = int64_t{1} << 20;
-  std::vector<int> saved_index;
-  int saved = 0;
-  for (const ParamDecl& d : DeclareParameters(c.model)) saved_index.push_back(d.frozen ? -1 : saved++);
+  const std::vector<int> saved_index = SavedParameterIndex(c.model);
   const bool disk = c.optimizer.offload == OptimizerOffload::kNvme;
   const bool low = c.precision != Precision::kFp32;
   // Resident sources of the three saved streams: values (low precision: the master weights,
@@ -223,42 +221,40 @@ const RankMemory& Largest(const std::vector<RankMemory>& stages) {
 }
 
 // Settings that keep the ranks and the global batch, each lowering some kind, in the order a
-// user would reach for them; each is tried on top of the ones before that helped.
-struct Remedy {
-  const char* setting;
-  std::function<bool(Config&)> apply;  // false: does not apply to this config
-};
+// user would reach for them; each is tried on top of the ones before that helped. A remedy
+// changes the config and says how, as the --set a user would write; "" when it does not apply.
+using Remedy = std::function<std::string(Config&)>;
 
 std::vector<Remedy> Remedies() {
   return {
-      {"parallel.zero=3", [](Config& c) {
-         if (c.parallel.dp * c.parallel.ep < 2 || c.parallel.zero == 3) return false;
-         c.parallel.zero = 3;
-         return true;
-       }},
-      {"parallel.sequence_parallel=true", [](Config& c) {
-         if (c.parallel.tp < 2 || c.parallel.sequence_parallel || c.model.moe.enabled()) return false;
-         if ((c.train.micro_batch_size * c.train.seq_len) % c.parallel.tp != 0) return false;
-         c.parallel.sequence_parallel = true;
-         return true;
-       }},
-      {"model.recompute=full", [](Config& c) {
-         if (c.model.recompute == RecomputePolicy::kFull) return false;
-         c.model.recompute = RecomputePolicy::kFull;
-         return true;
-       }},
-      {"train.micro_batch_size=1 (accumulation raised to keep the batch)", [](Config& c) {
-         if (c.train.micro_batch_size == 1) return false;
-         c.train.grad_accum_steps *= c.train.micro_batch_size;
-         c.train.micro_batch_size = 1;
-         return true;
-       }},
-      {"optimizer.offload=nvme", [](Config& c) {
-         if (c.optimizer.offload == OptimizerOffload::kNvme) return false;
-         c.optimizer.offload = OptimizerOffload::kNvme;
-         if (c.optimizer.offload_dir.empty()) c.optimizer.offload_dir = c.train.out_dir;
-         return true;
-       }},
+      [](Config& c) -> std::string {
+        if (c.parallel.dp * c.parallel.ep < 2 || c.parallel.zero == 3) return "";
+        c.parallel.zero = 3;
+        return "parallel.zero=3";
+      },
+      [](Config& c) -> std::string {
+        if (c.parallel.tp < 2 || c.parallel.sequence_parallel || c.model.moe.enabled()) return "";
+        if ((c.train.micro_batch_size * c.train.seq_len) % c.parallel.tp != 0) return "";
+        c.parallel.sequence_parallel = true;
+        return "parallel.sequence_parallel=true";
+      },
+      [](Config& c) -> std::string {
+        if (c.model.recompute == RecomputePolicy::kFull) return "";
+        c.model.recompute = RecomputePolicy::kFull;
+        return "model.recompute=full";
+      },
+      [](Config& c) -> std::string {
+        if (c.train.micro_batch_size == 1) return "";
+        c.train.grad_accum_steps *= c.train.micro_batch_size;
+        c.train.micro_batch_size = 1;
+        return "train.micro_batch_size=1 train.grad_accum_steps=" + std::to_string(c.train.grad_accum_steps);
+      },
+      [](Config& c) -> std::string {
+        if (c.optimizer.offload == OptimizerOffload::kNvme) return "";
+        c.optimizer.offload = OptimizerOffload::kNvme;
+        if (c.optimizer.offload_dir.empty()) c.optimizer.offload_dir = c.train.out_dir;
+        return "optimizer.offload=nvme optimizer.offload_dir=" + c.optimizer.offload_dir;
+      },
   };
 }
 
@@ -274,17 +270,14 @@ Status CheckMemoryFits(const Config& config, size_t limit) {
                     "the largest is " + MemoryKindName(worst.largest());
   Config c = config;
   std::string changes;
-  for (const Remedy& r : Remedies()) {
+  for (const Remedy& remedy : Remedies()) {
     Config trial = c;
-    if (!r.apply(trial)) continue;
+    const std::string setting = remedy(trial);
+    if (setting.empty()) continue;
     Result<std::vector<RankMemory>> planned = PlanStageMemory(trial);
     if (!planned.ok() || Largest(*planned).resident() >= Largest(stages).resident()) continue;
     c = trial;
     stages = *planned;
-    std::string setting = r.setting;
-    if (trial.optimizer.offload == OptimizerOffload::kNvme && config.optimizer.offload != OptimizerOffload::kNvme) {
-      setting += " optimizer.offload_dir=" + trial.optimizer.offload_dir;  // the remedy chose it
-    }
     changes += std::string(changes.empty() ? "" : ", ") + setting;
     if (Largest(stages).resident() <= limit) {
       return InvalidArgument(msg + ". A layout on the same ranks that fits: " + changes + " (" +
