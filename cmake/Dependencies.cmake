@@ -76,3 +76,19 @@ if(TESSERA_NCCL)
     set(TESSERA_NCCL OFF CACHE BOOL "Build the NCCL communicator backend (CUDA toolkit + NCCL)" FORCE)
   endif()
 endif()
+
+# The CUDA compute backend (runtime/kernels/cuda/): kernels in .cu files, so CMake's CUDA
+# language, on by default where nvcc exists; everything else builds without it. CUDA 17 for
+# nvcc (CMake 3.25 knows no CUDA20), the architecture from CMAKE_CUDA_ARCHITECTURES above
+# (90 = H100/H200; e.g. -DCMAKE_CUDA_ARCHITECTURES=80 for an A100).
+option(TESSERA_CUDA "Build the CUDA compute backend (needs nvcc and cuBLAS)" ${tessera_nccl_default})
+if(TESSERA_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER ${TESSERA_NVCC})
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "CUDA backend: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_${CMAKE_CUDA_ARCHITECTURES}")
+endif()

@@ -631,6 +631,19 @@ void TransformerImpl::BackwardBody(StepContext& step, const int32_t* inputs, con
   }
 }
 
+TransformerImpl::TokenIds TransformerImpl::StageTokens(StepContext& step, const int32_t* inputs,
+                                                       const int32_t* targets) {
+  if (step.backend->device() == Device::kCpu) return {inputs, targets};
+  const int64_t n = B_ * T_;
+  Tensor d_inputs = step.activations->Allocate(DType::kI32, {n});
+  Tensor d_targets = step.activations->Allocate(DType::kI32, {n});
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  if (inputs != nullptr) step.backend->Upload(d_inputs.data(), inputs, bytes);
+  if (targets != nullptr) step.backend->Upload(d_targets.data(), targets, bytes);
+  return {static_cast<const int32_t*>(d_inputs.data()),
+          static_cast<const int32_t*>(d_targets.data())};
+}
+
 int64_t TransformerImpl::Counted(const int32_t* inputs, const int32_t* targets) const {
   if (inputs == nullptr) return 0;
   CheckTokens(inputs, targets);
@@ -649,18 +662,19 @@ double TransformerImpl::Step(const int32_t* inputs, const int32_t* targets, floa
   record_moe_ = backward && record_routing_;  // evaluation records no routing statistics
   const int64_t C = config_.hidden_size;
   const int64_t counted = Counted(inputs, targets);
+  const TokenIds ids = StageTokens(step, inputs, targets);
 
-  ForwardBody(step, inputs, nullptr);
+  ForwardBody(step, ids.inputs, nullptr);
 
   // LM head + cross-entropy, fused with its backward.
   Tensor d_res = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const size_t d_h_mark = ws_.Mark();
   Tensor d_h = backward ? ws_.Allocate(DType::kF32, {Rows(), C}) : Tensor();
   const double loss_sum =
-      HeadPass(step, targets, grad_scale, counted, backward ? d_h.f32() : nullptr);
+      HeadPass(step, ids.targets, grad_scale, counted, backward ? d_h.f32() : nullptr);
 
   if (backward) {
-    BackwardBody(step, inputs, d_h, d_h_mark, d_res);
+    BackwardBody(step, ids.inputs, d_h, d_h_mark, d_res);
   } else {
     Release(final_unit());
     final_base_ = nullptr;

@@ -111,6 +111,14 @@ class TransformerImpl final : public Transformer {
   void CheckAdjacent(const std::string& a, const std::string& b);
   void MeasureArenas();
   void CheckTokens(const int32_t* inputs, const int32_t* targets) const;
+  // The token ids and targets (host memory, from the data pipeline) where the backend's
+  // kernels read them: the same pointers on CPU; on a device backend, copies in the current
+  // context's activation arena (2 * B * T int32, which the measuring pass counts too).
+  struct TokenIds {
+    const int32_t* inputs;
+    const int32_t* targets;
+  };
+  TokenIds StageTokens(StepContext& step, const int32_t* inputs, const int32_t* targets);
   double Step(const int32_t* inputs, const int32_t* targets, float grad_scale, bool backward);
   // Uses context ctx for the pass that follows (its activation arena, saved tensors).
   StepContext Begin(int ctx);
@@ -218,8 +226,11 @@ class TransformerImpl final : public Transformer {
       Tensor mean;  // (Rows)    GPT-2 only
       Tensor rstd;  // (Rows)
     } final;
-    const int32_t* inputs = nullptr;   // a stage forward's token ids, for its backward
-    const int32_t* targets = nullptr;  // and targets (the last chunk's recomputed head)
+    // A stage forward's token ids and targets for its backward (the last chunk's recomputed
+    // head), where the backend reads them (StageTokens), and its counted targets.
+    const int32_t* inputs = nullptr;
+    const int32_t* targets = nullptr;
+    int64_t counted = 0;
     uint64_t dropout_key = 0;          // its forward's SetDropoutKey (0: no dropout)
   };
   // finetune.lora.dropout: block l's mask stream in the current context, 0 for none.

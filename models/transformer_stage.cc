@@ -155,13 +155,15 @@ double TransformerImpl::ForwardStage(int ctx, const int32_t* inputs, const int32
                                      const float* x_in, float* x_out) {
   StepContext step = Begin(ctx);
   record_moe_ = record_routing_;
-  cur_->inputs = inputs;
-  cur_->targets = targets;
   const int64_t counted = Counted(inputs, targets);
-  ForwardBody(step, inputs, x_in);
+  const TokenIds ids = StageTokens(step, inputs, targets);
+  cur_->inputs = ids.inputs;
+  cur_->targets = ids.targets;
+  cur_->counted = counted;
+  ForwardBody(step, ids.inputs, x_in);
   double loss_sum = 0.0;
   if (chunk_.last) {
-    loss_sum = HeadPass(step, targets, 0.0f, counted, nullptr);
+    loss_sum = HeadPass(step, ids.targets, 0.0f, counted, nullptr);
     Release(final_unit());
     final_base_ = nullptr;
   } else {
@@ -184,10 +186,9 @@ void TransformerImpl::BackwardStage(int ctx, const float* d_out, float* d_in, fl
   Tensor d_h;
   if (chunk_.last) {
     // The head again, now fused with its backward (the same bits as the forward's loss).
-    const int64_t counted = Counted(cur_->inputs, cur_->targets);
     final_base_ = Acquire(final_unit());
     d_h = ws_.Allocate(DType::kF32, {R, C});
-    HeadPass(step, cur_->targets, grad_scale, counted, d_h.f32());
+    HeadPass(step, cur_->targets, grad_scale, cur_->counted, d_h.f32());
   } else {
     be.Copy(d_res.f32(), d_out, static_cast<size_t>(R * C) * sizeof(float));
   }

@@ -63,6 +63,12 @@ class Backend {
 
   // ---- Memory operations on device memory ----------------------------------------------
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Between host memory and this backend's device memory (on CPU: both a memcpy). Upload is
+  // ordered on the current stream and `host_src` may be reused once it returns; Download
+  // waits for the work enqueued before it and returns with `host_dst` filled (a measuring
+  // backend: neither touches memory).
+  virtual void Upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void Download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* dst, size_t bytes) = 0;
   // x(n) rounded in place to `dtype` (kBF16 / kF16; kF32: unchanged), as cpu::RoundTo.
   virtual void Round(DType dtype, float* x, int64_t n) = 0;
@@ -194,6 +200,8 @@ class Backend {
   virtual void MoeBalanceStats(const MoeRouterSpec& spec, const float* logits,
                                const float* scores, const int32_t* expert, int64_t R,
                                double* probs_sum, double* counts, double* z_sum) = 0;
+  // aux's coefficient arrays are host memory (the model computes them from the statistics);
+  // a device backend uploads them.
   virtual void MoeAuxBackward(const MoeRouterSpec& spec, const float* logits,
                               const float* scores, const MoeAuxGrad& aux, float* d_logits,
                               int64_t R) = 0;

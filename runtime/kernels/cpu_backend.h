@@ -25,6 +25,12 @@ class CpuBackend : public Backend {
   void Synchronize(Event e) override;
 
   void Copy(void* dst, const void* src, size_t bytes) override;
+  void Upload(void* dst, const void* host_src, size_t bytes) override {
+    Copy(dst, host_src, bytes);
+  }
+  void Download(void* host_dst, const void* src, size_t bytes) override {
+    Copy(host_dst, src, bytes);
+  }
   void Zero(void* dst, size_t bytes) override;
   void Round(DType dtype, float* x, int64_t n) override;
   void ConvertFromF32(DType dtype, const float* src, void* dst, int64_t n) override;

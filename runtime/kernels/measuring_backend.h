@@ -37,6 +37,8 @@ class MeasuringBackend final : public Backend {
 
   void Copy(void* dst, const void* src, size_t bytes) override {}
   void Zero(void* dst, size_t bytes) override {}
+  void Upload(void* dst, const void* host_src, size_t bytes) override {}
+  void Download(void* host_dst, const void* src, size_t bytes) override {}
   void Round(DType dtype, float* x, int64_t n) override;
   void ConvertFromF32(DType dtype, const float* src, void* dst, int64_t n) override;
   void ConvertToF32(DType dtype, const void* src, float* dst, int64_t n) override;

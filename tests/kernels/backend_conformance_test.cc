@@ -214,6 +214,16 @@ std::vector<Case> Cases() {
        : void(std::memcpy(b[0], b[1], N * C * sizeof(float)));
     return 0.0;
   });
+  add("Upload", {N * C, N * C}, [](Backend* be, Buffers& b) {
+    be ? be->Upload(b[0], b[1], N * C * sizeof(float))
+       : void(std::memcpy(b[0], b[1], N * C * sizeof(float)));
+    return 0.0;
+  });
+  add("Download", {N * C, N * C}, [](Backend* be, Buffers& b) {
+    be ? be->Download(b[0], b[1], N * C * sizeof(float))
+       : void(std::memcpy(b[0], b[1], N * C * sizeof(float)));
+    return 0.0;
+  });
   add("Zero", {N * C}, [](Backend* be, Buffers& b) {
     be ? be->Zero(b[0], N * C * sizeof(float)) : void(std::memset(b[0], 0, N * C * sizeof(float)));
     return 0.0;
