@@ -184,6 +184,8 @@ Status ReadTrain(YamlMap& s, TrainConfig* t) {
   RETURN_IF_ERROR(s.Int("eval_batches", 1, kMaxBatch, &t->eval_batches));
   RETURN_IF_ERROR(s.Int("threads", 0, 4096, &t->threads));
   RETURN_IF_ERROR(s.Float("peak_gflops", kNonNegative, &t->peak_gflops));
+  RETURN_IF_ERROR(s.Enum<ComputeDevice>(
+      "device", {{"cpu", ComputeDevice::kCpu}, {"cuda", ComputeDevice::kCuda}}, &t->device));
   RETURN_IF_ERROR(s.Int("memory_limit_mb", 0, int64_t{1} << 40, &t->memory_limit_mb));
   // "" would scatter outputs into the current directory.
   RETURN_IF_ERROR(s.NonEmptyString("out_dir", &t->out_dir));
@@ -396,6 +398,14 @@ Status CheckModelAndData(const YamlContext& ctx, const Config& c) {
 
 Status CheckParallel(const YamlContext& ctx, const Config& c) {
   const ParallelConfig& par = c.parallel;
+  if (c.train.device == ComputeDevice::kCuda && (par.tp > 1 || par.pp > 1 || par.ep > 1)) {
+    return ctx.CrossFieldError({"train.device", par.tp > 1 ? "parallel.tp"
+                                                : par.pp > 1 ? "parallel.pp" : "parallel.ep"},
+                               "train.device: cuda runs data parallelism only for now: tensor, "
+                               "pipeline and expert parallelism pass activations between ranks "
+                               "through host communicators, which never take device memory "
+                               "(set parallel.tp, pp and ep to 1, or train.device: cpu)");
+  }
   if (par.ep > 1 && !c.model.moe.enabled()) {
     return ctx.CrossFieldError({"parallel.ep", "model.moe.num_experts"},
                                "ep=" + N(par.ep) + " splits experts, but the model has none "

@@ -52,6 +52,12 @@ const char* NonFinitePolicyName(NonFinitePolicy p);  // "stop" | "skip"
 enum class SpikeAction { kReport, kSkip };
 const char* SpikeActionName(SpikeAction a);  // "report" | "skip"
 
+// Where a rank's kernels run (train.device). cuda: the rank's model on a GPU (the CUDA
+// backend, runtime/kernels/cuda_backend.h), its parameter state and optimizer in host memory
+// (runtime/train/device_mirror.h), as DeepSpeed's CPU offload keeps them.
+enum class ComputeDevice { kCpu, kCuda };
+const char* ComputeDeviceName(ComputeDevice d);  // "cpu" | "cuda"
+
 struct TrainConfig {
   int64_t steps = 100;             // train.steps: optimizer steps, >= 1
   int64_t micro_batch_size = 8;    // train.micro_batch_size: sequences per micro-batch PER RANK,
@@ -68,6 +74,9 @@ struct TrainConfig {
   float peak_gflops = 0.0f;  // train.peak_gflops: the MFU denominator per rank in GFLOP/s (e.g.
                              //   a GPU's rated bf16 peak); 0 = measure sgemm at startup
                              //   (~0.7 s on rank 0), >= 0
+  ComputeDevice device = ComputeDevice::kCpu;  // train.device: cpu | cuda — cuda: each rank's
+                             //   model on GPU (local rank mod GPUs); dp only (tp/pp/ep
+                             //   exchange activations through host communicators)
   int64_t memory_limit_mb = 0;  // train.memory_limit_mb: bytes one rank may reserve (MiB); the
                                 //   run refuses a layout the plan says exceeds it
                                 //   (memory_plan.h); 0 = physical memory / ranks on the host

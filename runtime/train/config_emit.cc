@@ -150,6 +150,7 @@ void EmitTrain(YAML::Emitter& out, const TrainConfig& t) {
   Put(out, "eval_batches", t.eval_batches);
   Put(out, "threads", static_cast<int64_t>(t.threads));
   Put(out, "peak_gflops", t.peak_gflops);
+  PutName(out, "device", ComputeDeviceName(t.device));
   Put(out, "memory_limit_mb", t.memory_limit_mb);
   PutPath(out, "out_dir", t.out_dir);
   PutName(out, "on_nonfinite", NonFinitePolicyName(t.on_nonfinite));
@@ -271,6 +272,10 @@ const char* LossScaleModeName(LossScaleMode m) {
 
 const char* NonFinitePolicyName(NonFinitePolicy p) {
   return p == NonFinitePolicy::kSkip ? "skip" : "stop";
+}
+
+const char* ComputeDeviceName(ComputeDevice d) {
+  return d == ComputeDevice::kCuda ? "cuda" : "cpu";
 }
 
 const char* SpikeActionName(SpikeAction a) { return a == SpikeAction::kSkip ? "skip" : "report"; }

@@ -130,12 +130,20 @@ Result<RankMemory> PlanStateMemory(const Config& c, int rank, const ModelPartiti
                    CreateParamState(c, o, partition, g.dense_dp, g.expert_dp, g.ep, &tracker));
   Book(tracker, m);
   m.bytes[static_cast<int>(MemoryKind::kCheckpointStaging)] += StagingBytes(c, *state, partition);
+  if (c.train.device == ComputeDevice::kCuda) {  // the DeviceMirrorStore's two device copies
+    const std::vector<int64_t>& u = partition.unit_bounds();
+    const size_t mirror = static_cast<size_t>(u.back() - u.front()) * sizeof(float);
+    m.bytes[static_cast<int>(MemoryKind::kParameters)] += mirror;
+    m.bytes[static_cast<int>(MemoryKind::kGradients)] += mirror;
+  }
   return m;
 }
 
 Result<std::vector<ChunkArenas>> PlanChunkArenas(const Config& c, int rank,
                                                  const ModelPartition& partition) {
-  MeasuringBackend sizing = MeasuringBackend::Sizing();
+  // The device the models run on: a device model also stages its token ids in its arena.
+  MeasuringBackend sizing = MeasuringBackend::Sizing(
+      c.train.device == ComputeDevice::kCuda ? Device::kCuda : Device::kCpu);
   DryGroups groups;
   const RankGroups g = MakeGroups(c.parallel, rank, groups);
   MeasuringStore no_store;

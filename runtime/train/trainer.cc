@@ -25,6 +25,7 @@
 #include "runtime/kernels/cpu/thread_count.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/kernels/cpu_bf16_backend.h"
+#include "runtime/train/compute_device.h"
 #include "runtime/train/env_info.h"
 #include "runtime/train/expert_split_state.h"
 #include "runtime/train/grad_sync.h"
@@ -218,10 +219,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   // measurement `tessera bench` uses). Rank 0 reports it; the others would only contend for
   // the cores.
   if (t->is_root()) {
-    t->peak_flops_ = config.train.peak_gflops > 0
-                         ? config.train.peak_gflops * 1e9
-                         : PeakGemmFlops(config.train.out_dir, t->start_step_ > 0,
-                                         t->bf16_gemms());
+    t->peak_flops_ = config.train.peak_gflops > 0 ? config.train.peak_gflops * 1e9
+                     : t->rated_peak_flops_ > 0   ? t->rated_peak_flops_
+                                                  : PeakGemmFlops(config.train.out_dir,
+                                                                  t->start_step_ > 0,
+                                                                  t->bf16_gemms());
   }
   if (link != nullptr) link->SetStep(t->start_step_);
   return t;
@@ -256,11 +258,15 @@ Status Trainer::SetUpParameters() {
   ASSIGN_OR_RETURN(ModelPartition partition, RankPartition(c, world_rank_));
   partition_.emplace(std::move(partition));
   ParamShardsOptions o = ParamStateOptions(c, *partition_, world_rank_);
-  // The compute backend first: the parameter state lives in its device's memory.
-  ComputeBackendChoice compute = ChooseComputeBackend(o.param_dtype);
+  // The compute backend first: on CPU the parameter state lives in its memory; a device
+  // backend's models reach the state (kept in host memory) through a DeviceMirrorStore.
+  ASSIGN_OR_RETURN(RankBackend compute, CreateRankBackend(c));
   backend_ = std::move(compute.backend);
   compute_ = std::move(compute.description);
-  o.backend = backend_.get();
+  rated_peak_flops_ = compute.rated_peak_flops;
+  peak_source_ = std::move(compute.peak_source);
+  const bool on_device = backend_->device() != Device::kCpu;
+  o.backend = on_device ? nullptr : backend_.get();  // null: host memory (the CPU reference)
   if (o.disk) {
     o.disk->run = OffloadOwner(c, world_rank_, link_);
     o.disk->faults = link_ != nullptr ? link_->offload_faults() : nullptr;
@@ -271,6 +277,11 @@ Status Trainer::SetUpParameters() {
   if (link_ != nullptr) {
     phase_store_ = std::make_unique<PhaseReportingStore>(*shards_, *link_);
     mo.store = phase_store_.get();
+  }
+  if (on_device) {
+    device_store_ = std::make_unique<DeviceMirrorStore>(*mo.store, *backend_,
+                                                        partition_->unit_bounds(), &memory_);
+    mo.store = device_store_.get();
   }
   mo.activation_dtype = o.param_dtype;
   mo.backend = backend_.get();

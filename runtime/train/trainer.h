@@ -59,6 +59,7 @@
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/config.h"
 #include "runtime/train/data/data_loader.h"
+#include "runtime/train/device_mirror.h"
 #include "runtime/train/param_shards.h"
 #include "runtime/train/pipeline.h"
 #include "runtime/train/metrics.h"
@@ -229,6 +230,11 @@ class Trainer {
   // where bf16 GEMMs run on oneDNN), and its banner line. Before the models: they point to it.
   std::unique_ptr<Backend> backend_;
   std::string compute_;
+  double rated_peak_flops_ = 0;  // a GPU's rated peak (compute_device.h), 0 on CPU
+  std::string peak_source_;
+  // train.device: cuda: the models' parameters and gradients on the device, in front of the
+  // host state (device_mirror.h); null on CPU.
+  std::unique_ptr<DeviceMirrorStore> device_store_;
   std::unique_ptr<ParamState> shards_;  // before model_: the model points into it
   std::unique_ptr<ParamStore> phase_store_;  // with a link: shards_ seen through a store that
                                              //   reports backward's start (before model_ too)

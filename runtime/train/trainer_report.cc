@@ -178,9 +178,10 @@ void Trainer::PrintBanner(int64_t tokens_per_step, FILE* out) const {
                static_cast<long long>(tc.steps), static_cast<long long>(tokens_per_step),
                static_cast<long long>(tc.micro_batch_size), static_cast<long long>(tc.seq_len),
                static_cast<long long>(tc.grad_accum_steps), DataRanks().c_str(), threads_.c_str(),
-               tc.peak_gflops > 0 ? "train.peak_gflops"
-               : bf16_gemms()     ? "bf16 GEMM peak"
-                                  : "sgemm peak",
+               tc.peak_gflops > 0       ? "train.peak_gflops"
+               : rated_peak_flops_ > 0  ? peak_source_.c_str()
+               : bf16_gemms()           ? "bf16 GEMM peak"
+                                        : "sgemm peak",
                peak_flops_ / 1e9);
   std::fflush(out);
 }

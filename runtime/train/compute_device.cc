@@ -1,0 +1,89 @@
+// runtime/train/compute_device.cc — CreateRankBackend (compute_device.h).
+#include "runtime/train/compute_device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/kernels/cpu_backend.h"
+#include "runtime/kernels/cpu_bf16_backend.h"
+#include "runtime/kernels/cuda_backend.h"
+
+namespace tessera {
+namespace {
+
+// The CPU reference claiming to be a device: the test seam of compute_device.h.
+class HostAsDeviceBackend final : public CpuBackend {
+ public:
+  Device device() const override { return Device::kCuda; }
+  const char* name() const override { return "cpu-as-device"; }
+};
+
+bool DeviceOnHost() {
+  const char* v = std::getenv("TESSERA_DEVICE_ON_HOST");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+int LocalRank() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
+// Dense (no sparsity) rated peaks in TFLOP/s of the GPUs whose names contain the key: the
+// vendor's data sheets for the SXM parts (fp32 = the non-tensor-core rate).
+struct RatedPeak {
+  const char* name;
+  double bf16, fp32;
+};
+constexpr RatedPeak kRatedPeaks[] = {
+    {"H200", 989.4, 66.9}, {"H100", 989.4, 66.9}, {"A100", 312.0, 19.5},
+    {"L40S", 362.1, 91.6}, {"B200", 2250.0, 80.0},
+};
+
+Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
+  RankBackend r;
+  if (DeviceOnHost()) {
+    r.backend = std::make_unique<HostAsDeviceBackend>();
+    r.description = "cpu-as-device: the device path on host memory (TESSERA_DEVICE_ON_HOST=1)";
+    return r;
+  }
+  RETURN_IF_ERROR(CudaAvailable());
+  int count = 0;
+  while (CudaDevice(count).ok()) ++count;
+  CudaBackendOptions o;
+  o.device = LocalRank() % count;
+  o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  ASSIGN_OR_RETURN(CudaDeviceInfo info, CudaDevice(o.device));
+  ASSIGN_OR_RETURN(r.backend, CreateCudaBackend(o));
+  const bool bf16 = o.gemm_dtype == DType::kBF16;
+  r.description = std::string(r.backend->name()) + " on " + info.name + " (device " +
+                  std::to_string(o.device) + " of " + std::to_string(count) + ", " +
+                  std::to_string(info.memory_bytes >> 30) + " GiB); parameter state and " +
+                  "optimizer in host memory";
+  for (const RatedPeak& p : kRatedPeaks) {
+    if (info.name.find(p.name) != std::string::npos) {
+      r.rated_peak_flops = (bf16 ? p.bf16 : p.fp32) * 1e12;
+      r.peak_source = std::string("rated ") + (bf16 ? "bf16" : "fp32") + " peak of " + info.name;
+    }
+  }
+  if (r.rated_peak_flops == 0 && c.train.peak_gflops <= 0) {
+    return InvalidArgument("train.device: cuda on " + info.name +
+                           ": its rated peak is not known here, so MFU has no denominator: "
+                           "set train.peak_gflops to its dense " + (bf16 ? "bf16" : "fp32") +
+                           " GFLOP/s");
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<RankBackend> CreateRankBackend(const Config& c) {
+  const DType dtype = PrecisionDType(c.precision);
+  if (c.train.device == ComputeDevice::kCuda) return CreateCuda(c, dtype);
+  ComputeBackendChoice choice = ChooseComputeBackend(dtype);
+  RankBackend r;
+  r.backend = std::move(choice.backend);
+  r.description = std::move(choice.description);
+  return r;
+}
+
+}  // namespace tessera
