@@ -252,6 +252,7 @@ int RunBench(const Args& args) {
   if (!args.empty() && args[0] == "diverged") return RunBenchDiverged(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "moe") return RunBenchMoe(Args(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "offload") return RunBenchOffload(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "gpu") return RunBenchGpu(Args(args.begin() + 1, args.end()));
   if (WantsHelp(args)) {
     std::printf(
         "usage: tessera bench [--seq 64,256] [--precision fp32,bf16] [--batch 4] [--steps 3]\n"
@@ -263,7 +264,8 @@ int RunBench(const Args& args) {
         "       tessera bench tp [--config FILE]\n"
         "       tessera bench diverged [--config FILE] [--steps N] [--lr LR] ...\n"
         "       tessera bench moe [--tokens N] [--experts E] [--top-k K] ...\n"
-        "       tessera bench offload [--dir DIR] [--params N] [--pool-mb M] [--no-train] ...\n\n"
+        "       tessera bench offload [--dir DIR] [--params N] [--pool-mb M] [--no-train] ...\n"
+        "       tessera bench gpu [--precision fp32,bf16] [--batch 4] [--seq 1024] ...\n\n"
         "Measures this machine's limits, then GPT-2 124M training steps (12 layers, 768 wide,\n"
         "12 heads, vocab 50257) at each sequence length and precision: milliseconds per step\n"
         "split into forward, backward and clip+AdamW (min and median over the timed steps),\n"
@@ -297,7 +299,10 @@ int RunBench(const Args& args) {
         "  offload     AdamW parameters/s with the optimizer state on disk (optimizer.offload:\n"
         "              nvme) beside the disk's O_DIRECT bandwidth through the same pipeline,\n"
         "              measured in the same run, and GPT-2 training steps and peak RSS with the\n"
-        "              state on disk and in memory\n");
+        "              state on disk and in memory\n"
+        "  gpu         GPT-2 124M training steps on a GPU (train.device: cuda) with tokens/s and\n"
+        "              MFU against its rated peak, beside its measured GEMM, memory and host-link\n"
+        "              bandwidths\n");
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench",
@@ -307,7 +312,7 @@ int RunBench(const Args& args) {
     return kExitUsage;
   }
   if (!parsed->positional.empty()) {
-    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged, moe, offload; see tessera bench --help)\n",
+    std::fprintf(stderr, "tessera bench: unknown subcommand '%s' (optimizer, comm, ckpt, pipeline, tp, diverged, moe, offload, gpu; see tessera bench --help)\n",
                  parsed->positional[0].c_str());
     return kExitUsage;
   }

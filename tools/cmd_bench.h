@@ -60,5 +60,7 @@ int RunBenchDiverged(const Args& args);
 int RunBenchMoe(const Args& args);
 // `tessera bench offload ...` (cmd_bench_offload.cc).
 int RunBenchOffload(const Args& args);
+// `tessera bench gpu` (cmd_bench_gpu.cc).
+int RunBenchGpu(const Args& args);
 
 }  // namespace tessera::cli

@@ -41,32 +41,28 @@ constexpr RatedPeak kRatedPeaks[] = {
 
 Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
   RankBackend r;
+  CudaBackendOptions o;
+  o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  if (!DeviceOnHost()) {
+    RETURN_IF_ERROR(CudaAvailable());
+    int count = 0;
+    while (CudaDevice(count).ok()) ++count;
+    o.device = LocalRank() % count;
+  }
+  ASSIGN_OR_RETURN(DeviceBackend d, CreateDeviceBackend(o));
+  r.backend = std::move(d.backend);
   if (DeviceOnHost()) {
-    r.backend = std::make_unique<HostAsDeviceBackend>();
     r.description = "cpu-as-device: the device path on host memory (TESSERA_DEVICE_ON_HOST=1)";
     return r;
   }
-  RETURN_IF_ERROR(CudaAvailable());
-  int count = 0;
-  while (CudaDevice(count).ok()) ++count;
-  CudaBackendOptions o;
-  o.device = LocalRank() % count;
-  o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  ASSIGN_OR_RETURN(CudaDeviceInfo info, CudaDevice(o.device));
-  ASSIGN_OR_RETURN(r.backend, CreateCudaBackend(o));
   const bool bf16 = o.gemm_dtype == DType::kBF16;
-  r.description = std::string(r.backend->name()) + " on " + info.name + " (device " +
-                  std::to_string(o.device) + " of " + std::to_string(count) + ", " +
-                  std::to_string(info.memory_bytes >> 30) + " GiB); parameter state and " +
-                  "optimizer in host memory";
-  for (const RatedPeak& p : kRatedPeaks) {
-    if (info.name.find(p.name) != std::string::npos) {
-      r.rated_peak_flops = (bf16 ? p.bf16 : p.fp32) * 1e12;
-      r.peak_source = std::string("rated ") + (bf16 ? "bf16" : "fp32") + " peak of " + info.name;
-    }
-  }
+  r.description = std::string(r.backend->name()) + " on " + d.info.name + " (device " +
+                  std::to_string(o.device) + ", " + std::to_string(d.info.memory_bytes >> 30) +
+                  " GiB); parameter state and optimizer in host memory";
+  r.rated_peak_flops = RatedPeakFlops(d.info.name, bf16);
+  r.peak_source = std::string("rated ") + (bf16 ? "bf16" : "fp32") + " peak of " + d.info.name;
   if (r.rated_peak_flops == 0 && c.train.peak_gflops <= 0) {
-    return InvalidArgument("train.device: cuda on " + info.name +
+    return InvalidArgument("train.device: cuda on " + d.info.name +
                            ": its rated peak is not known here, so MFU has no denominator: "
                            "set train.peak_gflops to its dense " + (bf16 ? "bf16" : "fp32") +
                            " GFLOP/s");
@@ -75,6 +71,25 @@ Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
 }
 
 }  // namespace
+
+Result<DeviceBackend> CreateDeviceBackend(const CudaBackendOptions& o) {
+  DeviceBackend d;
+  if (DeviceOnHost()) {
+    d.backend = std::make_unique<HostAsDeviceBackend>();
+    d.info.name = "host memory (TESSERA_DEVICE_ON_HOST=1)";
+    return d;
+  }
+  ASSIGN_OR_RETURN(d.info, CudaDevice(o.device));
+  ASSIGN_OR_RETURN(d.backend, CreateCudaBackend(o));
+  return d;
+}
+
+double RatedPeakFlops(const std::string& gpu_name, bool bf16) {
+  for (const RatedPeak& p : kRatedPeaks) {
+    if (gpu_name.find(p.name) != std::string::npos) return (bf16 ? p.bf16 : p.fp32) * 1e12;
+  }
+  return 0;
+}
 
 Result<RankBackend> CreateRankBackend(const Config& c) {
   const DType dtype = PrecisionDType(c.precision);

@@ -16,6 +16,7 @@
 
 #include "runtime/core/status.h"
 #include "runtime/kernels/backend.h"
+#include "runtime/kernels/cuda_backend.h"
 #include "runtime/train/config.h"
 
 namespace tessera {
@@ -33,5 +34,18 @@ struct RankBackend {
 // backend), naming why; InvalidArgument for a GPU whose rated peak is unknown and no
 // train.peak_gflops was given.
 Result<RankBackend> CreateRankBackend(const Config& c);
+
+// The device backend of `o` and the GPU it runs on: the CUDA backend, or under the test seam the
+// CPU reference dressed as a device (info.name says so). `tessera bench gpu` takes it too.
+struct DeviceBackend {
+  std::unique_ptr<Backend> backend;
+  CudaDeviceInfo info;
+};
+Result<DeviceBackend> CreateDeviceBackend(const CudaBackendOptions& o);
+
+// A GPU's dense rated peak in FLOP/s for bf16 (tensor cores) or fp32 (non-tensor) GEMMs, from
+// the vendor data sheets of the parts whose names contain a known key (H200, H100, A100, L40S,
+// B200); 0 for any other.
+double RatedPeakFlops(const std::string& gpu_name, bool bf16);
 
 }  // namespace tessera

@@ -117,6 +117,22 @@ TEST(DeviceTrain, LayoutsAGpuRunCannotTakeYetAreRefusedAtTheirKeys) {
   EXPECT_NE(bad.output.find("cpu"), std::string::npos) << bad.output;
 }
 
+// `tessera bench gpu` runs the trainer's device path; the seam lets it run here, and without
+// either a GPU or the seam it says why.
+TEST(DeviceTrain, BenchGpuTimesTheDevicePathOrSaysWhyNot) {
+  const std::string args = " bench gpu --config " + Repo("configs/llama-tiny.yaml") +
+                           " --seq 16 --steps 1 --gemm 64";
+  auto r = RunCommand(kOnHost + std::string(TESSERA_BINARY) + args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"training step", "tokens/s", "GEMM 64^3", "host -> device"}) {
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  }
+  if (!CudaAvailable().ok()) {
+    auto no = RunCommand(std::string(TESSERA_BINARY) + args);
+    EXPECT_EQ(no.exit_code, 4) << no.output;
+  }
+}
+
 // With a GPU: the real backend's run follows the CPU's loss closely (fp32, 6 steps).
 TEST(DeviceTrain, OnAGpuTheLossTracksTheCpuRun) {
   const Status avail = CudaAvailable();

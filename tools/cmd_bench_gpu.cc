@@ -1,0 +1,268 @@
+// tools/cmd_bench_gpu.cc — `tessera bench gpu`: training steps of GPT-2 124M (or a config's
+// model) on one GPU as `tessera train --set train.device=cuda` runs them, beside the GPU's
+// limits measured in the same run (cuBLAS GEMM, device memory copy, the host link) and its
+// rated peak, so MFU can be judged against both.
+//
+// A step: forward and backward on the GPU with the parameters and gradients crossing a
+// DeviceMirrorStore (runtime/train/device_mirror.h) from and to host buffers, then the global
+// gradient norm and AdamW on the host, as the trainer does. Times are wall clock: every step
+// ends with the gradients back on the host, so nothing is still queued when it is read.
+// Needs a GPU; without one it says why and exits 4.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/param_layout.h"
+#include "models/param_store.h"
+#include "models/transformer.h"
+#include "optimizer/adamw.h"
+#include "optimizer/grad_clip.h"
+#include "runtime/core/exit_codes.h"
+#include "runtime/core/random.h"
+#include "runtime/kernels/cuda_backend.h"
+#include "runtime/train/compute_device.h"
+#include "runtime/train/config.h"
+#include "runtime/train/device_mirror.h"
+#include "tools/args.h"
+#include "tools/cmd_bench.h"
+
+namespace tessera::cli {
+namespace {
+
+// The rank's parameters and gradients in host memory, as the trainer's state holds them.
+class HostFlatStore final : public ParamStore {
+ public:
+  HostFlatStore(float* params, float* grads, const std::vector<int64_t>& bounds)
+      : params_(params), grads_(grads), bounds_(bounds) {}
+  const float* Acquire(int u) override { return params_ + bounds_[static_cast<size_t>(u)]; }
+  void Release(int) override {}
+  float* Grads(int u) override { return grads_ + bounds_[static_cast<size_t>(u)]; }
+  void GradsDone(int) override {}
+
+ private:
+  float* params_;
+  float* grads_;
+  const std::vector<int64_t>& bounds_;
+};
+
+// Best of `repeats` timings of `op` after one warm-up, the device drained each time.
+template <typename Op>
+double BestSeconds(Backend& gpu, int repeats, Op op) {
+  double best = 1e30;
+  for (int r = 0; r <= repeats; ++r) {
+    auto t = BenchClock::now();
+    op();
+    gpu.Synchronize(gpu.Record(gpu.stream()));
+    if (r > 0) best = std::min(best, Since(t));
+  }
+  return best;
+}
+
+// cuBLAS through the backend's Linear layer (its GEMM dtype), n x n x n; TFLOP/s.
+double GemmTflops(Backend& gpu, int64_t n) {
+  MemoryTracker t;
+  Arena a = gpu.MakeArena(MemoryKind::kWorkspace, static_cast<size_t>(3 * n * n) * 4 + 1024, &t);
+  float* x = a.Allocate(DType::kF32, {n * n}).f32();
+  float* w = a.Allocate(DType::kF32, {n * n}).f32();
+  float* y = a.Allocate(DType::kF32, {n * n}).f32();
+  const double s = BestSeconds(gpu, 5, [&] { gpu.LinearForward(y, x, w, nullptr, n, n, n); });
+  return 2.0 * n * n * n / s / 1e12;
+}
+
+// Device-to-device copy (bytes read + written) and host-to-device upload, GB/s.
+std::pair<double, double> CopyGbps(Backend& gpu, size_t bytes) {
+  MemoryTracker t;
+  Arena a = gpu.MakeArena(MemoryKind::kWorkspace, 2 * bytes + 1024, &t);
+  void* src = a.Allocate(DType::kF32, {static_cast<int64_t>(bytes / 4)}).data();
+  void* dst = a.Allocate(DType::kF32, {static_cast<int64_t>(bytes / 4)}).data();
+  std::vector<float> host(bytes / 4, 1.0f);
+  const double d2d = BestSeconds(gpu, 5, [&] { gpu.Copy(dst, src, bytes); });
+  const double h2d = BestSeconds(gpu, 3, [&] { gpu.Upload(dst, host.data(), bytes); });
+  return {2.0 * bytes / d2d / 1e9, bytes / h2d / 1e9};
+}
+
+ModelConfig Gpt2Small() {
+  ModelConfig m;
+  m.family = ModelFamily::kGpt2;
+  m.vocab_size = 50257;
+  m.max_seq_len = 1024;
+  m.num_layers = 12;
+  m.hidden_size = 768;
+  m.num_heads = 12;
+  m.tie_embeddings = true;
+  return m;
+}
+
+int BenchPrecision(const std::string& label, const ModelConfig& mc, int64_t B, int64_t T,
+                   int steps, DType dtype, const CudaDeviceInfo& info, int64_t gemm_n) {
+  CudaBackendOptions o;
+  o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  auto made = CreateDeviceBackend(o);
+  if (!made.ok()) {
+    std::fprintf(stderr, "tessera bench gpu: %s\n", made.status().ToString().c_str());
+    return kExitBadInput;
+  }
+  Backend& gpu = *made->backend;
+  const bool bf16 = dtype == DType::kBF16;
+  const double rated = RatedPeakFlops(info.name, bf16) / 1e12;
+  const double gemm = GemmTflops(gpu, gemm_n);
+  const std::vector<int64_t> bounds = UnitBounds(mc);
+  const int64_t n = bounds.back();
+  std::vector<float> params(static_cast<size_t>(n)), grads(params.size());
+  InitParameterRange(mc, 1, 0, n, params.data());
+  HostFlatStore host(params.data(), grads.data(), bounds);
+  MemoryTracker memory;
+  DeviceMirrorStore mirror(host, gpu, bounds, &memory);
+  ModelOptions mo;
+  mo.backend = &gpu;
+  mo.store = &mirror;
+  mo.activation_dtype = dtype;
+  auto model = Transformer::Create(mc, B, T, &memory, mo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "tessera bench gpu: %s\n", model.status().ToString().c_str());
+    return ExitCodeFor(model.status());
+  }
+  std::vector<ParamRange> ranges;
+  for (const Parameter& p : (*model)->parameters()) ranges.push_back({p.offset, p.numel(), true, p.name()});
+  AdamW adamw(AdamWConfig{}, n, ranges, &memory);
+  std::vector<int32_t> in(static_cast<size_t>(B * T)), tgt(in.size());
+  Rng rng(StreamKey(7, 1));
+  for (auto& t : in) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
+  for (auto& t : tgt) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
+  std::vector<double> fb, opt;
+  for (int s = 0; s <= steps; ++s) {  // the first step warms up (allocations, cuBLAS plans)
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    auto t0 = BenchClock::now();
+    (*model)->ForwardBackward(in.data(), tgt.data(), 1.0f);
+    const double f = Since(t0);
+    auto t1 = BenchClock::now();
+    const float clip = ClipScale(GlobalL2Norm(grads.data(), n), 1.0);
+    adamw.Step(params.data(), grads.data(), 1e-4f, clip);
+    if (s == 0) continue;
+    fb.push_back(f);
+    opt.push_back(Since(t1));
+  }
+  std::vector<double> total(fb.size());
+  for (size_t i = 0; i < fb.size(); ++i) total[i] = fb[i] + opt[i];
+  const Stats st = Summarise(total), sf = Summarise(fb), so = Summarise(opt);
+  const double gflop = (*model)->TrainFlopsPerToken() * static_cast<double>(B * T) / 1e9;
+  const double achieved = gflop / st.min / 1e3;  // TFLOP/s
+  std::printf("\n%s (%.1fM params), %s on %s (%s), batch %lld x seq %lld, %d timed steps\n",
+              label.c_str(), n / 1e6, bf16 ? "bf16" : "fp32", info.name.c_str(), gpu.name(),
+              static_cast<long long>(B), static_cast<long long>(T), steps);
+  std::printf("  training step      min %7.1f ms   median %7.1f ms\n", st.min * 1e3, st.median * 1e3);
+  std::printf("    forward+backward min %7.1f ms   median %7.1f ms   (GPU; parameters up, "
+              "gradients down)\n", sf.min * 1e3, sf.median * 1e3);
+  std::printf("    clip + AdamW     min %7.1f ms   median %7.1f ms   (host)\n", so.min * 1e3,
+              so.median * 1e3);
+  std::printf("  tokens/s           %.0f (best step)\n", static_cast<double>(B * T) / st.min);
+  std::printf("  achieved           %.1f TFLOP/s (%.1f GFLOP per step)\n", achieved, gflop);
+  if (rated > 0) {
+    std::printf("  MFU                %.1f%% of the rated %s peak (%.0f TFLOP/s)\n",
+                100.0 * achieved / rated, bf16 ? "bf16" : "fp32", rated);
+  }
+  std::printf("  GEMM %lld^3         %.1f TFLOP/s (%s operands, the backend's Linear): the step "
+              "reaches %.1f%% of it\n", static_cast<long long>(gemm_n), gemm, bf16 ? "bf16" : "fp32",
+              100.0 * achieved / gemm);
+  std::printf("  device memory      params %s, grads %s, activations %s, workspace %s\n",
+              FormatBytes(memory.peak(MemoryKind::kParameters)).c_str(),
+              FormatBytes(memory.peak(MemoryKind::kGradients)).c_str(),
+              FormatBytes(memory.peak(MemoryKind::kActivations)).c_str(),
+              FormatBytes(memory.peak(MemoryKind::kWorkspace)).c_str());
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunBenchGpu(const Args& args) {
+  if (WantsHelp(args)) {
+    std::printf(
+        "usage: tessera bench gpu [--precision fp32,bf16] [--batch 4] [--seq 1024] [--steps 10]\n"
+        "                         [--config FILE] [--set key=value]\n\n"
+        "GPT-2 124M training steps on GPU 0 as `tessera train --set train.device=cuda` runs\n"
+        "them: forward and backward on the GPU (parameters uploaded and gradients downloaded\n"
+        "at each unit), then the gradient norm and AdamW on the host. Prints each step's time\n"
+        "(min and median), tokens/s and MFU against the GPU's rated peak, beside the limits\n"
+        "measured in the same run: a cuBLAS 8192^3 GEMM through the backend, the device\n"
+        "memory copy bandwidth and the host-to-device bandwidth. Needs a GPU (exit 4 without;\n"
+        "TESSERA_DEVICE_ON_HOST=1 runs the same path on the CPU, for testing).\n\n"
+        "  --precision P,... fp32, bf16 (default fp32,bf16): bf16 stores activations in bf16\n"
+        "                    and multiplies Linear layers and the LM head in bf16\n"
+        "  --batch B         sequences per step (default 4)\n"
+        "  --seq T           tokens per sequence (default 1024)\n"
+        "  --steps N         timed steps after one warm-up (default 10)\n"
+        "  --gemm N          the GEMM probe's size, N x N x N (default 8192)\n"
+        "  --config FILE     the model of FILE instead of GPT-2 124M\n");
+    return kExitOk;
+  }
+  auto parsed = ParseArgs(args, "bench gpu", {"--precision", "--batch", "--seq", "--steps",
+                                              "--gemm", "--config", "--set"}, {});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+    return kExitUsage;
+  }
+  auto batch = ParseIntFlag("--batch", parsed->Get("--batch", "4"));
+  auto seq = ParseIntFlag("--seq", parsed->Get("--seq", "1024"));
+  auto steps = ParseIntFlag("--steps", parsed->Get("--steps", "10"));
+  auto gemm_n = ParseIntFlag("--gemm", parsed->Get("--gemm", "8192"));
+  for (const auto* r : {&batch, &seq, &steps, &gemm_n}) {
+    if (!r->ok() || **r < 1) {
+      std::fprintf(stderr, "tessera bench gpu: --batch, --seq, --steps and --gemm take integers "
+                           ">= 1\n");
+      return kExitUsage;
+    }
+  }
+  std::vector<DType> precisions;
+  std::stringstream list(parsed->Get("--precision", "fp32,bf16"));
+  for (std::string p; std::getline(list, p, ',');) {
+    if (p != "fp32" && p != "bf16") {
+      std::fprintf(stderr, "tessera bench gpu: --precision: '%s' (fp32 or bf16)\n", p.c_str());
+      return kExitUsage;
+    }
+    precisions.push_back(p == "bf16" ? DType::kBF16 : DType::kF32);
+  }
+  ModelConfig mc = Gpt2Small();
+  if (parsed->Has("--config")) {
+    auto c = LoadConfig(parsed->Get("--config"), parsed->All("--set"));
+    if (!c.ok()) {
+      std::fprintf(stderr, "tessera bench gpu: %s\n", c.status().ToString().c_str());
+      return ExitCodeFor(c.status());
+    }
+    mc = c->model;
+  }
+  if (*seq > mc.max_seq_len) {
+    std::fprintf(stderr, "tessera bench gpu: --seq %lld exceeds the model's max_seq_len %lld\n",
+                 static_cast<long long>(*seq), static_cast<long long>(mc.max_seq_len));
+    return kExitUsage;
+  }
+  auto probe = CreateDeviceBackend({});
+  if (!probe.ok()) {
+    std::fprintf(stderr, "tessera bench gpu: %s\n", probe.status().ToString().c_str());
+    return kExitBadInput;
+  }
+  const CudaDeviceInfo* info = &probe->info;
+  {
+    const auto [d2d, h2d] = CopyGbps(*probe->backend, static_cast<size_t>(*gemm_n) * *gemm_n * 4);
+    std::printf("GPU limits (%s, %d SMs, %.0f GiB; measured now):\n", info->name.c_str(),
+                info->multiprocessors, info->memory_bytes / double(1 << 30));
+    std::printf("  device memory copy   %.0f GB/s (read + write)\n", d2d);
+    std::printf("  host -> device       %.1f GB/s (pageable source, through pinned staging)\n", h2d);
+    std::printf("  rated dense peaks    bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s%s\n",
+                RatedPeakFlops(info->name, true) / 1e12, RatedPeakFlops(info->name, false) / 1e12,
+                RatedPeakFlops(info->name, true) > 0 ? "" : " (unknown part: 0)");
+  }
+  const std::string label = parsed->Get("--config", "GPT-2 124M");
+  for (DType d : precisions) {
+    const int rc = BenchPrecision(label, mc, *batch, *seq, static_cast<int>(*steps), d, *info,
+                                  *gemm_n);
+    if (rc != kExitOk) return rc;
+  }
+  return kExitOk;
+}
+
+}  // namespace tessera::cli
