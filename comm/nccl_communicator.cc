@@ -20,6 +20,9 @@
 
 #include "comm/nccl.h"
 #include "comm/op_state.h"
+#ifdef TESSERA_NCCL_RANK_ORDER
+#include "comm/nccl_reduce.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -90,6 +93,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(comm_);
     }
     pending_.clear();  // each op's event goes with its OpState (ReleaseCudaEvent)
+    if (scratch_ != nullptr) cudaFree(scratch_);
     cudaFree(barrier_word_);
     cudaStreamDestroy(stream_);
   }
@@ -107,7 +111,7 @@ class NcclCommunicator final : public Communicator {
 
   void DoAllReduce(Tensor& buf, ReduceOp op, ReduceOrder order,
                    std::shared_ptr<OpState> s) override {
-    if (order == ReduceOrder::kRankOrder) return RankOrderUnsupported(std::move(s));
+    if (order == ReduceOrder::kRankOrder) return RankOrderAllReduce(buf, op, std::move(s));
     Issue(std::move(s), [&] {
       return NcclStatus(ncclAllReduce(buf.data(), buf.data(), buf.numel(), NcclType(buf.dtype()),
                                       NcclOp(op), comm_, stream_), "ncclAllReduce");
@@ -115,7 +119,9 @@ class NcclCommunicator final : public Communicator {
   }
   void DoReduceScatter(const Tensor& in, Tensor& out, ReduceOp op, ReduceOrder order,
                        std::shared_ptr<OpState> s) override {
-    if (order == ReduceOrder::kRankOrder) return RankOrderUnsupported(std::move(s));
+    if (order == ReduceOrder::kRankOrder) {
+      return RankOrderReduceScatter(in, out, op, std::move(s));
+    }
     Issue(std::move(s), [&] {
       return NcclStatus(ncclReduceScatter(in.data(), out.data(), out.numel(), NcclType(in.dtype()),
                                           NcclOp(op), comm_, stream_), "ncclReduceScatter");
@@ -196,9 +202,68 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t event;
   };
 
-  void RankOrderUnsupported(std::shared_ptr<OpState> s) {
-    s->Complete(FailedPrecondition(s->Describe() + ": the NCCL backend has no rank-order reduction"));
+#ifdef TESSERA_NCCL_RANK_ORDER
+  // Rank order (bit-reproducible for a fixed layout, and equal to the MPI backend's bits): every
+  // rank's contribution is gathered into scratch, then summed in rank order on the device
+  // (nccl_reduce.h). Costs P times the volume of a ring all-reduce, so the trainer asks for it
+  // where its reductions must not depend on NCCL's algorithm choice.
+  void RankOrderAllReduce(Tensor& buf, ReduceOp op, std::shared_ptr<OpState> s) {
+    Issue(std::move(s), [&] {
+      const int64_t n = buf.numel();
+      ASSIGN_OR_RETURN(void* rows, Scratch(size() * buf.nbytes()));
+      RETURN_IF_ERROR(NcclStatus(ncclAllGather(buf.data(), rows, n, NcclType(buf.dtype()), comm_,
+                                               stream_), "ncclAllGather (rank order)"));
+      return CudaStatus(ReduceGatheredRows(stream_, buf.dtype(), RowOpOf(op), rows, size(), n,
+                                           buf.data(), n), "rank-order reduction kernel");
+    });
   }
+  // Each rank receives every rank's copy of its own piece (grouped sends and receives), then
+  // sums them in rank order.
+  void RankOrderReduceScatter(const Tensor& in, Tensor& out, ReduceOp op,
+                              std::shared_ptr<OpState> s) {
+    Issue(std::move(s), [&] {
+      const int64_t m = out.numel();
+      const DType t = in.dtype();
+      ASSIGN_OR_RETURN(void* rows, Scratch(size() * out.nbytes()));
+      RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+      for (int p = 0; p < size(); ++p) {
+        ncclSend(At(in.data(), p * m, t), m, NcclType(t), p, comm_, stream_);
+        ncclRecv(At(rows, p * m, t), m, NcclType(t), p, comm_, stream_);
+      }
+      RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "ncclGroupEnd (rank-order reduce-scatter)"));
+      return CudaStatus(
+          ReduceGatheredRows(stream_, t, RowOpOf(op), rows, size(), m, out.data(), m),
+          "rank-order reduction kernel");
+    });
+  }
+  static RowOp RowOpOf(ReduceOp op) {
+    return op == ReduceOp::kMax ? RowOp::kMax : op == ReduceOp::kAvg ? RowOp::kAvg : RowOp::kSum;
+  }
+  // Stream-ordered scratch (no host wait, so a dead peer cannot hang a growth): the old buffer
+  // is freed after the work already queued on it.
+  Result<void*> Scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_ != nullptr) {
+        RETURN_IF_ERROR(CudaStatus(cudaFreeAsync(scratch_, stream_), "cudaFreeAsync"));
+      }
+      scratch_ = nullptr;
+      RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&scratch_, bytes, stream_), "cudaMallocAsync"));
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+#else
+  void RankOrderAllReduce(Tensor&, ReduceOp, std::shared_ptr<OpState> s) {
+    RankOrderUnsupported(std::move(s));
+  }
+  void RankOrderReduceScatter(const Tensor&, Tensor&, ReduceOp, std::shared_ptr<OpState> s) {
+    RankOrderUnsupported(std::move(s));
+  }
+  void RankOrderUnsupported(std::shared_ptr<OpState> s) {
+    s->Complete(FailedPrecondition(s->Describe() + ": this NCCL build has no rank-order reduction "
+                                   "(it needs the CUDA backend's compiler: TESSERA_CUDA=ON)"));
+  }
+#endif
 
   template <typename Launch>
   void Issue(std::shared_ptr<OpState> s, Launch launch) {
@@ -256,6 +321,8 @@ class NcclCommunicator final : public Communicator {
   const int device_;
   cudaStream_t stream_ = nullptr;
   float* barrier_word_ = nullptr;
+  void* scratch_ = nullptr;  // rank-order reductions' gathered rows (stream-ordered)
+  size_t scratch_bytes_ = 0;
   std::thread poller_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -4,12 +4,20 @@
 // (cudaGetDeviceCount fails without a driver).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "comm/nccl.h"
 
 #ifdef TESSERA_HAVE_NCCL
 #include <cuda_runtime.h>
+
+#include "comm/reduce.h"
+#include "runtime/core/dtype.h"
+#ifdef TESSERA_NCCL_RANK_ORDER
+#include "comm/nccl_reduce.h"
+#endif
 #endif
 
 namespace tessera {
@@ -57,8 +65,16 @@ TEST(Nccl, SingleRankCollectivesOnDeviceBuffers) {
     std::vector<float> back(n);
     ASSERT_EQ(cudaMemcpy(back.data(), d_a, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(back, host);
+#ifdef TESSERA_NCCL_RANK_ORDER
+    // One rank: the rank-ordered reductions are the identity.
+    ASSERT_TRUE(c.AllReduce(a, ReduceOp::kSum, ReduceOrder::kRankOrder)->Wait().ok());
+    ASSERT_TRUE(c.ReduceScatter(b, a, ReduceOp::kSum, ReduceOrder::kRankOrder)->Wait().ok());
+    ASSERT_EQ(cudaMemcpy(back.data(), d_a, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back, host);
+#else
     EXPECT_EQ(c.AllReduce(a, ReduceOp::kSum, ReduceOrder::kRankOrder)->Wait().code(),
               StatusCode::kFailedPrecondition);
+#endif
     Tensor on_host(host.data(), DType::kF32, {n});
     EXPECT_EQ(c.AllReduce(on_host, ReduceOp::kSum)->Wait().code(), StatusCode::kInvalidArgument);
     CommOptions so = o;
@@ -118,6 +134,52 @@ TEST(Nccl, StreamsOrderComputeAndCommunicationThroughEvents) {
     cudaFree(d);
   }
   mpi->reset();
+}
+#endif
+
+#ifdef TESSERA_NCCL_RANK_ORDER
+// The device half of a rank-ordered reduction gives the bits of the host backends' (comm/
+// reduce.h ReduceRows) on the same rows: every dtype and op, an odd length, five ranks' rows.
+TEST(Nccl, RankOrderKernelGivesTheHostReductionsBits) {
+  Status avail = NcclAvailable();
+  if (!avail.ok()) GTEST_SKIP() << avail.ToString();
+  constexpr int kRows = 5;
+  constexpr int64_t n = 4099;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;
+      const size_t es = DTypeSize(t);
+      std::vector<uint8_t> rows(kRows * n * es);
+      for (int r = 0; r < kRows; ++r) {
+        std::vector<float> f(n);
+        for (int64_t i = 0; i < n; ++i) f[i] = std::sin(0.37f * i + r) * 300.0f * (r + 1);
+        for (int64_t i = 0; i < n; ++i) {
+          uint8_t* dst = rows.data() + (r * n + i) * es;
+          const int32_t i32 = static_cast<int32_t>(f[i]);
+          const uint16_t half = t == DType::kBF16 ? F32ToBf16(f[i]) : F32ToF16(f[i]);
+          std::memcpy(dst, t == DType::kF32 ? static_cast<const void*>(&f[i])
+                           : t == DType::kI32 ? static_cast<const void*>(&i32)
+                                              : static_cast<const void*>(&half), es);
+        }
+      }
+      std::vector<const void*> ptrs;
+      for (int r = 0; r < kRows; ++r) ptrs.push_back(rows.data() + r * n * es);
+      std::vector<uint8_t> want(n * es), got(n * es);
+      ReduceRows(t, op, ptrs.data(), kRows, want.data(), n);
+      void *d_rows = nullptr, *d_out = nullptr;
+      ASSERT_EQ(cudaMalloc(&d_rows, rows.size()), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&d_out, got.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_rows, rows.data(), rows.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      const RowOp row_op = op == ReduceOp::kMax ? RowOp::kMax
+                           : op == ReduceOp::kAvg ? RowOp::kAvg : RowOp::kSum;
+      ASSERT_EQ(ReduceGatheredRows(nullptr, t, row_op, d_rows, kRows, n, d_out, n), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), d_out, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, want) << "dtype " << static_cast<int>(t) << " op " << static_cast<int>(op);
+      cudaFree(d_rows);
+      cudaFree(d_out);
+    }
+  }
 }
 #endif
 

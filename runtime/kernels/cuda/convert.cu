@@ -2,48 +2,29 @@
 // bits of runtime/core/dtype.h's scalar conversions for every input (bf16 and f16 round to
 // nearest even; a NaN stays a quiet NaN of its sign, f16 overflow becomes inf), so a value
 // rounded on the GPU equals one rounded on the CPU and checkpoints do not depend on the device.
-#include <cuda_fp16.h>
-
 #include "runtime/core/check.h"
 #include "runtime/kernels/cuda/device_util.cuh"
+#include "runtime/kernels/cuda/half_bits.cuh"
 #include "runtime/kernels/cuda/launch.h"
 
 namespace tessera::cuda {
 namespace {
 
-__device__ inline uint16_t ToBf16(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-__device__ inline float FromBf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-
-// cuda_fp16's rounding is IEEE round-to-nearest-even with subnormals and overflow to inf, as
-// dtype.h's; only its NaN (a canonical 0x7fff) differs from dtype.h's quiet NaN of the sign.
-__device__ inline uint16_t ToF16(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u);
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-__device__ inline float FromF16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
 __global__ void RoundKernel(bool bf16, float* x, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    x[i] = bf16 ? FromBf16(ToBf16(x[i])) : FromF16(ToF16(x[i]));
+    x[i] = bf16 ? FromBf16Bits(ToBf16Bits(x[i])) : FromF16Bits(ToF16Bits(x[i]));
   }
 }
 
 __global__ void FromF32Kernel(bool bf16, const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    dst[i] = bf16 ? ToBf16(src[i]) : ToF16(src[i]);
+    dst[i] = bf16 ? ToBf16Bits(src[i]) : ToF16Bits(src[i]);
   }
 }
 
 __global__ void ToF32Kernel(bool bf16, const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStride()) {
-    dst[i] = bf16 ? FromBf16(src[i]) : FromF16(src[i]);
+    dst[i] = bf16 ? FromBf16Bits(src[i]) : FromF16Bits(src[i]);
   }
 }
 

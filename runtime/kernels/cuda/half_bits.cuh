@@ -1,0 +1,35 @@
+// runtime/kernels/cuda/half_bits.cuh — fp32 <-> bf16 / f16 on the device with the bits of
+// runtime/core/dtype.h's scalar conversions (round to nearest even; a NaN stays a quiet NaN of
+// its sign; f16 overflow becomes inf): the one device copy of those rules, for the backend's
+// conversions (convert.cu) and the NCCL backend's rank-ordered reductions (comm/).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+__device__ inline uint16_t ToBf16Bits(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+__device__ inline float FromBf16Bits(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// cuda_fp16's rounding is IEEE round-to-nearest-even with subnormals and overflow to inf, as
+// dtype.h's; only its NaN (a canonical 0x7fff) differs from dtype.h's quiet NaN of the sign.
+__device__ inline uint16_t ToF16Bits(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u);
+  }
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+__device__ inline float FromF16Bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+}  // namespace tessera::cuda
