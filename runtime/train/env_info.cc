@@ -10,6 +10,7 @@
 
 #include "comm/mpi.h"
 #include "comm/nccl.h"
+#include "runtime/kernels/cuda_backend.h"
 #include "runtime/core/json.h"
 #include "runtime/kernels/cpu/cpu_features.h"
 #include "runtime/kernels/cpu/onednn_matmul.h"
@@ -49,6 +50,17 @@ bool IsPlacement(const std::string& key) {
   return key == "hostname" || key == "cores" || key == "threads" || key == "os";
 }
 
+// "built, sm_90; GPU 0: NVIDIA H200 (sm_90, 132 SMs, 141 GiB)", or why there is no GPU.
+std::string CudaBackendDescription() {
+  if (!CudaBackendBuilt()) return "not built";
+  std::string s = std::string("built for sm_") + TESSERA_CUDA_ARCHITECTURES;
+  auto gpu = CudaDevice(0);
+  if (!gpu.ok()) return s + "; " + gpu.status().message();
+  return s + "; GPU 0: " + gpu->name + " (sm_" + std::to_string(gpu->compute_major) +
+         std::to_string(gpu->compute_minor) + ", " + std::to_string(gpu->multiprocessors) +
+         " SMs, " + std::to_string(gpu->memory_bytes >> 30) + " GiB)";
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> EnvironmentFingerprint() {
@@ -69,6 +81,7 @@ std::vector<std::pair<std::string, std::string>> EnvironmentFingerprint() {
       {"bf16_gemm", cpu::Bf16IsaName(cpu::ChooseBf16Isa(features))},
       {"mpi", MpiLibraryVersion()},
       {"nccl", NcclVersionString()},
+      {"cuda_backend", CudaBackendDescription()},
       {"yaml_cpp", TESSERA_YAML_CPP_VERSION},
       {"openmp", std::to_string(cpu::OpenMpVersion())},
       {"cpu", CpuModel()},

@@ -22,7 +22,7 @@ TEST(EnvironmentFingerprint, NamesCodeCompilerLibrariesAndCpu) {
     EXPECT_FALSE(value.empty()) << key;
   }
   for (const char* want : {"git_commit", "compiler", "openblas", "onednn", "bf16_gemm", "mpi",
-                           "nccl", "cpu", "cpu_features", "hostname"}) {
+                           "nccl", "cuda_backend", "cpu", "cpu_features", "hostname"}) {
     EXPECT_NE(std::find(keys.begin(), keys.end(), want), keys.end()) << want;
   }
   auto parsed = ParseJson(EnvironmentFingerprintJson());
