@@ -2,7 +2,7 @@
 // added in rank order, so the result does not depend on the launch geometry.
 #include "comm/nccl_reduce.h"
 
-#include "runtime/kernels/cuda/half_bits.cuh"
+#include "runtime/core/dtype_device.cuh"
 
 namespace tessera {
 namespace {

@@ -36,7 +36,7 @@ while IFS= read -r file; do
       bad=1
     fi
   done < <(grep -n '^#include "' "$file" | sed -E 's/^([0-9]+):#include "([^"]+)".*/\1:\2/')
-done < <(git ls-files '*.h' '*.cc' '*.cu' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' 2>/dev/null)
+done < <(git ls-files '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null)
 # Public headers must not expose third-party heavyweights.
 if grep -nE '^#include <(yaml-cpp|mpi\.h|nccl\.h|boost/asio|rocksdb|oneapi/dnnl|dnnl)' $(git ls-files '*.h') 2>/dev/null; then
   echo "a public header includes yaml-cpp/MPI/NCCL/Asio/RocksDB/oneDNN (allowed only in .cc files)"
@@ -49,6 +49,6 @@ while IFS= read -r file; do
     echo "$file: oneDNN may be included only by runtime/kernels/cpu/*.cc"
     bad=1
   fi
-done < <(git ls-files '*.h' '*.cc' '*.cu' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' 2>/dev/null)
+done < <(git ls-files '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null; git ls-files --others --exclude-standard '*.h' '*.cc' '*.cu' '*.cuh' 2>/dev/null)
 [[ $bad -eq 0 ]] && echo "layering: ok"
 exit $bad

@@ -4,7 +4,7 @@
 // rounded on the GPU equals one rounded on the CPU and checkpoints do not depend on the device.
 #include "runtime/core/check.h"
 #include "runtime/kernels/cuda/device_util.cuh"
-#include "runtime/kernels/cuda/half_bits.cuh"
+#include "runtime/core/dtype_device.cuh"
 #include "runtime/kernels/cuda/launch.h"
 
 namespace tessera::cuda {

@@ -1,4 +1,4 @@
-// runtime/kernels/cuda/half_bits.cuh — fp32 <-> bf16 / f16 on the device with the bits of
+// runtime/core/dtype_device.cuh — fp32 <-> bf16 / f16 on the device with the bits of
 // runtime/core/dtype.h's scalar conversions (round to nearest even; a NaN stays a quiet NaN of
 // its sign; f16 overflow becomes inf): the one device copy of those rules, for the backend's
 // conversions (convert.cu) and the NCCL backend's rank-ordered reductions (comm/).
