@@ -93,7 +93,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(comm_);
     }
     pending_.clear();  // each op's event goes with its OpState (ReleaseCudaEvent)
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);  // stream-ordered, as allocated
     cudaFree(barrier_word_);
     cudaStreamDestroy(stream_);
   }
@@ -226,11 +226,15 @@ class NcclCommunicator final : public Communicator {
       const DType t = in.dtype();
       ASSIGN_OR_RETURN(void* rows, Scratch(size() * out.nbytes()));
       RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+      ncclResult_t first = ncclSuccess;  // the group is always closed, then its first error
       for (int p = 0; p < size(); ++p) {
-        ncclSend(At(in.data(), p * m, t), m, NcclType(t), p, comm_, stream_);
-        ncclRecv(At(rows, p * m, t), m, NcclType(t), p, comm_, stream_);
+        const ncclResult_t a = ncclSend(At(in.data(), p * m, t), m, NcclType(t), p, comm_, stream_);
+        const ncclResult_t b = ncclRecv(At(rows, p * m, t), m, NcclType(t), p, comm_, stream_);
+        if (first == ncclSuccess) first = a != ncclSuccess ? a : b;
       }
-      RETURN_IF_ERROR(NcclStatus(ncclGroupEnd(), "ncclGroupEnd (rank-order reduce-scatter)"));
+      const ncclResult_t end = ncclGroupEnd();
+      RETURN_IF_ERROR(NcclStatus(first, "ncclSend/ncclRecv (rank-order reduce-scatter)"));
+      RETURN_IF_ERROR(NcclStatus(end, "ncclGroupEnd (rank-order reduce-scatter)"));
       return CudaStatus(
           ReduceGatheredRows(stream_, t, RowOpOf(op), rows, size(), m, out.data(), m),
           "rank-order reduction kernel");

@@ -32,7 +32,8 @@ __global__ void FloatRows(Kind k, bool max, float div, const void* gathered, int
     float acc = Load(k, gathered, i);  // the first contribution exactly
     for (int r = 1; r < nrows; ++r) {
       const float v = Load(k, gathered, r * stride + i);
-      acc = max ? fmaxf(acc, v) : acc + v;
+      // A NaN wins a max, as comm/reduce.cc's MaxF: a max must not hide a diverged rank.
+      acc = max ? ((v > acc || isnan(v)) ? v : acc) : acc + v;
     }
     Store(k, dst, i, div != 1.0f ? acc / div : acc);
   }

@@ -2,7 +2,9 @@
 // contributions of every rank have been gathered (rows of one buffer, rank 0's first), one
 // kernel combines them element by element in rank order with comm/reduce.h's numerics (an fp32
 // or i32 accumulator, one rounding to the element type at the end, kAvg divides by the ranks),
-// so a rank-ordered reduction on GPUs gives the bits of the MPI backend's on the same data.
+// so a rank-ordered reduction on GPUs gives the bits of the MPI backend's on the same finite
+// data (a NaN result is a NaN on both, not necessarily the same NaN: x86 and CUDA make
+// different ones).
 // Compiled when the NCCL backend and CMake's CUDA language are both on.
 #pragma once
 

@@ -141,13 +141,25 @@ float* DecoderBlock::Activation(const StepContext& step, const Tensor& act_out,
   return out;
 }
 
+// What the attention forward saves for backward, in `arena`: the probabilities, stored in the
+// activation dtype, or (a device backend) its log-sum-exps, which rounding would corrupt: fp32.
+Tensor DecoderBlock::SavedAttention(const StepContext& step, Arena& arena) const {
+  const Shape shape = {d_.B, d_.NH, d_.T, d_.T};
+  if (step.backend->AttentionSavesProbabilities()) {
+    return ActivationStore(d_.act_dtype).Keep(step, arena, shape);
+  }
+  return Alloc(arena, shape);
+}
+
 float* DecoderBlock::AttentionCore(const StepContext& step, const Tensor& att_out,
                                    const Tensor& att, const float* qkv) const {
   const ActivationStore store(d_.act_dtype);
+  // A backend's own statistics are fp32 and never rounded (SavedAttention).
+  const bool probabilities = step.backend->AttentionSavesProbabilities();
   float* o = store.Working(step, att_out);
-  float* p = store.Working(step, att);
+  float* p = probabilities ? store.Working(step, att) : att.f32();
   step.backend->AttentionForward(o, p, qkv, d_.B, d_.T, d_.NH, d_.NKV, d_.HS, d_.window);
-  store.Commit(step, att, p);
+  if (probabilities) store.Commit(step, att, p);
   store.Commit(step, att_out, o);
   return o;
 }
@@ -202,7 +214,7 @@ void DecoderBlock::Compute(StepContext& step, Arena& kept, Arena& dropped, const
   }
   at.lora_qkv = LoraAlloc(kept, w.lora[0]);
   at.lora_proj = LoraAlloc(kept, w.lora[1]);
-  at.att = store.Keep(step, dropped, {d_.B, d_.NH, d_.T, d_.T});
+  at.att = SavedAttention(step, dropped);
   at.att_out = store.Keep(step, dropped, {N, A});
   s.mid = store.Keep(step, kept, {R, C});
   float* mid = store.Working(step, s.mid);  // the MLP's input: lives to the end
@@ -386,7 +398,8 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
                       store.Read(step, att_out), w.proj_w, A, 1, w.lora[1], g.lora[1],
                       at.lora_proj.f32());
   // att_out = attention(qkv)
-  be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), qkv, store.Read(step, att),
+  const float* saved = be.AttentionSavesProbabilities() ? store.Read(step, att) : att.f32();
+  be.AttentionBackward(d_qkv.f32(), scratch.f32(), d_att_out.f32(), qkv, saved,
                        d_.B, d_.T, d_.NH, d_.NKV, d_.HS);
   // qkv = rope(qkv): the gradient goes back through the inverse rotation
   if (!d_.gpt2()) {

@@ -315,6 +315,7 @@ class DecoderBlock {
   // The activation and the attention core, their outputs committed (activation_store.h;
   // forward and recompute). Each returns its (act_out / att_out) fp32 values.
   float* Activation(const StepContext& step, const Tensor& act_out, const float* fc_out) const;
+  Tensor SavedAttention(const StepContext& step, Arena& arena) const;
   float* AttentionCore(const StepContext& step, const Tensor& att_out, const Tensor& att,
                        const float* qkv) const;
   void MlpBackward(StepContext& step, float* d_res, const BlockSaved& s, const Tensor& act_out,

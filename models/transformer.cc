@@ -144,6 +144,13 @@ Status Validate(const ModelConfig& c, int64_t B, int64_t T, const ModelOptions& 
                              " ranks");
     }
   }
+  // A model that owns its parameters keeps them in host arenas, which a device's kernels
+  // cannot read: a device backend's model reads them through a store in its memory.
+  if (options.backend != nullptr && options.backend->device() != Device::kCpu &&
+      options.store == nullptr && !options.sizing) {
+    return bad(std::string("a model on ") + options.backend->name() +
+               " reads its parameters through a ParamStore in device memory (ModelOptions::store)");
+  }
   if (options.sizing) return Status::Ok();
   return CheckFitsInMemory(c, B, T, options.store == nullptr, ep_size);
 }
@@ -450,7 +457,7 @@ std::vector<int64_t> TransformerImpl::moe_layer_ids() const { return moe_layer_i
 // do nothing, its arenas only count) with a MeasuringStore and the tp regions silent, then
 // reserves the backend's arenas of the largest peaks: one activation arena per context.
 void TransformerImpl::MeasureArenas() {
-  MeasuringBackend measuring(backend_->device());
+  MeasuringBackend measuring(*backend_);
   MeasuringStore no_store;
   ParamStore* store = std::exchange(store_, &no_store);
   pass_backend_ = &measuring;

@@ -9,6 +9,8 @@ namespace tessera::transformer_internal {
 std::vector<Transformer::LayerOutput> TransformerImpl::LayerOutputs() {
   TESSERA_CHECK_MSG(chunk_.first && chunk_.last && tp_ == nullptr,
                     "LayerOutputs needs the whole model on one rank");
+  TESSERA_CHECK_MSG(backend_->device() == Device::kCpu,
+                    "LayerOutputs reads activations on the host: a CPU backend's model only");
   TESSERA_CHECK_MSG(!ctx_.empty() && !ctx_[0].resid.empty(), "LayerOutputs before a Forward");
   Context& x = ctx_[0];
   StepContext step{pass_backend_, &x.act, &ws_};

@@ -97,47 +97,21 @@ ModelConfig Gpt2Small() {
   return m;
 }
 
-int BenchPrecision(const std::string& label, const ModelConfig& mc, int64_t B, int64_t T,
-                   int steps, DType dtype, const CudaDeviceInfo& info, int64_t gemm_n) {
-  CudaBackendOptions o;
-  o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  auto made = CreateDeviceBackend(o);
-  if (!made.ok()) {
-    std::fprintf(stderr, "tessera bench gpu: %s\n", made.status().ToString().c_str());
-    return kExitBadInput;
-  }
-  Backend& gpu = *made->backend;
-  const bool bf16 = dtype == DType::kBF16;
-  const double rated = RatedPeakFlops(info.name, bf16) / 1e12;
-  const double gemm = GemmTflops(gpu, gemm_n);
-  const std::vector<int64_t> bounds = UnitBounds(mc);
-  const int64_t n = bounds.back();
-  std::vector<float> params(static_cast<size_t>(n)), grads(params.size());
-  InitParameterRange(mc, 1, 0, n, params.data());
-  HostFlatStore host(params.data(), grads.data(), bounds);
-  MemoryTracker memory;
-  DeviceMirrorStore mirror(host, gpu, bounds, &memory);
-  ModelOptions mo;
-  mo.backend = &gpu;
-  mo.store = &mirror;
-  mo.activation_dtype = dtype;
-  auto model = Transformer::Create(mc, B, T, &memory, mo);
-  if (!model.ok()) {
-    std::fprintf(stderr, "tessera bench gpu: %s\n", model.status().ToString().c_str());
-    return ExitCodeFor(model.status());
-  }
-  std::vector<ParamRange> ranges;
-  for (const Parameter& p : (*model)->parameters()) ranges.push_back({p.offset, p.numel(), true, p.name()});
-  AdamW adamw(AdamWConfig{}, n, ranges, &memory);
-  std::vector<int32_t> in(static_cast<size_t>(B * T)), tgt(in.size());
-  Rng rng(StreamKey(7, 1));
-  for (auto& t : in) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
-  for (auto& t : tgt) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
-  std::vector<double> fb, opt;
-  for (int s = 0; s <= steps; ++s) {  // the first step warms up (allocations, cuBLAS plans)
+// The timed steps of one run: forward+backward (GPU, through the mirror) and clip + AdamW
+// (host), each step's gradients from zero, after one warm-up step (allocations, cuBLAS plans).
+struct StepTimes {
+  Stats total, forward_backward, optimizer;
+};
+
+StepTimes TimeSteps(Transformer& model, AdamW& adamw, std::vector<float>& params,
+                    std::vector<float>& grads, const std::vector<int32_t>& in,
+                    const std::vector<int32_t>& tgt, int steps) {
+  const int64_t n = static_cast<int64_t>(params.size());
+  std::vector<double> fb, opt, total;
+  for (int s = 0; s <= steps; ++s) {
     std::fill(grads.begin(), grads.end(), 0.0f);
     auto t0 = BenchClock::now();
-    (*model)->ForwardBackward(in.data(), tgt.data(), 1.0f);
+    model.ForwardBackward(in.data(), tgt.data(), 1.0f);
     const double f = Since(t0);
     auto t1 = BenchClock::now();
     const float clip = ClipScale(GlobalL2Norm(grads.data(), n), 1.0);
@@ -145,59 +119,132 @@ int BenchPrecision(const std::string& label, const ModelConfig& mc, int64_t B, i
     if (s == 0) continue;
     fb.push_back(f);
     opt.push_back(Since(t1));
+    total.push_back(f + opt.back());
   }
-  std::vector<double> total(fb.size());
-  for (size_t i = 0; i < fb.size(); ++i) total[i] = fb[i] + opt[i];
-  const Stats st = Summarise(total), sf = Summarise(fb), so = Summarise(opt);
-  const double gflop = (*model)->TrainFlopsPerToken() * static_cast<double>(B * T) / 1e9;
-  const double achieved = gflop / st.min / 1e3;  // TFLOP/s
+  return {Summarise(total), Summarise(fb), Summarise(opt)};
+}
+
+struct RunShape {
+  std::string label;
+  int64_t B = 0, T = 0, params = 0;
+  int steps = 0;
+  bool bf16 = false;
+};
+
+void PrintReport(const RunShape& r, const StepTimes& t, double gflop, double gemm_tflops,
+                 int64_t gemm_n, const CudaDeviceInfo& info, const Backend& gpu,
+                 const MemoryTracker& memory) {
+  const double achieved = gflop / t.total.min / 1e3;  // TFLOP/s
+  const double rated = RatedPeakFlops(info.name, r.bf16) / 1e12;
+  const char* type = r.bf16 ? "bf16" : "fp32";
   std::printf("\n%s (%.1fM params), %s on %s (%s), batch %lld x seq %lld, %d timed steps\n",
-              label.c_str(), n / 1e6, bf16 ? "bf16" : "fp32", info.name.c_str(), gpu.name(),
-              static_cast<long long>(B), static_cast<long long>(T), steps);
-  std::printf("  training step      min %7.1f ms   median %7.1f ms\n", st.min * 1e3, st.median * 1e3);
+              r.label.c_str(), r.params / 1e6, type, info.name.c_str(), gpu.name(),
+              static_cast<long long>(r.B), static_cast<long long>(r.T), r.steps);
+  std::printf("  training step      min %7.1f ms   median %7.1f ms\n", t.total.min * 1e3,
+              t.total.median * 1e3);
   std::printf("    forward+backward min %7.1f ms   median %7.1f ms   (GPU; parameters up, "
-              "gradients down)\n", sf.min * 1e3, sf.median * 1e3);
-  std::printf("    clip + AdamW     min %7.1f ms   median %7.1f ms   (host)\n", so.min * 1e3,
-              so.median * 1e3);
-  std::printf("  tokens/s           %.0f (best step)\n", static_cast<double>(B * T) / st.min);
+              "gradients down)\n", t.forward_backward.min * 1e3, t.forward_backward.median * 1e3);
+  std::printf("    clip + AdamW     min %7.1f ms   median %7.1f ms   (host)\n",
+              t.optimizer.min * 1e3, t.optimizer.median * 1e3);
+  std::printf("  tokens/s           %.0f (best step)\n", static_cast<double>(r.B * r.T) / t.total.min);
   std::printf("  achieved           %.1f TFLOP/s (%.1f GFLOP per step)\n", achieved, gflop);
   if (rated > 0) {
     std::printf("  MFU                %.1f%% of the rated %s peak (%.0f TFLOP/s)\n",
-                100.0 * achieved / rated, bf16 ? "bf16" : "fp32", rated);
+                100.0 * achieved / rated, type, rated);
   }
   std::printf("  GEMM %lld^3         %.1f TFLOP/s (%s operands, the backend's Linear): the step "
-              "reaches %.1f%% of it\n", static_cast<long long>(gemm_n), gemm, bf16 ? "bf16" : "fp32",
-              100.0 * achieved / gemm);
+              "reaches %.1f%% of it\n", static_cast<long long>(gemm_n), gemm_tflops, type,
+              100.0 * achieved / gemm_tflops);
   std::printf("  device memory      params %s, grads %s, activations %s, workspace %s\n",
               FormatBytes(memory.peak(MemoryKind::kParameters)).c_str(),
               FormatBytes(memory.peak(MemoryKind::kGradients)).c_str(),
               FormatBytes(memory.peak(MemoryKind::kActivations)).c_str(),
               FormatBytes(memory.peak(MemoryKind::kWorkspace)).c_str());
   std::fflush(stdout);
+}
+
+// One precision: the model on the device through a DeviceMirrorStore over host buffers, as
+// the trainer runs it, timed and reported.
+int BenchPrecision(const RunShape& shape, const ModelConfig& mc, const CudaDeviceInfo& info,
+                   int64_t gemm_n) {
+  CudaBackendOptions o;
+  o.gemm_dtype = shape.bf16 ? DType::kBF16 : DType::kF32;
+  auto made = CreateDeviceBackend(o);
+  if (!made.ok()) {
+    std::fprintf(stderr, "tessera bench gpu: %s\n", made.status().ToString().c_str());
+    return kExitBadInput;
+  }
+  Backend& gpu = *made->backend;
+  const double gemm = GemmTflops(gpu, gemm_n);
+  const std::vector<int64_t> bounds = UnitBounds(mc);
+  RunShape r = shape;
+  r.params = bounds.back();
+  std::vector<float> params(static_cast<size_t>(r.params)), grads(params.size());
+  InitParameterRange(mc, 1, 0, r.params, params.data());
+  HostFlatStore host(params.data(), grads.data(), bounds);
+  MemoryTracker memory;
+  DeviceMirrorStore mirror(host, gpu, bounds, &memory);
+  ModelOptions mo;
+  mo.backend = &gpu;
+  mo.store = &mirror;
+  mo.activation_dtype = o.gemm_dtype;
+  auto model = Transformer::Create(mc, r.B, r.T, &memory, mo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "tessera bench gpu: %s\n", model.status().ToString().c_str());
+    return ExitCodeFor(model.status());
+  }
+  std::vector<ParamRange> ranges;
+  for (const Parameter& p : (*model)->parameters()) {
+    ranges.push_back({p.offset, p.numel(), true, p.name()});
+  }
+  AdamW adamw(AdamWConfig{}, r.params, ranges, &memory);
+  std::vector<int32_t> in(static_cast<size_t>(r.B * r.T)), tgt(in.size());
+  Rng rng(StreamKey(7, 1));
+  for (auto& t : in) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
+  for (auto& t : tgt) t = static_cast<int32_t>(rng.NextBelow(mc.vocab_size));
+  const StepTimes t = TimeSteps(**model, adamw, params, grads, in, tgt, r.steps);
+  const double gflop = (*model)->TrainFlopsPerToken() * static_cast<double>(r.B * r.T) / 1e9;
+  PrintReport(r, t, gflop, gemm, gemm_n, info, gpu, memory);
   return kExitOk;
+}
+
+void PrintHelp() {
+  std::printf(
+    "usage: tessera bench gpu [--precision fp32,bf16] [--batch 4] [--seq 1024] [--steps 10]\n"
+    "                         [--config FILE] [--set key=value]\n\n"
+    "GPT-2 124M training steps on GPU 0 as `tessera train --set train.device=cuda` runs\n"
+    "them: forward and backward on the GPU (parameters uploaded and gradients downloaded\n"
+    "at each unit), then the gradient norm and AdamW on the host. Prints each step's time\n"
+    "(min and median), tokens/s and MFU against the GPU's rated peak, beside the limits\n"
+    "measured in the same run: a cuBLAS 8192^3 GEMM through the backend, the device\n"
+    "memory copy bandwidth and the host-to-device bandwidth. Needs a GPU (exit 4 without;\n"
+    "TESSERA_DEVICE_ON_HOST=1 runs the same path on the CPU, for testing).\n\n"
+    "  --precision P,... fp32, bf16 (default fp32,bf16): bf16 stores activations in bf16\n"
+    "                    and multiplies Linear layers and the LM head in bf16\n"
+    "  --batch B         sequences per step (default 4)\n"
+    "  --seq T           tokens per sequence (default 1024)\n"
+    "  --steps N         timed steps after one warm-up (default 10)\n"
+    "  --gemm N          the GEMM probe's size, N x N x N (default 8192)\n"
+    "  --config FILE     the model of FILE instead of GPT-2 124M\n");
+}
+
+// The limits a step's figures are judged against, measured now.
+void PrintGpuLimits(Backend& gpu, const CudaDeviceInfo& info) {
+  const auto [d2d, h2d] = CopyGbps(gpu, size_t{256} << 20);
+  std::printf("GPU limits (%s, %d SMs, %.0f GiB; measured now):\n", info.name.c_str(),
+              info.multiprocessors, info.memory_bytes / double(1 << 30));
+  std::printf("  device memory copy   %.0f GB/s (read + write)\n", d2d);
+  std::printf("  host -> device       %.1f GB/s (pageable source, through pinned staging)\n", h2d);
+  std::printf("  rated dense peaks    bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s%s\n",
+              RatedPeakFlops(info.name, true) / 1e12, RatedPeakFlops(info.name, false) / 1e12,
+              RatedPeakFlops(info.name, true) > 0 ? "" : " (unknown part: 0)");
 }
 
 }  // namespace
 
 int RunBenchGpu(const Args& args) {
   if (WantsHelp(args)) {
-    std::printf(
-        "usage: tessera bench gpu [--precision fp32,bf16] [--batch 4] [--seq 1024] [--steps 10]\n"
-        "                         [--config FILE] [--set key=value]\n\n"
-        "GPT-2 124M training steps on GPU 0 as `tessera train --set train.device=cuda` runs\n"
-        "them: forward and backward on the GPU (parameters uploaded and gradients downloaded\n"
-        "at each unit), then the gradient norm and AdamW on the host. Prints each step's time\n"
-        "(min and median), tokens/s and MFU against the GPU's rated peak, beside the limits\n"
-        "measured in the same run: a cuBLAS 8192^3 GEMM through the backend, the device\n"
-        "memory copy bandwidth and the host-to-device bandwidth. Needs a GPU (exit 4 without;\n"
-        "TESSERA_DEVICE_ON_HOST=1 runs the same path on the CPU, for testing).\n\n"
-        "  --precision P,... fp32, bf16 (default fp32,bf16): bf16 stores activations in bf16\n"
-        "                    and multiplies Linear layers and the LM head in bf16\n"
-        "  --batch B         sequences per step (default 4)\n"
-        "  --seq T           tokens per sequence (default 1024)\n"
-        "  --steps N         timed steps after one warm-up (default 10)\n"
-        "  --gemm N          the GEMM probe's size, N x N x N (default 8192)\n"
-        "  --config FILE     the model of FILE instead of GPT-2 124M\n");
+    PrintHelp();
     return kExitOk;
   }
   auto parsed = ParseArgs(args, "bench gpu", {"--precision", "--batch", "--seq", "--steps",
@@ -227,6 +274,11 @@ int RunBenchGpu(const Args& args) {
     precisions.push_back(p == "bf16" ? DType::kBF16 : DType::kF32);
   }
   ModelConfig mc = Gpt2Small();
+  if (parsed->Has("--set") && !parsed->Has("--config")) {
+    std::fprintf(stderr, "tessera bench gpu: --set overrides keys of --config FILE, and no "
+                         "--config was given\n");
+    return kExitUsage;
+  }
   if (parsed->Has("--config")) {
     auto c = LoadConfig(parsed->Get("--config"), parsed->All("--set"));
     if (!c.ok()) {
@@ -246,20 +298,11 @@ int RunBenchGpu(const Args& args) {
     return kExitBadInput;
   }
   const CudaDeviceInfo* info = &probe->info;
-  {
-    const auto [d2d, h2d] = CopyGbps(*probe->backend, static_cast<size_t>(*gemm_n) * *gemm_n * 4);
-    std::printf("GPU limits (%s, %d SMs, %.0f GiB; measured now):\n", info->name.c_str(),
-                info->multiprocessors, info->memory_bytes / double(1 << 30));
-    std::printf("  device memory copy   %.0f GB/s (read + write)\n", d2d);
-    std::printf("  host -> device       %.1f GB/s (pageable source, through pinned staging)\n", h2d);
-    std::printf("  rated dense peaks    bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s%s\n",
-                RatedPeakFlops(info->name, true) / 1e12, RatedPeakFlops(info->name, false) / 1e12,
-                RatedPeakFlops(info->name, true) > 0 ? "" : " (unknown part: 0)");
-  }
-  const std::string label = parsed->Get("--config", "GPT-2 124M");
+  PrintGpuLimits(*probe->backend, *info);
   for (DType d : precisions) {
-    const int rc = BenchPrecision(label, mc, *batch, *seq, static_cast<int>(*steps), d, *info,
-                                  *gemm_n);
+    const RunShape shape{parsed->Get("--config", "GPT-2 124M"), *batch, *seq, 0,
+                         static_cast<int>(*steps), d == DType::kBF16};
+    const int rc = BenchPrecision(shape, mc, *info, *gemm_n);
     if (rc != kExitOk) return rc;
   }
   return kExitOk;

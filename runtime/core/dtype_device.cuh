@@ -1,7 +1,8 @@
 // runtime/core/dtype_device.cuh — fp32 <-> bf16 / f16 on the device with the bits of
 // runtime/core/dtype.h's scalar conversions (round to nearest even; a NaN stays a quiet NaN of
-// its sign; f16 overflow becomes inf): the one device copy of those rules, for the backend's
-// conversions (convert.cu) and the NCCL backend's rank-ordered reductions (comm/).
+// its sign, and a 16-bit NaN widens with its sign and payload; f16 overflow becomes inf): the
+// one device copy of those rules, for the backend's conversions (convert.cu) and the NCCL
+// backend's rank-ordered reductions (comm/).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -30,6 +31,15 @@ __device__ inline uint16_t ToF16Bits(float f) {
   return __half_as_ushort(__float2half_rn(f));
 }
 
-__device__ inline float FromF16Bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// cvt.f32.f16 (__half2float) turns every NaN into the canonical 0x7fffffff, dropping its sign
+// and payload; dtype.h's F16ToF32 keeps both (exponent all ones, payload shifted up, not
+// quieted), so NaNs are widened here by bits and only numbers go through the conversion.
+__device__ inline float FromF16Bits(uint16_t h) {
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0u) {
+    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
+                           (static_cast<uint32_t>(h & 0x03ffu) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
 
 }  // namespace tessera::cuda

@@ -134,6 +134,10 @@ class Backend {
                            int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
   virtual void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                             int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
+  // What AttentionForward saves in `att` (B*NH*T*T floats by contract): the softmax
+  // probabilities, which a model may store in its activation dtype (the CPU's), or statistics
+  // of the backend's own that must stay fp32, unrounded (a device's log-sum-exps).
+  virtual bool AttentionSavesProbabilities() const { return true; }
   // window: 0 = causal; W > 0 = each query sees its W most recent keys (itself included).
   virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                 int64_t NH, int64_t NKV, int64_t HS, int64_t window) = 0;
@@ -170,6 +174,8 @@ class Backend {
                                          int64_t chunk_rows, CombineFn combine,
                                          void* combine_ctx) = 0;
   // ---- Mixture of experts (moe_routing.h has the routing rules, cpu/moe.h each contract) ----
+  // MoeRoute's bias(E) is host memory (the trainer's balancing state); a device backend
+  // uploads it.
   virtual void MoeRoute(const MoeRouterSpec& spec, const float* logits, const float* bias,
                         float* scores, int32_t* expert, float* gate, int64_t R) = 0;
   virtual void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores,

@@ -127,6 +127,16 @@ class CpuBackend : public Backend {
 
 // A process-wide CpuBackend (it is stateless) for code that is given no backend: the
 // reference, e.g. for unit tests and tools that build the parameter state alone.
+// The CPU reference claiming to be a device (Device::kCuda) while its memory is host memory:
+// code written for a device backend (token staging, a DeviceMirrorStore, uploads and
+// downloads) runs on it where no GPU is, and must give the CPU reference's bits. A test seam
+// (runtime/train/compute_device.h's TESSERA_DEVICE_ON_HOST), never a way to train.
+class CpuAsDeviceBackend final : public CpuBackend {
+ public:
+  Device device() const override { return Device::kCuda; }
+  const char* name() const override { return "cpu-as-device"; }
+};
+
 Backend& CpuReferenceBackend();
 
 }  // namespace tessera

@@ -6,8 +6,9 @@
 // The backend (runtime/kernels/cuda/cuda_backend.cc):
 //  - memory: arenas in device memory (cudaMalloc, zero-filled), reported by kind to the
 //    caller's tracker like host arenas; ops take device pointers, except where backend.h
-//    says host memory (MoE plan offsets and counts, balance statistics, the classifier's
-//    `combine` values, which this backend stages through host memory).
+//    says host memory (the MoE routing bias and auxiliary-loss coefficients, which this
+//    backend uploads; MoE plan offsets and counts and balance statistics; the classifier's
+//    `combine` values, which it stages through host memory).
 //  - ordering: its own non-blocking stream is the default stream; Record / Wait / Synchronize
 //    are CUDA events. An Event stays valid for the next kEventRing - 1 Records.
 //  - GEMMs: cuBLAS in fp32 (no TF32), or with gemm_dtype kBF16 the Linear layers and the LM
@@ -48,6 +49,7 @@ bool CudaBackendBuilt();
 // (not built; no driver; no device), which GPU tests print when they skip.
 Status CudaAvailable();
 Result<CudaDeviceInfo> CudaDevice(int ordinal);
+int CudaDeviceCount();  // 0 where CudaAvailable() is not OK
 // A backend on options.device (made current on the calling thread).
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
 

@@ -13,6 +13,8 @@ Status CudaAvailable() {
 
 Result<CudaDeviceInfo> CudaDevice(int) { return CudaAvailable(); }
 
+int CudaDeviceCount() { return 0; }
+
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions&) {
   return CudaAvailable();
 }

@@ -15,7 +15,12 @@ namespace tessera {
 
 class MeasuringBackend final : public Backend {
  public:
-  explicit MeasuringBackend(Device device = Device::kCpu) : device_(device) {}
+  explicit MeasuringBackend(Device device = Device::kCpu)
+      : device_(device), saves_probabilities_(device == Device::kCpu) {}
+  // The measuring pass of a model on `measured`: its device and what its attention saves.
+  explicit MeasuringBackend(const Backend& measured)
+      : device_(measured.device()),
+        saves_probabilities_(measured.AttentionSavesProbabilities()) {}
   // A sizing backend: its arenas are sizing arenas (memory.h), so a dry construction of a
   // rank's state books on `tracker` the capacities a run on `device` would reserve.
   static MeasuringBackend Sizing(Device device = Device::kCpu) {
@@ -25,6 +30,7 @@ class MeasuringBackend final : public Backend {
   }
 
   Device device() const override { return device_; }
+  bool AttentionSavesProbabilities() const override { return saves_probabilities_; }
   const char* name() const override { return "measuring"; }
   // A measuring arena: capacity_bytes and tracker are not used (nothing is reserved); a
   // sizing backend's books capacity_bytes on tracker.
@@ -133,6 +139,7 @@ class MeasuringBackend final : public Backend {
                       const MoeAuxGrad& aux, float* d_logits, int64_t R) override;
  private:
   Device device_;
+  bool saves_probabilities_;  // as the measured backend's (a device backend's: statistics)
   bool sizing_ = false;
 };
 

@@ -11,16 +11,13 @@
 namespace tessera {
 namespace {
 
-// The CPU reference claiming to be a device: the test seam of compute_device.h.
-class HostAsDeviceBackend final : public CpuBackend {
- public:
-  Device device() const override { return Device::kCuda; }
-  const char* name() const override { return "cpu-as-device"; }
-};
-
+// The test seam of compute_device.h, read once per process.
 bool DeviceOnHost() {
-  const char* v = std::getenv("TESSERA_DEVICE_ON_HOST");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  static const bool on = [] {
+    const char* v = std::getenv("TESSERA_DEVICE_ON_HOST");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
 }
 
 int LocalRank() {
@@ -28,15 +25,17 @@ int LocalRank() {
   return v != nullptr ? std::atoi(v) : 0;
 }
 
-// Dense (no sparsity) rated peaks in TFLOP/s of the GPUs whose names contain the key: the
-// vendor's data sheets for the SXM parts (fp32 = the non-tensor-core rate).
+// Dense (no sparsity) rated peaks in TFLOP/s from the vendor's data sheets, fp32 = the
+// non-tensor-core rate. The first key a GPU's name contains wins, so the PCIe and NVL parts
+// (lower clocks and power) come before the SXM names they contain.
 struct RatedPeak {
   const char* name;
   double bf16, fp32;
 };
 constexpr RatedPeak kRatedPeaks[] = {
-    {"H200", 989.4, 66.9}, {"H100", 989.4, 66.9}, {"A100", 312.0, 19.5},
-    {"L40S", 362.1, 91.6}, {"B200", 2250.0, 80.0},
+    {"H100 PCIe", 756.0, 51.2}, {"H100 NVL", 835.0, 60.0}, {"H200 NVL", 835.0, 60.0},
+    {"H200", 989.4, 66.9},      {"H100", 989.4, 66.9},     {"A100", 312.0, 19.5},
+    {"L40S", 362.1, 91.6},      {"B200", 2250.0, 80.0},
 };
 
 Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
@@ -45,9 +44,7 @@ Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
   o.gemm_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   if (!DeviceOnHost()) {
     RETURN_IF_ERROR(CudaAvailable());
-    int count = 0;
-    while (CudaDevice(count).ok()) ++count;
-    o.device = LocalRank() % count;
+    o.device = LocalRank() % CudaDeviceCount();
   }
   ASSIGN_OR_RETURN(DeviceBackend d, CreateDeviceBackend(o));
   r.backend = std::move(d.backend);
@@ -75,7 +72,7 @@ Result<RankBackend> CreateCuda(const Config& c, DType dtype) {
 Result<DeviceBackend> CreateDeviceBackend(const CudaBackendOptions& o) {
   DeviceBackend d;
   if (DeviceOnHost()) {
-    d.backend = std::make_unique<HostAsDeviceBackend>();
+    d.backend = std::make_unique<CpuAsDeviceBackend>();
     d.info.name = "host memory (TESSERA_DEVICE_ON_HOST=1)";
     return d;
   }

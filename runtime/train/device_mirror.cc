@@ -21,7 +21,7 @@ DeviceMirrorStore::DeviceMirrorStore(ParamStore& host, Backend& device,
   grads_ = device.MakeArena(MemoryKind::kGradients, bytes, tracker);
   params_base_ = params_.Allocate(DType::kF32, {n}).f32();
   grads_base_ = grads_.Allocate(DType::kF32, {n}).f32();
-  open_grads_.assign(bounds_.size() - 1, nullptr);
+  open_.assign(bounds_.size() - 1, OpenGrads{});
 }
 
 size_t DeviceMirrorStore::Bytes(int unit) const {
@@ -36,22 +36,26 @@ const float* DeviceMirrorStore::Acquire(int unit) {
   return dev;
 }
 
+// A host store may answer null (a frozen LoRA base unit wants no gradients): so does the mirror.
 float* DeviceMirrorStore::Grads(int unit) {
   float* dev = grads_base_ + (bounds_[static_cast<size_t>(unit)] - bounds_.front());
-  float*& host = open_grads_[static_cast<size_t>(unit)];
-  if (host == nullptr) {  // the step's first request: start from what the host state holds
-    host = host_.Grads(unit);
-    device_.Upload(dev, host, Bytes(unit));
+  OpenGrads& o = open_[static_cast<size_t>(unit)];
+  if (!o.open) {  // the step's first request: start from what the host state holds
+    o.open = true;
+    o.host = host_.Grads(unit);
+    if (o.host != nullptr) device_.Upload(dev, o.host, Bytes(unit));
   }
-  return dev;
+  return o.host != nullptr ? dev : nullptr;
 }
 
 void DeviceMirrorStore::GradsDone(int unit) {
-  float*& host = open_grads_[static_cast<size_t>(unit)];
-  TESSERA_CHECK_MSG(host != nullptr, "GradsDone(%d) without Grads", unit);
-  device_.Download(host, grads_base_ + (bounds_[static_cast<size_t>(unit)] - bounds_.front()),
-                   Bytes(unit));
-  host = nullptr;
+  OpenGrads& o = open_[static_cast<size_t>(unit)];
+  TESSERA_CHECK_MSG(o.open, "GradsDone(%d) without Grads", unit);
+  if (o.host != nullptr) {
+    device_.Download(o.host, grads_base_ + (bounds_[static_cast<size_t>(unit)] - bounds_.front()),
+                     Bytes(unit));
+  }
+  o = OpenGrads{};
   host_.GradsDone(unit);
 }
 

@@ -9,7 +9,8 @@
 // across at the unit boundaries the model already calls (param_store.h):
 //   Acquire(u)    the host state's values of u (gathered if sharded), uploaded; the device copy
 //   Grads(u)      first call of a step: the host buffer's starting values uploaded (so the
-//                 model's += accumulation means what it means on the host); the device copy
+//                 model's += accumulation means what it means on the host); the device copy,
+//                 or null where the host store answers null (a frozen LoRA base unit)
 //   GradsDone(u)  the device gradients downloaded into that host buffer, then the host's
 //                 GradsDone (which starts the unit's dp reduction)
 // Prefetch and Release pass through. Every value crosses exactly, so a run on a backend whose
@@ -51,7 +52,13 @@ class DeviceMirrorStore final : public ParamStore {
   Arena params_, grads_;
   float* params_base_ = nullptr;
   float* grads_base_ = nullptr;
-  std::vector<float*> open_grads_;  // per unit: the host gradient buffer of the open step
+  // Per unit: whether its gradients are open this step (Grads called, GradsDone not yet), and
+  // the host buffer they go to (null: the host store wants none).
+  struct OpenGrads {
+    bool open = false;
+    float* host = nullptr;
+  };
+  std::vector<OpenGrads> open_;
 };
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include "models/param_store.h"
 #include "models/transformer.h"
 #include "runtime/kernels/cpu/thread_count.h"
+#include "runtime/kernels/cuda_backend.h"
 #include "runtime/kernels/measuring_backend.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/rank_layout.h"
@@ -135,6 +136,7 @@ Result<RankMemory> PlanStateMemory(const Config& c, int rank, const ModelPartiti
     const size_t mirror = static_cast<size_t>(u.back() - u.front()) * sizeof(float);
     m.bytes[static_cast<int>(MemoryKind::kParameters)] += mirror;
     m.bytes[static_cast<int>(MemoryKind::kGradients)] += mirror;
+    m.device += 2 * mirror;
   }
   return m;
 }
@@ -176,6 +178,9 @@ RankMemory CombineRankMemory(const Config& c, const RankMemory& state,
     const size_t n = static_cast<size_t>(contexts[std::min(k, contexts.size() - 1)]);
     m.bytes[static_cast<int>(MemoryKind::kActivations)] += n * chunks[k].activations;
     m.bytes[static_cast<int>(MemoryKind::kWorkspace)] += chunks[k].workspace;
+    if (c.train.device == ComputeDevice::kCuda) {
+      m.device += n * chunks[k].activations + chunks[k].workspace;
+    }
   }
   return m;
 }
@@ -221,11 +226,34 @@ std::string DescribeRankMemory(const RankMemory& m) {
 
 namespace {
 
-// The stage with the most resident bytes.
+// The stage with the most bytes in host memory.
 const RankMemory& Largest(const std::vector<RankMemory>& stages) {
   return *std::max_element(stages.begin(), stages.end(), [](const RankMemory& a, const RankMemory& b) {
-    return a.resident() < b.resident();
+    return a.host() < b.host();
   });
+}
+
+// What the CUDA backend holds beside the arenas: cuBLAS's workspace, the bf16 operand copies
+// and the scratch of its reductions; a bound, not a measurement.
+constexpr size_t kGpuBackendReserve = size_t{512} << 20;
+
+// train.device: cuda: the stage whose GPU part is largest against GPU 0's memory (skipped
+// where no GPU is usable: the run itself then says why it cannot start).
+Status CheckGpuFits(const std::vector<RankMemory>& stages) {
+  const RankMemory& worst = *std::max_element(
+      stages.begin(), stages.end(),
+      [](const RankMemory& a, const RankMemory& b) { return a.device < b.device; });
+  Result<CudaDeviceInfo> gpu = CudaDevice(0);
+  if (worst.device == 0 || !gpu.ok()) return Status::Ok();
+  const size_t have = static_cast<size_t>(gpu->memory_bytes);
+  if (worst.device + kGpuBackendReserve <= have) return Status::Ok();
+  return InvalidArgument("memory: this layout needs " + FormatBytes(worst.device) +
+                         " of GPU memory on each rank of pipeline stage " +
+                         std::to_string(worst.stage) + " (activations, workspace and the device "
+                         "copies of parameters and gradients) plus " +
+                         FormatBytes(kGpuBackendReserve) + " for the backend, but " + gpu->name +
+                         " has " + FormatBytes(have) + ": try model.recompute=full, a smaller "
+                         "train.micro_batch_size, or more data-parallel ranks with ZeRO");
 }
 
 // Settings that keep the ranks and the global batch, each lowering some kind, in the order a
@@ -270,9 +298,10 @@ std::vector<Remedy> Remedies() {
 
 Status CheckMemoryFits(const Config& config, size_t limit) {
   ASSIGN_OR_RETURN(std::vector<RankMemory> stages, PlanStageMemory(config));
+  RETURN_IF_ERROR(CheckGpuFits(stages));
   const RankMemory& worst = Largest(stages);
-  if (worst.resident() <= limit) return Status::Ok();
-  std::string msg = "memory: this layout needs " + FormatBytes(worst.resident()) + " on each rank of pipeline stage " +
+  if (worst.host() <= limit) return Status::Ok();
+  std::string msg = "memory: this layout needs " + FormatBytes(worst.host()) + " on each rank of pipeline stage " +
                     std::to_string(worst.stage) + " (" + DescribeRankMemory(worst) + ") but a rank may hold " +
                     FormatBytes(limit) + " (train.memory_limit_mb, else physical memory / ranks on the host); "
                     "the largest is " + MemoryKindName(worst.largest());
@@ -283,19 +312,19 @@ Status CheckMemoryFits(const Config& config, size_t limit) {
     const std::string setting = remedy(trial);
     if (setting.empty()) continue;
     Result<std::vector<RankMemory>> planned = PlanStageMemory(trial);
-    if (!planned.ok() || Largest(*planned).resident() >= Largest(stages).resident()) continue;
+    if (!planned.ok() || Largest(*planned).host() >= Largest(stages).host()) continue;
     c = trial;
     stages = *planned;
     changes += std::string(changes.empty() ? "" : ", ") + setting;
-    if (Largest(stages).resident() <= limit) {
+    if (Largest(stages).host() <= limit) {
       return InvalidArgument(msg + ". A layout on the same ranks that fits: " + changes + " (" +
-                               FormatBytes(Largest(stages).resident()) + " per rank; `tessera plan` "
+                               FormatBytes(Largest(stages).host()) + " per rank; `tessera plan` "
                                "searches every layout)");
     }
   }
   return InvalidArgument(msg + ". No setting on the same ranks makes it fit" +
                            (changes.empty() ? std::string() : " (" + changes + " leaves " +
-                                FormatBytes(Largest(stages).resident()) + ")") +
+                                FormatBytes(Largest(stages).host()) + ")") +
                            ": use more ranks (`tessera plan` searches layouts) or a smaller model");
 }
 

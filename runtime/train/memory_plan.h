@@ -33,9 +33,15 @@ struct RankMemory {
   int rank = 0;   // the world rank booked (tp, ep and dp index 0 of the stage)
   std::array<size_t, static_cast<int>(MemoryKind::kCount)> bytes{};
 
+  // Of those, the bytes on the rank's GPU (train.device: cuda: the model's arenas and the
+  // DeviceMirrorStore's copies); 0 on CPU.
+  size_t device = 0;
+
   size_t of(MemoryKind k) const { return bytes[static_cast<int>(k)]; }
   // Every kind held in memory (all but kOffloaded).
   size_t resident() const;
+  // What stays in host memory: resident() less `device`.
+  size_t host() const { return resident() - device; }
   // The resident kind with the most bytes.
   MemoryKind largest() const;
 };

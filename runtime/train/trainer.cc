@@ -215,9 +215,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, World* wo
   const int64_t tokens = config.train.micro_batch_size * T;
   t->inputs_.resize(tokens);
   t->targets_.resize(tokens);
-  // The MFU denominator: what the run's GEMM reaches on this machine right now (the same
-  // measurement `tessera bench` uses). Rank 0 reports it; the others would only contend for
-  // the cores.
+  // The MFU denominator: train.peak_gflops; on a GPU its rated peak (compute_device.h); on CPU
+  // what the run's GEMM reaches on this machine right now (the same measurement `tessera
+  // bench` uses). Rank 0 reports it; the others would only contend for the cores.
   if (t->is_root()) {
     t->peak_flops_ = config.train.peak_gflops > 0 ? config.train.peak_gflops * 1e9
                      : t->rated_peak_flops_ > 0   ? t->rated_peak_flops_

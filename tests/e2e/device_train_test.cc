@@ -3,8 +3,8 @@
 // device (TESSERA_DEVICE_ON_HOST=1, runtime/train/compute_device.h): token ids staged into
 // the model's arena, parameters and gradients crossing a DeviceMirrorStore at every unit
 // boundary, the parameter state and optimizer in host memory. That path must give the cpu
-// run's bits (weights and metrics) under fp32 and bf16, with accumulation and CPU offload, for GPT-2,
-// Llama and an MoE; its memory.json must be what the plan predicts. Without the seam and
+// run's bits (weights and metrics) under fp32 and bf16, with accumulation and CPU offload, for
+// GPT-2, Llama, an MoE and LoRA; its memory.json must be what the plan predicts. Without the seam and
 // without a GPU the run refuses with the reason; the layouts a GPU run cannot take yet are
 // refused at the config's keys. On a machine with a GPU the real backend's run is compared
 // with the CPU's within tolerance (tests/kernels/cuda_model_test.cc has the stricter checks).
@@ -49,6 +49,7 @@ TEST(DeviceTrain, TheDevicePathGivesTheCpuRunsBits) {
       {"configs/tiny.yaml", "--set train.grad_accum_steps=2"},
       {"configs/llama-tiny.yaml", "--set precision=bf16", "TESSERA_BF16_GEMM=fp32 "},
       {"configs/moe-tiny.yaml", "--set optimizer.offload=cpu"},
+      {"configs/tiny.yaml", "--set finetune.lora.rank=4"},  // frozen base: no gradients
   };
   int i = 0;
   for (const Variant& v : variants) {

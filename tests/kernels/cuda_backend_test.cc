@@ -280,7 +280,9 @@ void AddCases(std::vector<Case>& cs) {
        N * K, N * E, N, N},
       {N * K, N * K, N * K}, kReduction, {}, [](Backend& be, const Ptrs& b) {
         const MoeRouterSpec spec = Router();
-        be.MoeRoute(spec, b[0], b[1], b[2], b.n[0], b[3], N);
+        const std::vector<float> bias = {0.05f, -0.1f, 0.0f, 0.2f, -0.05f,
+                                         0.1f, 0.0f, -0.2f, 0.15f};  // host memory
+        be.MoeRoute(spec, b[0], bias.data(), b[2], b.n[0], b[3], N);
         Plan plan;
         plan.kept = be.MoePlan(b.n[0], b[2], N, K, E, 60, b.n[1], b.n[2], plan.offset.data(),
                                plan.counts.data());

@@ -31,15 +31,16 @@ ON_HOST = "TESSERA_DEVICE_ON_HOST"
 
 def run(name, np, sets, device):
     """`device`: the run's ranks take the device path (the seam, exported to every rank)."""
+    flags = runner.mpiflags
     if device:
         os.environ[ON_HOST] = "1"
-        runner.mpiflags = ["-x", ON_HOST] + [f for f in runner.mpiflags if f != "-x" and f != ON_HOST]
+        runner.mpiflags = ["-x", ON_HOST] + flags
         sets = sets + ["train.device=cuda"]
     try:
         out, _ = runner.run(name, np, sets)
     finally:
         os.environ.pop(ON_HOST, None)
-        runner.mpiflags = [f for f in runner.mpiflags if f not in ("-x", ON_HOST)]
+        runner.mpiflags = flags
     return out
 
 

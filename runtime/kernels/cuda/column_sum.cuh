@@ -22,6 +22,13 @@ __global__ void BlockColumnSums(float* partial, Value value, int64_t N, int64_t 
   partial[blk * C + c] = sum;
 }
 
+// value(r, c) = x[r * C + c]: a plain column sum.
+struct Element {
+  const float* x;
+  int64_t C;
+  __device__ float operator()(int64_t r, int64_t c) const { return x[r * C + c]; }
+};
+
 // A template so that every .cu file gets its own copy (no relocatable device code needed).
 template <int kUnused = 0>
 __global__ void AddBlockSums(float* acc, const float* partial, int64_t C) {

@@ -37,16 +37,22 @@ cudaEvent_t AsCuda(Event e) { return reinterpret_cast<cudaEvent_t>(e.handle); }
 
 void FreeDevice(std::byte* p) { cudaFree(p); }
 
-// Grown-on-demand buffers: device scratch and pinned host staging.
-class DeviceBuffer {
+// A grown-on-demand buffer: device scratch (cudaMalloc) or pinned host staging
+// (cudaMallocHost). Growing waits for `s` first, since the GPU may still read the old one.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class GrowingBuffer {
  public:
-  ~DeviceBuffer() { if (p_ != nullptr) cudaFree(p_); }
-  // At least `bytes`; waits for `s` before giving back a smaller buffer the GPU may still read.
+  GrowingBuffer() = default;
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  ~GrowingBuffer() {
+    if (p_ != nullptr) Free(p_);
+  }
   void* Get(size_t bytes, cudaStream_t s) {
     if (bytes > size_) {
       CUDA_CHECK(cudaStreamSynchronize(s));
-      if (p_ != nullptr) CUDA_CHECK(cudaFree(p_));
-      CUDA_CHECK(cudaMalloc(&p_, bytes));
+      if (p_ != nullptr) CUDA_CHECK(Free(p_));
+      CUDA_CHECK(Alloc(&p_, bytes));
       size_ = bytes;
     }
     return p_;
@@ -56,24 +62,10 @@ class DeviceBuffer {
   void* p_ = nullptr;
   size_t size_ = 0;
 };
-
-class PinnedBuffer {
- public:
-  ~PinnedBuffer() { if (p_ != nullptr) cudaFreeHost(p_); }
-  void* Get(size_t bytes, cudaStream_t s) {
-    if (bytes > size_) {
-      CUDA_CHECK(cudaStreamSynchronize(s));
-      if (p_ != nullptr) CUDA_CHECK(cudaFreeHost(p_));
-      CUDA_CHECK(cudaMallocHost(&p_, bytes));
-      size_ = bytes;
-    }
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
+cudaError_t DeviceAlloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t PinnedAlloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+using DeviceBuffer = GrowingBuffer<&DeviceAlloc, &cudaFree>;
+using PinnedBuffer = GrowingBuffer<&PinnedAlloc, &cudaFreeHost>;
 
 class CudaBackend final : public Backend {
  public:
@@ -82,6 +74,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
     current_ = main_;
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
     CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
@@ -94,6 +87,7 @@ class CudaBackend final : public Backend {
     cublasDestroy(cublas_);
     cudaFree(cublas_workspace_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaEventDestroy(staged_);
     cudaStreamDestroy(main_);
   }
 
@@ -108,7 +102,11 @@ class CudaBackend final : public Backend {
       const cudaError_t err = cudaMalloc(&base, capacity_bytes);
       TESSERA_CHECK_MSG(err == cudaSuccess, "cudaMalloc of %zu bytes (%s) failed: %s",
                         capacity_bytes, MemoryKindName(kind), cudaGetErrorString(err));
-      CUDA_CHECK(cudaMemset(base, 0, capacity_bytes));
+      // Zeroed on this backend's stream and waited for: cudaMemset would run on CUDA's legacy
+      // default stream, which the non-blocking streams do not wait for, so a first Upload or
+      // kernel into the arena could run before the zeroing and be overwritten by it.
+      CUDA_CHECK(cudaMemsetAsync(base, 0, capacity_bytes, current_));
+      CUDA_CHECK(cudaStreamSynchronize(current_));
     }
     return Arena(kind, Device::kCuda, base, capacity_bytes, &FreeDevice, tracker);
   }
@@ -140,10 +138,10 @@ class CudaBackend final : public Backend {
   }
   void Upload(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
-    void* staged = pinned_.Get(bytes, current_);
-    CUDA_CHECK(cudaStreamSynchronize(current_));  // the staging buffer may still be read
+    void* staged = Staging(bytes);
     std::memcpy(staged, host_src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, current_));
+    CUDA_CHECK(cudaEventRecord(staged_, current_));  // the next user of the buffer waits for it
   }
   void Download(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -320,9 +318,15 @@ class CudaBackend final : public Backend {
                       vocab_begin, loss_scale, logits_scratch, chunk_rows, combine, combine_ctx);
   }
 
+  // The balancing bias is host memory (backend.h): uploaded into scratch for the kernel.
   void MoeRoute(const MoeRouterSpec& spec, const float* logits, const float* bias, float* scores,
                 int32_t* expert, float* gate, int64_t R) override {
-    cuda::MoeRoute(current_, spec, logits, bias, scores, expert, gate, R);
+    float* d_bias = nullptr;
+    if (bias != nullptr) {
+      d_bias = Scratch(spec.E);
+      Upload(d_bias, bias, static_cast<size_t>(spec.E) * sizeof(float));
+    }
+    cuda::MoeRoute(current_, spec, logits, d_bias, scores, expert, gate, R);
   }
   void MoeRouteBackward(const MoeRouterSpec& spec, const float* scores, const int32_t* expert,
                         const float* d_gate, float* d_logits, int64_t R) override {
@@ -364,6 +368,14 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t Resolve(Stream s) const { return s.is_default() ? main_ : AsCuda(s); }
+  // The pinned staging buffer, once the last copy out of it (an Upload's, on whichever stream)
+  // has finished: waiting for that copy alone, not for the whole stream, lets an Upload (the
+  // MoE bias and coefficients, a mirrored parameter unit) leave queued kernels running, and
+  // keeps an Upload on another stream from overwriting bytes a copy is still reading.
+  void* Staging(size_t bytes) {
+    CUDA_CHECK(cudaEventSynchronize(staged_));
+    return pinned_.Get(bytes, current_);
+  }
   float* Scratch(int64_t floats) {
     return static_cast<float*>(scratch_.Get(static_cast<size_t>(floats) * sizeof(float), current_));
   }
@@ -386,6 +398,7 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   DeviceBuffer scratch_, bf16_operands_;
   PinnedBuffer pinned_;
+  cudaEvent_t staged_ = nullptr;  // after the last copy out of pinned_
 };
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same call with the
@@ -403,11 +416,19 @@ void CudaBackend::GemmAs(DType dtype, bool trans_a, bool trans_b, int64_t M, int
                              static_cast<int>(lda), &beta, C, static_cast<int>(ldc)));
     return;
   }
-  // Elements each operand spans as stored (rows of its leading dimension).
-  const int64_t a_elems = (trans_a ? K : M) * lda, b_elems = (trans_b ? N : K) * ldb;
+  // Elements each operand spans as stored: its rows at the leading dimension, the last row
+  // only as wide as the operand (a column slice of a wider matrix ends before its last row
+  // does, and reading a whole last row would run past the end of the buffer).
+  auto span = [](int64_t rows, int64_t cols, int64_t ld) {
+    return rows == 0 || cols == 0 ? int64_t{0} : (rows - 1) * ld + cols;
+  };
+  const int64_t a_elems = trans_a ? span(K, M, lda) : span(M, K, lda);
+  const int64_t b_elems = trans_b ? span(N, K, ldb) : span(K, N, ldb);
+  // b16 starts 256-byte aligned, as cudaMalloc's a16, so cuBLAS may pick its vectorised kernels.
+  const int64_t b_offset = (a_elems + 127) / 128 * 128;
   auto* a16 = static_cast<uint16_t*>(
-      bf16_operands_.Get(static_cast<size_t>(a_elems + b_elems) * sizeof(uint16_t), current_));
-  uint16_t* b16 = a16 + a_elems;
+      bf16_operands_.Get(static_cast<size_t>(b_offset + b_elems) * sizeof(uint16_t), current_));
+  uint16_t* b16 = a16 + b_offset;
   cuda::ConvertFromF32(current_, DType::kBF16, A, a16, a_elems);
   cuda::ConvertFromF32(current_, DType::kBF16, B, b16, b_elems);
   CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
@@ -418,7 +439,7 @@ void CudaBackend::GemmAs(DType dtype, bool trans_a, bool trans_b, int64_t M, int
 
 void CudaBackend::CombineOnHost(float* values, int64_t n, bool max, CombineFn combine,
                                 void* ctx) {
-  auto* host = static_cast<float*>(pinned_.Get(static_cast<size_t>(n) * sizeof(float), current_));
+  auto* host = static_cast<float*>(Staging(static_cast<size_t>(n) * sizeof(float)));
   Download(host, values, static_cast<size_t>(n) * sizeof(float));
   combine(ctx, host, n, max);
   CUDA_CHECK(cudaMemcpyAsync(values, host, static_cast<size_t>(n) * sizeof(float),
@@ -458,7 +479,8 @@ double CudaBackend::Classifier(float* losses, float* d_x, float* d_weight, const
              d_weight, C);
     }
   }
-  // The loss sum in row order on the host, in double (ignored rows hold 0).
+  // The loss sum in row order on the host, in double, of the per-row losses as stored (fp32;
+  // the CPU adds them before rounding, so the sums differ in the last bits; ignored rows: 0).
   std::vector<float> host(static_cast<size_t>(N));
   Download(host.data(), losses, host.size() * sizeof(float));
   double sum = 0.0;
@@ -536,6 +558,11 @@ bool CudaBackendBuilt() { return true; }
 Status CudaAvailable() {
   int count = 0;
   return DeviceCountStatus(&count);
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  return DeviceCountStatus(&count).ok() ? count : 0;
 }
 
 Result<CudaDeviceInfo> CudaDevice(int ordinal) {

@@ -21,6 +21,15 @@ inline unsigned BlocksFor(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(b);
 }
 
+// Threads for one block per row of C elements: a multiple of the warp (BlockSum's
+// requirement), no more than the row has work for, at most `cap`.
+inline int RowBlockThreads(int64_t C, int cap) {
+  int64_t t = (C + kWarp - 1) / kWarp * kWarp;
+  if (t < kWarp) t = kWarp;
+  if (t > cap) t = cap;
+  return static_cast<int>(t);
+}
+
 // Grid-stride index loop: for (int64_t i = GridStart(); i < n; i += GridStride()).
 __device__ inline int64_t GridStart() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

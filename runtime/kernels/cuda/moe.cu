@@ -35,14 +35,8 @@ __device__ inline int64_t WarpRowStride() {
   return static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
 }
 
-// The channel kernels: one block per row of C channels, a multiple of 32 threads (BlockSum's
-// requirement), no more than the row has work for.
-inline int ChannelThreads(int64_t C) {
-  int64_t t = (C + kWarp - 1) / kWarp * kWarp;
-  if (t < kWarp) t = kWarp;
-  if (t > kThreads) t = kThreads;
-  return static_cast<int>(t);
-}
+// The channel kernels: one block per row of C channels.
+inline int ChannelThreads(int64_t C) { return RowBlockThreads(C, kThreads); }
 inline unsigned RowBlocks(int64_t rows) { return BlocksFor(rows, 1); }
 
 // ---- ranking keys: the CPU's "largest value, ties lower index" as one unsigned order -------

@@ -13,10 +13,7 @@ __device__ inline int64_t RowAt(Rows r, int64_t i, int64_t C) {
 }
 
 // Threads per row block: enough for C, at most 512, a multiple of the warp.
-int RowThreads(int64_t C) {
-  int64_t t = ((C + kWarp - 1) / kWarp) * kWarp;
-  return static_cast<int>(t < kWarp ? kWarp : (t > 512 ? 512 : t));
-}
+int RowThreads(int64_t C) { return RowBlockThreads(C, 512); }
 
 __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
                                        const float* weight, const float* bias, int64_t C,
@@ -71,12 +68,6 @@ struct LayerNormWeightGrad {
   __device__ float operator()(int64_t r, int64_t c) const {
     return d_out[r * C + c] * ((inp[r * C + c] - mean[r]) * rstd[r]);
   }
-};
-
-struct Element {
-  const float* x;
-  int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return x[r * C + c]; }
 };
 
 __global__ void RmsNormForwardKernel(float* out, Rows out_rows, float* rstd, const float* inp,

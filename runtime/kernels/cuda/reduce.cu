@@ -4,12 +4,6 @@
 namespace tessera::cuda {
 namespace {
 
-struct Element {
-  const float* x;
-  int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return x[r * C + c]; }
-};
-
 }  // namespace
 
 int64_t ColumnSumScratchFloats(int64_t C) { return kColumnSumBlocks * C; }

@@ -1,7 +1,7 @@
 // runtime/kernels/cuda/rope.cu — rotary position embedding in Hugging Face's rotate_half
 // layout (runtime/kernels/cpu/rope.cc's numerics: angle = float(pos) * inv_freq[i] as an fp32
-// product, then cosf / sinf of it, which reduce large angles exactly as the CPU's libm does to
-// within an ulp). One thread per (token, rotated head, pair i); pairs are independent.
+// product, then cosf / sinf of it: CUDA's reduce large angles exactly and are within 2 ulp,
+// the CPU's libm within 1). One thread per (token, rotated head, pair i); pairs are independent.
 #include "runtime/core/check.h"
 #include "runtime/kernels/cuda/device_util.cuh"
 #include "runtime/kernels/cuda/launch.h"
