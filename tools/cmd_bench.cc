@@ -73,10 +73,6 @@ int64_t MemAvailableBytes() {
   return -1;
 }
 
-namespace {
-
-using Clock = BenchClock;
-
 ModelConfig Gpt2Small() {
   ModelConfig m;
   m.family = ModelFamily::kGpt2;
@@ -88,6 +84,10 @@ ModelConfig Gpt2Small() {
   m.tie_embeddings = true;
   return m;
 }
+
+namespace {
+
+using Clock = BenchClock;
 
 std::vector<ParamRange> AllDecay(Transformer& model) {
   std::vector<ParamRange> r;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/model_config.h"
 #include "tools/commands.h"
 
 namespace tessera::cli {
@@ -60,6 +61,8 @@ int RunBenchDiverged(const Args& args);
 int RunBenchMoe(const Args& args);
 // `tessera bench offload ...` (cmd_bench_offload.cc).
 int RunBenchOffload(const Args& args);
+// GPT-2 124M (12 layers, 768 wide, 12 heads, vocab 50257, tied): the benchmarks' default model.
+ModelConfig Gpt2Small();
 // `tessera bench gpu` (cmd_bench_gpu.cc).
 int RunBenchGpu(const Args& args);
 

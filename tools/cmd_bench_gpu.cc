@@ -85,18 +85,6 @@ std::pair<double, double> CopyGbps(Backend& gpu, size_t bytes) {
   return {2.0 * bytes / d2d / 1e9, bytes / h2d / 1e9};
 }
 
-ModelConfig Gpt2Small() {
-  ModelConfig m;
-  m.family = ModelFamily::kGpt2;
-  m.vocab_size = 50257;
-  m.max_seq_len = 1024;
-  m.num_layers = 12;
-  m.hidden_size = 768;
-  m.num_heads = 12;
-  m.tie_embeddings = true;
-  return m;
-}
-
 // The timed steps of one run: forward+backward (GPU, through the mirror) and clip + AdamW
 // (host), each step's gradients from zero, after one warm-up step (allocations, cuBLAS plans).
 struct StepTimes {

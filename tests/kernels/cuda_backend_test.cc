@@ -133,6 +133,17 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements off";
 }
 
+// Every float buffer of a case but its private ones.
+void ExpectCaseClose(const Case& c, const HostBuffers& got, const HostBuffers& want,
+                     Tolerance tol) {
+  for (size_t i = 0; i < want.f.size(); ++i) {
+    if (std::find(c.private_floats.begin(), c.private_floats.end(), static_cast<int>(i)) ==
+        c.private_floats.end()) {
+      ExpectClose(got.f[i], want.f[i], tol, c.name + " f" + std::to_string(i));
+    }
+  }
+}
+
 MoeRouterSpec Router() {
   MoeRouterSpec s;
   s.E = E;
@@ -365,13 +376,7 @@ TEST_F(CudaBackendTest, EveryOpMatchesTheCpuReferenceWithinItsTolerance) {
     HostBuffers want = Fill(c, 17), got = Fill(c, 17);
     const double want_sum = RunCpu(c, want);
     const double got_sum = RunGpu(*gpu, c, got);
-    for (size_t i = 0; i < want.f.size(); ++i) {
-      if (std::find(c.private_floats.begin(), c.private_floats.end(), static_cast<int>(i)) !=
-          c.private_floats.end()) {
-        continue;
-      }
-      ExpectClose(got.f[i], want.f[i], c.tol, c.name + " f" + std::to_string(i));
-    }
+    ExpectCaseClose(c, got, want, c.tol);
     for (size_t i = 0; i < want.n.size(); ++i) EXPECT_EQ(got.n[i], want.n[i]) << "n" << i;
     EXPECT_NEAR(got_sum, want_sum, 1e-5 * std::max(1.0, std::fabs(want_sum)));
   }
@@ -406,13 +411,7 @@ TEST_F(CudaBackendTest, Bf16GemmsStayWithinBf16ToleranceOfTheFp32Reference) {
     HostBuffers want = Fill(c, 31), got = Fill(c, 31);
     RunCpu(c, want);
     RunGpu(*gpu, c, got);
-    for (size_t i = 0; i < want.f.size(); ++i) {
-      if (std::find(c.private_floats.begin(), c.private_floats.end(), static_cast<int>(i)) !=
-          c.private_floats.end()) {
-        continue;
-      }
-      ExpectClose(got.f[i], want.f[i], kBf16Gemm, c.name + " f" + std::to_string(i));
-    }
+    ExpectCaseClose(c, got, want, kBf16Gemm);
   }
 }
 
