@@ -276,11 +276,15 @@ class CudaBackend final : public Backend {
   // `scratch` (B*NH*T*T floats by contract) each query row's D.
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                         int64_t NH, int64_t NKV, int64_t HS, int64_t window) override {
+    // The saved set must fit the contract's B*NH*T*T floats: it does from T = 2 on.
+    TESSERA_CHECK_MSG(cuda::AttentionSavedFloats(B, NH, T) <= B * NH * T * T,
+                      "attention on the GPU needs T >= 2 (got T = %lld)", static_cast<long long>(T));
     cuda::AttentionForward(current_, out, att, qkv, B, T, NH, NKV, HS, window);
   }
   void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
                          const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                          int64_t HS) override {
+    TESSERA_CHECK(cuda::AttentionBackwardScratchFloats(B, NH, T) <= B * NH * T * T);
     cuda::AttentionBackward(current_, d_qkv, scratch, d_out, qkv, att, B, T, NH, NKV, HS);
   }
 
