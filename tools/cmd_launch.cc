@@ -26,14 +26,33 @@ namespace tessera::cli {
 namespace {
 
 // The supervisor the signal handlers talk to (set while Run() runs). Its request methods are
-// single relaxed atomic increments, which are async-signal-safe.
+// single relaxed atomic increments, which are async-signal-safe. A signal that arrives before
+// it exists (while the config is checked) is counted and handed over when it does: a SIGTERM
+// during startup is a preemption like any other, not a kill that leaves nothing behind.
 std::atomic<Supervisor*> g_supervisor{nullptr};
+std::atomic<int> g_early_stops{0};
+std::atomic<int> g_early_checkpoints{0};
 
 void OnStopSignal(int) {
-  if (Supervisor* s = g_supervisor.load()) s->RequestStop();
+  if (Supervisor* s = g_supervisor.load()) {
+    s->RequestStop();
+  } else {
+    g_early_stops.fetch_add(1);
+  }
 }
 void OnCheckpointSignal(int) {
-  if (Supervisor* s = g_supervisor.load()) s->RequestCheckpoint();
+  if (Supervisor* s = g_supervisor.load()) {
+    s->RequestCheckpoint();
+  } else {
+    g_early_checkpoints.fetch_add(1);
+  }
+}
+
+// Publishes the supervisor to the handlers and replays what arrived before it.
+void AttachSupervisor(Supervisor& supervisor) {
+  g_supervisor.store(&supervisor);
+  for (int n = g_early_stops.exchange(0); n > 0; --n) supervisor.RequestStop();
+  for (int n = g_early_checkpoints.exchange(0); n > 0; --n) supervisor.RequestCheckpoint();
 }
 
 void InstallHandlers() {
@@ -181,7 +200,8 @@ constexpr const char* kHelp =
     "  --strict-env            a restart refuses a checkpoint saved by other code, compiler,\n"
     "                          libraries or CPU (train.strict_env; exit 4, no restart)\n\n"
     "Signals: SIGTERM or SIGINT (Ctrl-C) = preemption: the ranks save a checkpoint at the next\n"
-    "step and exit; a second one stops at once. SIGUSR1 asks for a checkpoint now.\n\n"
+    "step and exit (also when it comes before they have started: they stop after their first\n"
+    "step); a second one stops at once. SIGUSR1 asks for a checkpoint now.\n\n"
     "Exit codes: 0 finished, 7 stopped (resumable), 8 gave up (restart budget or crash loop),\n"
     "2 usage, 3 bad config, 4 bad input, 5 no usable checkpoint. Under Slurm, list the codes a\n"
     "requeue cures in slurm.conf (RequeueExit=7,8: a preempted or stopped job resumes from its\n"
@@ -201,6 +221,7 @@ int RunLaunch(const Args& raw) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
+  InstallHandlers();
   Args args;  // mpirun's spelling "-n 4" / "-np 4" accepted as --np
   for (const std::string& a : raw) args.push_back(a == "-n" || a == "-np" ? "--np" : a);
   auto parsed = ParseArgs(args, "launch",
@@ -343,8 +364,7 @@ int RunLaunch(const Args& raw) {
   }
 
   Supervisor supervisor(o);
-  g_supervisor.store(&supervisor);
-  InstallHandlers();
+  AttachSupervisor(supervisor);
   auto outcome = supervisor.Run();
   g_supervisor.store(nullptr);
   if (!outcome.ok()) {

@@ -399,7 +399,11 @@ if "preempt" in cases:
 
 if "early" in cases:
     out, p, logname = start("early")
-    time.sleep(0.1)
+    # The supervisor's first line comes after its handlers are in (a SIGTERM before the
+    # process reaches main() would kill it by default) and before it launches any rank.
+    t0 = time.time()
+    while "] start " not in open(logname).read() and p.poll() is None and time.time() - t0 < 60:
+        time.sleep(0.01)
     os.kill(p.pid, signal.SIGTERM)
     text = finish("early", p, logname, expect=7)
     check("stopped at step" in text, "ranks connecting after the stop request still stopped after a checkpoint")
