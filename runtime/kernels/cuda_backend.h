@@ -50,6 +50,9 @@ bool CudaBackendBuilt();
 Status CudaAvailable();
 Result<CudaDeviceInfo> CudaDevice(int ordinal);
 int CudaDeviceCount();  // 0 where CudaAvailable() is not OK
+// OK when cuBLAS can be loaded (it is loaded when the first backend is made, not linked: its
+// start-up cost would fall on every process); needs no GPU. Else why not, naming the files.
+Status CublasLoadable();
 // A backend on options.device (made current on the calling thread).
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
 

@@ -15,6 +15,8 @@ Result<CudaDeviceInfo> CudaDevice(int) { return CudaAvailable(); }
 
 int CudaDeviceCount() { return 0; }
 
+Status CublasLoadable() { return CudaAvailable(); }
+
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions&) {
   return CudaAvailable();
 }

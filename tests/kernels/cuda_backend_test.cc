@@ -353,6 +353,17 @@ TEST(CudaBackendAvailability, IsAStatusNotACrash) {
   }
 }
 
+// cuBLAS is loaded, not linked: where the backend is built, every entry point it calls
+// resolves (no GPU needed); where it is not, the answer says so.
+TEST(CudaBackendAvailability, CublasLoadsWithEveryEntryPoint) {
+  const Status s = CublasLoadable();
+  if (CudaBackendBuilt()) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  }
+}
+
 // The cases themselves, on the reference alone (so they are sound where no GPU runs them):
 // every case runs and changes some buffer, or its comparison would prove nothing.
 TEST(CudaBackendCases, EveryCaseRunsOnTheCpuReferenceAndChangesABuffer) {

@@ -8,7 +8,6 @@
 // they reach their size in the first step and never move again.
 #include "runtime/kernels/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
@@ -16,14 +15,16 @@
 #include <vector>
 
 #include "runtime/kernels/cpu/moe.h"
+#include "runtime/kernels/cuda/cublas_api.h"
 #include "runtime/kernels/cuda/cuda_check.h"
 #include "runtime/kernels/cuda/launch.h"
 
+// For CudaBackend's members: `blas_` is its table of cuBLAS entry points (cublas_api.h).
 #define CUBLAS_CHECK(call)                                                              \
   do {                                                                                  \
     const cublasStatus_t tessera_cublas_st_ = (call);                                   \
     TESSERA_CHECK_MSG(tessera_cublas_st_ == CUBLAS_STATUS_SUCCESS, "%s failed: %s", #call, \
-                      cublasGetStatusString(tessera_cublas_st_));                        \
+                      blas_.status_string(tessera_cublas_st_));                          \
   } while (0)
 
 namespace tessera {
@@ -69,22 +70,22 @@ using PinnedBuffer = GrowingBuffer<&PinnedAlloc, &cudaFreeHost>;
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaBackendOptions& o) : options_(o) {
+  CudaBackend(const CudaBackendOptions& o, const CublasApi& blas) : options_(o), blas_(blas) {
     CUDA_CHECK(cudaSetDevice(o.device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
     current_ = main_;
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
-    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(blas_.create(&cublas_));
     CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
-    CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+    CUBLAS_CHECK(blas_.set_workspace(cublas_, cublas_workspace_, kCublasWorkspace));
     // fp32 GEMMs stay fp32: no TF32 unless asked for (never, here).
-    CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    CUBLAS_CHECK(cublasSetStream(cublas_, current_));
+    CUBLAS_CHECK(blas_.set_math_mode(cublas_, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(blas_.set_stream(cublas_, current_));
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(main_);
-    cublasDestroy(cublas_);
+    blas_.destroy(cublas_);
     cudaFree(cublas_workspace_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaEventDestroy(staged_);
@@ -118,7 +119,7 @@ class CudaBackend final : public Backend {
   }
   void SetStream(Stream s) override {
     current_ = s.is_default() ? main_ : AsCuda(s);
-    CUBLAS_CHECK(cublasSetStream(cublas_, current_));
+    CUBLAS_CHECK(blas_.set_stream(cublas_, current_));
   }
   Event Record(Stream s) override {
     cudaEvent_t e = events_[next_event_];
@@ -398,6 +399,7 @@ class CudaBackend final : public Backend {
   cudaStream_t main_ = nullptr, current_ = nullptr;
   std::array<cudaEvent_t, kEventRing> events_{};
   int next_event_ = 0;
+  const CublasApi& blas_;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   DeviceBuffer scratch_, bf16_operands_;
@@ -415,7 +417,7 @@ void CudaBackend::GemmAs(DType dtype, bool trans_a, bool trans_b, int64_t M, int
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (dtype != DType::kBF16) {
-    CUBLAS_CHECK(cublasSgemm(cublas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
+    CUBLAS_CHECK(blas_.sgemm(cublas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
                              static_cast<int>(K), &alpha, B, static_cast<int>(ldb), A,
                              static_cast<int>(lda), &beta, C, static_cast<int>(ldc)));
     return;
@@ -435,7 +437,7 @@ void CudaBackend::GemmAs(DType dtype, bool trans_a, bool trans_b, int64_t M, int
   uint16_t* b16 = a16 + b_offset;
   cuda::ConvertFromF32(current_, DType::kBF16, A, a16, a_elems);
   cuda::ConvertFromF32(current_, DType::kBF16, B, b16, b_elems);
-  CUBLAS_CHECK(cublasGemmEx(cublas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
+  CUBLAS_CHECK(blas_.gemm_ex(cublas_, op_b, op_a, static_cast<int>(N), static_cast<int>(M),
                             static_cast<int>(K), &alpha, b16, CUDA_R_16BF, static_cast<int>(ldb),
                             a16, CUDA_R_16BF, static_cast<int>(lda), &beta, C, CUDA_R_32F,
                             static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -569,6 +571,8 @@ int CudaDeviceCount() {
   return DeviceCountStatus(&count).ok() ? count : 0;
 }
 
+Status CublasLoadable() { return LoadCublas().status(); }
+
 Result<CudaDeviceInfo> CudaDevice(int ordinal) {
   int count = 0;
   RETURN_IF_ERROR(DeviceCountStatus(&count));
@@ -595,7 +599,8 @@ Result<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& opt
     return InvalidArgument("the CUDA backend multiplies in fp32 or bf16");
   }
   RETURN_IF_ERROR(CudaDevice(options.device).status());
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options));
+  ASSIGN_OR_RETURN(const CublasApi* blas, LoadCublas());
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options, *blas));
 }
 
 }  // namespace tessera
