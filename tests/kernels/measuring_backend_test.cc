@@ -20,25 +20,16 @@
 #include "models/transformer.h"
 #include "runtime/kernels/cpu_backend.h"
 #include "runtime/kernels/measuring_backend.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tessera {
 namespace {
 
 constexpr int64_t kB = 2, kT = 8;
 
+// vocab 37, not a multiple of tp: the vocab-parallel head pads.
 ModelConfig Tiny(ModelFamily family, RecomputePolicy policy) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 37;  // not a multiple of tp: the vocab-parallel head pads
-  c.max_seq_len = 16;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;
-  c.ffn_hidden_size = family == ModelFamily::kLlama ? 24 : 0;
-  c.tie_embeddings = family == ModelFamily::kGpt2;
-  c.recompute = policy;
-  return c;
+  return testing::TinyDense(family, 2, 37, family == ModelFamily::kGpt2, policy);
 }
 
 struct Case {

@@ -17,6 +17,7 @@
 
 #include "models/param_layout.h"
 #include "models/transformer.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tessera {
 namespace {
@@ -24,35 +25,14 @@ namespace {
 constexpr int64_t kB = 2, kT = 8;
 
 ModelConfig Tiny(ModelFamily family, RecomputePolicy policy, float init_std = 0.2f) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 32;
-  c.max_seq_len = 16;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;  // GQA for Llama
-  c.ffn_hidden_size = family == ModelFamily::kLlama ? 24 : 0;
-  c.tie_embeddings = family == ModelFamily::kGpt2;
-  c.init_std = init_std;
-  c.recompute = policy;
-  return c;
+  return testing::TinyDense(family, 2, 32, family == ModelFamily::kGpt2, policy, init_std);
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-};
+using Batch = testing::TokenBatch;
 
 // Random tokens; one target in every 7 is ignored (-1) unless `all_counted`.
 Batch MakeBatch(int64_t B, int64_t T, int64_t V, uint32_t seed, bool all_counted = false) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
-  Batch b;
-  for (int64_t i = 0; i < B * T; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(!all_counted && i % 7 == 3 ? -1 : tok(gen));
-  }
-  return b;
+  return testing::RandomTokens(B * T, V, seed, all_counted ? 0 : 7, 3);
 }
 
 std::unique_ptr<Transformer> Make(const ModelConfig& c, int64_t B = kB, int64_t T = kT,

@@ -19,6 +19,7 @@
 #include "models/partition.h"
 #include "models/transformer.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tessera {
 namespace {
@@ -27,35 +28,12 @@ constexpr int64_t kB = 2, kT = 8;
 constexpr uint64_t kSeed = 5;
 
 ModelConfig Tiny(ModelFamily family, bool tied, RecomputePolicy policy) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 32;
-  c.max_seq_len = 16;
-  c.num_layers = 4;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;
-  c.ffn_hidden_size = family == ModelFamily::kLlama ? 24 : 0;
-  c.tie_embeddings = tied;
-  c.init_std = 0.2f;
-  c.recompute = policy;
-  return c;
+  return testing::TinyDense(family, 4, 32, tied, policy);
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-};
+using Batch = testing::TokenBatch;
 
-Batch MakeBatch(int64_t V, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
-  Batch b;
-  for (int64_t i = 0; i < kB * kT; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(i % 6 == 1 ? -1 : tok(gen));
-  }
-  return b;
-}
+Batch MakeBatch(int64_t V, uint32_t seed) { return testing::RandomTokens(kB * kT, V, seed, 6, 1); }
 
 struct Stage {
   std::unique_ptr<ModelPartition> partition;

@@ -23,6 +23,7 @@
 #include "models/partition.h"
 #include "models/transformer.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tessera {
 namespace {
@@ -30,36 +31,14 @@ namespace {
 constexpr int64_t kB = 2, kT = 8;
 constexpr uint64_t kSeed = 7;
 
+// vocab 30, not a multiple of 4: the last ranks hold padding rows.
 ModelConfig Tiny(ModelFamily family, RecomputePolicy policy) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 30;  // not a multiple of 4: the last ranks hold padding rows
-  c.max_seq_len = 16;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;
-  c.ffn_hidden_size = family == ModelFamily::kLlama ? 24 : 0;
-  c.tie_embeddings = family == ModelFamily::kGpt2;
-  c.init_std = 0.2f;
-  c.recompute = policy;
-  return c;
+  return testing::TinyDense(family, 2, 30, family == ModelFamily::kGpt2, policy);
 }
 
-struct Batch {
-  std::vector<int32_t> inputs, targets;
-};
+using Batch = testing::TokenBatch;
 
-Batch MakeBatch(int64_t V) {
-  std::mt19937 gen(11);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
-  Batch b;
-  for (int64_t i = 0; i < kB * kT; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(i % 5 == 2 ? -1 : tok(gen));
-  }
-  return b;
-}
+Batch MakeBatch(int64_t V) { return testing::RandomTokens(kB * kT, V, 11, 5, 2); }
 
 struct RankResult {
   double loss = 0;

@@ -57,6 +57,7 @@
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/param_shards.h"
 #include "runtime/train/rank_layout.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tessera {
 namespace {
@@ -65,35 +66,14 @@ constexpr int64_t kB = 2, kT = 8;
 constexpr uint64_t kSeed = 9;
 
 ModelConfig Tiny(ModelFamily family, int64_t layers) {
-  ModelConfig c;
-  c.family = family;
-  c.vocab_size = 32;
-  c.max_seq_len = 16;
-  c.num_layers = layers;
-  c.hidden_size = 16;
-  c.num_heads = 4;
-  c.num_kv_heads = family == ModelFamily::kLlama ? 2 : 0;
-  c.ffn_hidden_size = family == ModelFamily::kLlama ? 24 : 0;
-  c.tie_embeddings = family == ModelFamily::kGpt2;
-  c.init_std = 0.2f;
-  return c;
+  return testing::TinyDense(family, static_cast<int>(layers), 32, family == ModelFamily::kGpt2,
+                            RecomputePolicy::kNone);
 }
 
 // m micro-batches back to back: micro k at offset k * B * T.
-struct Batches {
-  std::vector<int32_t> inputs, targets;
-};
+using Batches = testing::TokenBatch;
 
-Batches MakeBatches(int64_t V, int m) {
-  std::mt19937 gen(17);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(V - 1));
-  Batches b;
-  for (int64_t i = 0; i < m * kB * kT; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(i % 7 == 3 ? -1 : tok(gen));
-  }
-  return b;
-}
+Batches MakeBatches(int64_t V, int m) { return testing::RandomTokens(m * kB * kT, V, 17, 7, 3); }
 
 // As the trainer's DecayRanges: one range per local parameter, in flat order.
 Result<std::unique_ptr<ParamShards>> MakeShards(const ModelPartition& partition, int m,
