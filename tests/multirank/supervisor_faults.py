@@ -419,9 +419,18 @@ def damage_newest_then_crash(name, damage):
     if wait_steps(out, 14, p):
         pids = rank_pids(out)
         os.kill(pids[1], signal.SIGSTOP)
-        time.sleep(0.3)  # a save in flight commits or not; nothing moves after that
+        # A save in flight commits or not; nothing moves after that. Waits until the committed
+        # steps have not changed for 0.5 s (a fixed pause is too short on a loaded machine).
         ckpt = os.path.join(out, "ckpt")
-        newest = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))[-1]
+        committed = lambda: sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"step_\d{8}", d))
+        seen, t0 = committed(), time.time()
+        while time.time() - t0 < 30:
+            time.sleep(0.5)
+            now = committed()
+            if now == seen:
+                break
+            seen = now
+        newest = seen[-1]
         damage(os.path.join(ckpt, newest), newest)
         os.kill(pids[2], signal.SIGKILL)
         os.kill(pids[1], signal.SIGCONT)
