@@ -16,6 +16,7 @@ namespace {
 Result<void*> OpenLibrary() {
   std::string tried;
   for (const char* name : {TESSERA_CUBLAS_SONAME, TESSERA_CUBLAS_PATH}) {
+    if (*name == '\0') continue;  // no file found at configure time: dlopen("") is the program
     if (void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return h;
     const char* why = dlerror();
     tried += std::string(tried.empty() ? "" : "; ") + (why != nullptr ? why : name);
