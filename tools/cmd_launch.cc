@@ -26,33 +26,36 @@ namespace tessera::cli {
 namespace {
 
 // The supervisor the signal handlers talk to (set while Run() runs). Its request methods are
-// single relaxed atomic increments, which are async-signal-safe. A signal that arrives before
-// it exists (while the config is checked) is counted and handed over when it does: a SIGTERM
-// during startup is a preemption like any other, not a kill that leaves nothing behind.
+// single relaxed atomic increments, which are async-signal-safe. Every signal is first counted
+// in g_pending_*, then the counts are handed to the supervisor by whichever side sees it
+// published: the handler itself, or AttachSupervisor for what arrived while the config was
+// checked (a SIGTERM during startup is a preemption like any other, not a kill that leaves
+// nothing behind). exchange() gives each count to exactly one of them, so a signal that lands
+// on another thread while the supervisor is being published is neither lost nor doubled.
 std::atomic<Supervisor*> g_supervisor{nullptr};
-std::atomic<int> g_early_stops{0};
-std::atomic<int> g_early_checkpoints{0};
+std::atomic<int> g_pending_stops{0};
+std::atomic<int> g_pending_checkpoints{0};
+
+void DeliverPending() {
+  Supervisor* s = g_supervisor.load();
+  if (s == nullptr) return;
+  for (int n = g_pending_stops.exchange(0); n > 0; --n) s->RequestStop();
+  for (int n = g_pending_checkpoints.exchange(0); n > 0; --n) s->RequestCheckpoint();
+}
 
 void OnStopSignal(int) {
-  if (Supervisor* s = g_supervisor.load()) {
-    s->RequestStop();
-  } else {
-    g_early_stops.fetch_add(1);
-  }
+  g_pending_stops.fetch_add(1);
+  DeliverPending();
 }
 void OnCheckpointSignal(int) {
-  if (Supervisor* s = g_supervisor.load()) {
-    s->RequestCheckpoint();
-  } else {
-    g_early_checkpoints.fetch_add(1);
-  }
+  g_pending_checkpoints.fetch_add(1);
+  DeliverPending();
 }
 
-// Publishes the supervisor to the handlers and replays what arrived before it.
+// Publishes the supervisor to the handlers and hands over what arrived before it.
 void AttachSupervisor(Supervisor& supervisor) {
   g_supervisor.store(&supervisor);
-  for (int n = g_early_stops.exchange(0); n > 0; --n) supervisor.RequestStop();
-  for (int n = g_early_checkpoints.exchange(0); n > 0; --n) supervisor.RequestCheckpoint();
+  DeliverPending();
 }
 
 void InstallHandlers() {
