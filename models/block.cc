@@ -144,11 +144,10 @@ float* DecoderBlock::Activation(const StepContext& step, const Tensor& act_out,
 // What the attention forward saves for backward, in `arena`: the probabilities, stored in the
 // activation dtype, or (a device backend) its log-sum-exps, which rounding would corrupt: fp32.
 Tensor DecoderBlock::SavedAttention(const StepContext& step, Arena& arena) const {
-  const Shape shape = {d_.B, d_.NH, d_.T, d_.T};
   if (step.backend->AttentionSavesProbabilities()) {
-    return ActivationStore(d_.act_dtype).Keep(step, arena, shape);
+    return ActivationStore(d_.act_dtype).Keep(step, arena, {d_.B, d_.NH, d_.T, d_.T});
   }
-  return Alloc(arena, shape);
+  return Alloc(arena, {step.backend->AttentionSavedFloats(d_.B, d_.NH, d_.T)});
 }
 
 float* DecoderBlock::AttentionCore(const StepContext& step, const Tensor& att_out,
@@ -388,7 +387,7 @@ void DecoderBlock::AttentionBackward(StepContext& step, float* d_res, const floa
   const AttentionSaved& at = s.attn;
   Tensor d_att_out = Alloc(ws, {N, A});
   Tensor d_qkv = Alloc(ws, {N, QKV});
-  Tensor scratch = Alloc(ws, {d_.B, d_.NH, d_.T, d_.T});
+  Tensor scratch = Alloc(ws, {be.AttentionScratchFloats(d_.B, d_.NH, d_.T)});
   Tensor d_norm = Alloc(ws, {N, C});
   Tensor d_norm_local = sp ? Alloc(ws, {R, C}) : d_norm;
   Tensor d_x = Alloc(ws, {R, C});

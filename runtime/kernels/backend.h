@@ -134,10 +134,20 @@ class Backend {
                            int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
   virtual void RopeBackward(float* d_qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                             int64_t HS, const RopeParams& rope, int64_t pos_offset) = 0;
-  // What AttentionForward saves in `att` (B*NH*T*T floats by contract): the softmax
-  // probabilities, which a model may store in its activation dtype (the CPU's), or statistics
-  // of the backend's own that must stay fp32, unrounded (a device's log-sum-exps).
+  // What AttentionForward saves in `att`: the softmax probabilities, which a model may store
+  // in its activation dtype (the CPU's), or statistics of the backend's own that must stay
+  // fp32, unrounded (a device's log-sum-exps).
   virtual bool AttentionSavesProbabilities() const { return true; }
+  // The floats of AttentionForward's `att` and of AttentionBackward's `scratch`, by contract:
+  // B*NH*T*T each where the probabilities are saved; otherwise one log-sum-exp per query row
+  // plus one float (the window travels with them) and one sum per query row. A device thus
+  // never holds a T x T buffer (Llama 8B at T = 4096: 2 GiB per layer and micro-batch row).
+  int64_t AttentionSavedFloats(int64_t B, int64_t NH, int64_t T) const {
+    return AttentionSavesProbabilities() ? B * NH * T * T : B * NH * T + 1;
+  }
+  int64_t AttentionScratchFloats(int64_t B, int64_t NH, int64_t T) const {
+    return AttentionSavesProbabilities() ? B * NH * T * T : B * NH * T;
+  }
   // window: 0 = causal; W > 0 = each query sees its W most recent keys (itself included).
   virtual void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                 int64_t NH, int64_t NKV, int64_t HS, int64_t window) = 0;

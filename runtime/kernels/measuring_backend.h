@@ -16,7 +16,11 @@ namespace tessera {
 class MeasuringBackend final : public Backend {
  public:
   explicit MeasuringBackend(Device device = Device::kCpu)
-      : device_(device), saves_probabilities_(device == Device::kCpu) {}
+      : MeasuringBackend(device, device == Device::kCpu) {}
+  // `saves_probabilities`: as the backend it stands for (Backend::AttentionSavesProbabilities),
+  // which sizes the attention's saved tensor and scratch.
+  MeasuringBackend(Device device, bool saves_probabilities)
+      : device_(device), saves_probabilities_(saves_probabilities) {}
   // The measuring pass of a model on `measured`: its device and what its attention saves.
   explicit MeasuringBackend(const Backend& measured)
       : device_(measured.device()),
@@ -24,7 +28,10 @@ class MeasuringBackend final : public Backend {
   // A sizing backend: its arenas are sizing arenas (memory.h), so a dry construction of a
   // rank's state books on `tracker` the capacities a run on `device` would reserve.
   static MeasuringBackend Sizing(Device device = Device::kCpu) {
-    MeasuringBackend b(device);
+    return Sizing(device, device == Device::kCpu);
+  }
+  static MeasuringBackend Sizing(Device device, bool saves_probabilities) {
+    MeasuringBackend b(device, saves_probabilities);
     b.sizing_ = true;
     return b;
   }

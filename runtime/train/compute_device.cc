@@ -81,6 +81,11 @@ Result<DeviceBackend> CreateDeviceBackend(const CudaBackendOptions& o) {
   return d;
 }
 
+MeasuringBackend SizingBackendFor(const Config& c) {
+  if (c.train.device != ComputeDevice::kCuda) return MeasuringBackend::Sizing(Device::kCpu);
+  return MeasuringBackend::Sizing(Device::kCuda, /*saves_probabilities=*/DeviceOnHost());
+}
+
 double RatedPeakFlops(const std::string& gpu_name, bool bf16) {
   for (const RatedPeak& p : kRatedPeaks) {
     if (gpu_name.find(p.name) != std::string::npos) return (bf16 ? p.bf16 : p.fp32) * 1e12;

@@ -17,6 +17,7 @@
 #include "runtime/core/status.h"
 #include "runtime/kernels/backend.h"
 #include "runtime/kernels/cuda_backend.h"
+#include "runtime/kernels/measuring_backend.h"
 #include "runtime/train/config.h"
 
 namespace tessera {
@@ -42,6 +43,11 @@ struct DeviceBackend {
   CudaDeviceInfo info;
 };
 Result<DeviceBackend> CreateDeviceBackend(const CudaBackendOptions& o);
+
+// A sizing backend (measuring_backend.h) for the backend CreateRankBackend gives `c`: its
+// device, and what its attention saves (the CUDA kernels' statistics, or under the test seam
+// the CPU reference's probabilities), so a memory plan books what the run will reserve.
+MeasuringBackend SizingBackendFor(const Config& c);
 
 // A GPU's dense rated peak in FLOP/s for bf16 (tensor cores) or fp32 (non-tensor) GEMMs, from
 // the vendor data sheets of the parts whose names contain a known key (H200, H100, A100, L40S,

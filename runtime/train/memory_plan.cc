@@ -15,6 +15,7 @@
 #include "runtime/kernels/cuda_backend.h"
 #include "runtime/kernels/measuring_backend.h"
 #include "runtime/train/checkpointer.h"
+#include "runtime/train/compute_device.h"
 #include "runtime/train/rank_layout.h"
 #include "runtime/train/rank_state.h"
 
@@ -143,9 +144,9 @@ Result<RankMemory> PlanStateMemory(const Config& c, int rank, const ModelPartiti
 
 Result<std::vector<ChunkArenas>> PlanChunkArenas(const Config& c, int rank,
                                                  const ModelPartition& partition) {
-  // The device the models run on: a device model also stages its token ids in its arena.
-  MeasuringBackend sizing = MeasuringBackend::Sizing(
-      c.train.device == ComputeDevice::kCuda ? Device::kCuda : Device::kCpu);
+  // The device the models run on: a device model also stages its token ids in its arena, and
+  // its attention saves statistics, not probabilities.
+  MeasuringBackend sizing = SizingBackendFor(c);
   DryGroups groups;
   const RankGroups g = MakeGroups(c.parallel, rank, groups);
   MeasuringStore no_store;

@@ -426,6 +426,16 @@ TEST_F(CudaBackendTest, Bf16GemmsStayWithinBf16ToleranceOfTheFp32Reference) {
   }
 }
 
+// The kernels save fp32 row statistics, never T x T probabilities, and their needs fit the
+// sizes backend.h gives such a backend (the model allocates exactly those; CudaBackend checks).
+TEST_F(CudaBackendTest, AttentionSavesRowStatisticsThatFitTheContract) {
+  auto gpu = Make();
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_FALSE(gpu->AttentionSavesProbabilities());
+  EXPECT_EQ(gpu->AttentionSavedFloats(B, NH, T), B * NH * T + 1);
+  EXPECT_EQ(gpu->AttentionScratchFloats(B, NH, T), B * NH * T);
+}
+
 TEST_F(CudaBackendTest, ArenasAreZeroedDeviceMemoryCountedByKindAndStreamsOrderWork) {
   auto gpu = Make();
   ASSERT_NE(gpu, nullptr);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/fake_communicator.h"
+#include "models/param_store.h"
 #include "models/partition.h"
 #include "models/transformer.h"
 #include "runtime/kernels/cpu_backend.h"
@@ -105,6 +106,57 @@ TEST(MeasuringBackend, ReservesTheArenaCapacitiesOfThePreSeamMeasuringPass) {
     EXPECT_EQ(r.act, c.act_bytes);
     EXPECT_EQ(r.ws, c.ws_bytes);
   }
+}
+
+// ---- what attention saves: probabilities (T x T) or a device's row statistics -------------
+
+TEST(MeasuringBackend, ADeviceSavesRowStatisticsNotATxTBuffer) {
+  // backend.h's contract, B = 2, NH = 3, T = 5.
+  CpuBackend cpu;
+  EXPECT_TRUE(cpu.AttentionSavesProbabilities());
+  EXPECT_EQ(cpu.AttentionSavedFloats(2, 3, 5), 150);
+  EXPECT_EQ(cpu.AttentionScratchFloats(2, 3, 5), 150);
+  MeasuringBackend device(Device::kCuda);
+  EXPECT_FALSE(device.AttentionSavesProbabilities());
+  EXPECT_EQ(device.AttentionSavedFloats(2, 3, 5), 31);  // a log-sum-exp per row + the window
+  EXPECT_EQ(device.AttentionScratchFloats(2, 3, 5), 30);
+  EXPECT_EQ(MeasuringBackend(cpu).AttentionSavedFloats(2, 3, 5), 150);
+}
+
+// Sized for the same device, a model whose backend saves statistics reserves, per layer, the
+// T x T probabilities less the row statistics fewer activation bytes, and a smaller workspace
+// (the backward's scratch is row sums, not T x T; the workspace is reused layer by layer).
+TEST(MeasuringBackend, AModelSizedForDeviceStatisticsHoldsNoTxTBuffer) {
+  const int64_t T = 64;
+  const ModelConfig config = [&] {
+    ModelConfig c = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
+    c.max_seq_len = T;
+    return c;
+  }();
+  auto reserved = [&](bool saves_probabilities) {
+    MeasuringBackend sizing = MeasuringBackend::Sizing(Device::kCuda, saves_probabilities);
+    MeasuringStore store;
+    ModelOptions mo;
+    mo.store = &store;
+    mo.backend = &sizing;
+    mo.sizing = true;
+    MemoryTracker memory;
+    auto model = Transformer::Create(config, kB, T, &memory, mo);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return Reserved{memory.reserved(MemoryKind::kActivations),
+                    memory.reserved(MemoryKind::kWorkspace)};
+  };
+  const Reserved probabilities = reserved(true), statistics = reserved(false);
+  auto bytes = [](int64_t floats) {
+    const size_t a = Arena::kAlignment, b = static_cast<size_t>(floats) * sizeof(float);
+    return (b + a - 1) / a * a;
+  };
+  const int64_t rows = kB * config.num_heads * T;
+  EXPECT_EQ(probabilities.act - statistics.act,
+            static_cast<size_t>(config.num_layers) * (bytes(rows * T) - bytes(rows + 1)));
+  // The workspace peak is the attention backward's only while its T x T scratch dominates.
+  EXPECT_LT(statistics.ws, probabilities.ws);
+  EXPECT_LE(probabilities.ws - statistics.ws, bytes(rows * T) - bytes(rows));
 }
 
 // ---- the model runs every step on the backend it is given ----------------------------------

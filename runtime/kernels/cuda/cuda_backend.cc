@@ -273,19 +273,19 @@ class CudaBackend final : public Backend {
     const std::vector<float> inv_freq = RopeInverseFrequencies(HS, rope);
     cuda::RopeBackward(current_, d_qkv, B, T, NH, NKV, HS, inv_freq.data(), pos_offset);
   }
-  // `att` (the CPU's B*NH*T*T probabilities) holds the log-sum-exps and the window here;
-  // `scratch` (B*NH*T*T floats by contract) each query row's D.
+  // `att` holds the log-sum-exps and the window here, `scratch` each query row's D: the
+  // sizes backend.h gives a backend that saves no probabilities (AttentionSavedFloats), which
+  // the kernels' own requirements must fit.
+  bool AttentionSavesProbabilities() const override { return false; }
   void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                         int64_t NH, int64_t NKV, int64_t HS, int64_t window) override {
-    // The saved set must fit the contract's B*NH*T*T floats: it does from T = 2 on.
-    TESSERA_CHECK_MSG(cuda::AttentionSavedFloats(B, NH, T) <= B * NH * T * T,
-                      "attention on the GPU needs T >= 2 (got T = %lld)", static_cast<long long>(T));
+    TESSERA_CHECK(cuda::AttentionSavedFloats(B, NH, T) <= AttentionSavedFloats(B, NH, T));
     cuda::AttentionForward(current_, out, att, qkv, B, T, NH, NKV, HS, window);
   }
   void AttentionBackward(float* d_qkv, float* scratch, const float* d_out, const float* qkv,
                          const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                          int64_t HS) override {
-    TESSERA_CHECK(cuda::AttentionBackwardScratchFloats(B, NH, T) <= B * NH * T * T);
+    TESSERA_CHECK(cuda::AttentionBackwardScratchFloats(B, NH, T) <= AttentionScratchFloats(B, NH, T));
     cuda::AttentionBackward(current_, d_qkv, scratch, d_out, qkv, att, B, T, NH, NKV, HS);
   }
 
