@@ -52,8 +52,13 @@ std::string IndexJson(const std::vector<std::pair<std::string, std::string>>& we
   return w.str() + "\n";
 }
 
+std::string WithoutTrailingSlashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
 // `dir` absent or an empty directory.
-Status CheckTarget(const std::string& dir) {
+Status CheckEmptyTarget(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return Status::Ok();
@@ -106,9 +111,8 @@ Result<HfDirExport> ExportHfModelDir(const std::string& dir_arg, const ModelConf
                                      FileSystem& fs) {
   if (max_shard_bytes == 0) return InvalidArgument("max shard size must be > 0 bytes");
   // "out/" is "out": the partial directory is its sibling, never inside it.
-  std::string dir = dir_arg;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  RETURN_IF_ERROR(CheckTarget(dir));
+  const std::string dir = WithoutTrailingSlashes(dir_arg);
+  RETURN_IF_ERROR(CheckEmptyTarget(dir));
   // Parents are created as save_pretrained creates them.
   std::error_code parent_ec;
   std::filesystem::create_directories(ParentDir(dir), parent_ec);
@@ -122,7 +126,7 @@ Result<HfDirExport> ExportHfModelDir(const std::string& dir_arg, const ModelConf
   std::filesystem::remove_all(tmp, ec);  // a crashed export's leftovers
   RETURN_IF_ERROR(fs.MakeDir(tmp));
   Status s = WriteFiles(tmp, all, config_json.ok() ? *config_json : "", max_shard_bytes, &out, fs);
-  if (s.ok() && std::filesystem::exists(dir, ec)) s = fs.RemoveTree(dir);  // empty (CheckTarget)
+  if (s.ok() && std::filesystem::exists(dir, ec)) s = fs.RemoveTree(dir);  // empty (CheckEmptyTarget)
   if (s.ok()) s = fs.Rename(tmp, dir);
   if (s.ok()) s = fs.SyncDir(ParentDir(dir));
   if (!s.ok()) {
@@ -132,18 +136,30 @@ Result<HfDirExport> ExportHfModelDir(const std::string& dir_arg, const ModelConf
   return out;
 }
 
+namespace {
+
+// ExportHf's rule: a path ending in ".safetensors" is one file, any other a model directory.
+bool IsOneFile(const std::string& out) {
+  const std::string suffix = ".safetensors";
+  return out.size() > suffix.size() &&
+         out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Status CheckExportTarget(const std::string& out) {
+  return IsOneFile(out) ? Status::Ok() : CheckEmptyTarget(WithoutTrailingSlashes(out));
+}
+
 Result<std::string> ExportHf(const std::string& out, const ModelConfig& config,
                              std::span<const Parameter> params, DType dtype,
                              const HfExtras* extras, uint64_t max_shard_bytes) {
-  const std::string suffix = ".safetensors";
-  const bool one_file = out.size() > suffix.size() &&
-                        out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;
-  if (one_file) {
+  if (IsOneFile(out)) {
     RETURN_IF_ERROR(ExportHfWeights(out, config, params, dtype, extras));
     return out;
   }
   ASSIGN_OR_RETURN(HfDirExport d, ExportHfModelDir(out, config, params, dtype, extras, max_shard_bytes));
-  std::string line = out + "/ (" + std::to_string(d.shards) + (d.shards == 1 ? " shard" : " shards") +
+  std::string line = WithoutTrailingSlashes(out) + "/ (" + std::to_string(d.shards) + (d.shards == 1 ? " shard" : " shards") +
                      ", " + std::to_string(d.weight_bytes) + " bytes of weights";
   line += d.no_config.empty() ? ", config.json)" : "; no config.json: " + d.no_config + ")";
   return line;

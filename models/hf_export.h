@@ -37,6 +37,10 @@ Result<HfDirExport> ExportHfModelDir(const std::string& dir, const ModelConfig& 
                                      uint64_t max_shard_bytes = kHfDefaultShardBytes,
                                      FileSystem& fs = DefaultFileSystem());
 
+// kInvalidArgument when `out` names a model directory (ExportHf's rule) that exists and is
+// not an empty directory: an export never mixes its files with others.
+Status CheckExportTarget(const std::string& out);
+
 // An export to `out`: one safetensors file when it ends in ".safetensors" (ExportHfWeights),
 // otherwise a model directory (ExportHfModelDir). Returns the line a command prints.
 Result<std::string> ExportHf(const std::string& out, const ModelConfig& config,

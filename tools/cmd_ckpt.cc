@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <vector>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/commit.h"
@@ -220,8 +221,12 @@ int RunLs(const ParsedArgs& p) {
     }
   }
 
-  std::printf("%10s  %-9s  %10s  %-28s  %9s  %9s  %-19s  %s\n", "STEP", "STATUS", "SIZE", "LAYOUT",
-              "STALL", "WRITE", "COMMITTED", "NOTE");
+  // Rows are formatted first: the LAYOUT column is as wide as its widest value.
+  struct Line {
+    int64_t step;
+    std::string status, size, layout, stall, write, committed, note;
+  };
+  std::vector<Line> lines;
   int flagged = 0;
   for (auto& [step, row] : rows) {
     CheckpointEntry e;
@@ -253,12 +258,20 @@ int RunLs(const ParsedArgs& p) {
     }
     // A save that never wrote anything (failed early, or unknown) has no timings to show.
     const bool timed = e.bytes > 0 || e.stall_seconds > 0 || e.write_seconds > 0;
-    std::printf("%10lld  %-9s  %10s  %-28s  %9s  %9s  %-19s  %s\n", static_cast<long long>(step),
-                CheckpointStatusName(e.status), e.bytes ? FormatBytes(e.bytes).c_str() : "-",
-                e.layout.empty() ? "-" : e.layout.c_str(),
-                timed ? FormatSeconds(e.stall_seconds).c_str() : "-",
-                timed ? FormatSeconds(e.write_seconds).c_str() : "-", FormatUnixTime(e.commit_unix_s).c_str(),
-                note.c_str());
+    lines.push_back({step, CheckpointStatusName(e.status), e.bytes ? FormatBytes(e.bytes) : "-",
+                     e.layout.empty() ? "-" : e.layout,
+                     timed ? FormatSeconds(e.stall_seconds) : "-",
+                     timed ? FormatSeconds(e.write_seconds) : "-", FormatUnixTime(e.commit_unix_s),
+                     note});
+  }
+  int layout_width = 6;
+  for (const Line& l : lines) layout_width = std::max(layout_width, static_cast<int>(l.layout.size()));
+  std::printf("%10s  %-9s  %10s  %-*s  %9s  %9s  %-19s  %s\n", "STEP", "STATUS", "SIZE", layout_width,
+              "LAYOUT", "STALL", "WRITE", "COMMITTED", "NOTE");
+  for (const Line& l : lines) {
+    std::printf("%10lld  %-9s  %10s  %-*s  %9s  %9s  %-19s  %s\n", static_cast<long long>(l.step),
+                l.status.c_str(), l.size.c_str(), layout_width, l.layout.c_str(), l.stall.c_str(),
+                l.write.c_str(), l.committed.c_str(), l.note.c_str());
   }
   std::printf("%zu checkpoint(s), %zu committed on disk under %s", rows.size(), on_disk->size(),
               root.c_str());
@@ -379,7 +392,7 @@ int RunExportCkpt(const ParsedArgs& p) {
     shard_bytes = *size;
   }
   const std::string root = p.positional[0];
-  if (Status s = CheckOutputPath(p.Get("--out"), {root}); !s.ok()) {
+  if (Status s = CheckExportOutput(p.Get("--out"), {root}); !s.ok()) {
     return Fail("export", s, kExitBadInput);
   }
   auto step = PickStep(root, p);

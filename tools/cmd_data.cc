@@ -102,7 +102,7 @@ int RunTokenize(const Args& rest) {
                            tokenizer.get(), threads);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera data tokenize: %s\n", s.ToString().c_str());
-    return ExitCodeFor(s);
+    return ExitCodeFor(s, ExitPhase::kInput);  // an input that is a directory is bad input too
   }
   std::printf("tokenized %lld bytes from %zu file(s): %lld train tokens in %zu shard(s), %lld val tokens\n",
               static_cast<long long>(stats.input_bytes), inputs.size(),
@@ -128,7 +128,7 @@ int RunIndex(const Args& rest) {
   Result<TokenShardIndex> index = IndexTokenShardDirectory(dir);
   if (!index.ok()) {
     std::fprintf(stderr, "tessera data index: %s\n", index.status().ToString().c_str());
-    return ExitCodeFor(index.status());
+    return ExitCodeFor(index.status(), ExitPhase::kInput);
   }
   int64_t tokens = 0;
   for (const TokenShardIndexEntry& e : index->files) {

@@ -331,8 +331,9 @@ int RunPlan(const Args& args) {
   Result<PlanReport> report = PlanLayouts(*config, *cluster, o);
   if (!report.ok()) return Fail("plan", report.status(), ExitPhase::kConfig);
   const double n = TotalParams(config->model);
+  const double unit = n >= 1e12 ? 1e12 : n >= 1e9 ? 1e9 : 1e6;
   std::printf("tessera plan: %s (%.3g%s parameters) on %s\n", parsed->positional[0].c_str(),
-              n >= 1e12 ? n / 1e12 : n / 1e9, n >= 1e12 ? "T" : "B", DescribeCluster(*cluster).c_str());
+              n / unit, unit == 1e12 ? "T" : unit == 1e9 ? "B" : "M", DescribeCluster(*cluster).c_str());
   std::printf("searched %lld layouts in %.2f s (%lld dry constructions of a rank's state or model)\n\n",
               static_cast<long long>(report->candidates), report->seconds,
               static_cast<long long>(report->memory_checked));

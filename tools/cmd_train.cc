@@ -36,7 +36,9 @@ int RunTrain(const Args& args) {
         "usage: tessera train CONFIG [--set key.path=value ...] [--strict-env]\n\n"
         "Trains the model CONFIG describes and writes to\n"
         "train.out_dir: metrics.jsonl (one line per step), model.safetensors (final weights,\n"
-        "Hugging Face names), config.yaml (the effective config) and env.json.\n\n"
+        "Hugging Face names), config.yaml (the effective config), env.json (the environment),\n"
+        "memory.json (each rank's reserved memory by kind) and sgemm_peak.txt (the measured\n"
+        "MFU denominator, reused by a resume on the same host).\n\n"
         "  --set key.path=value   override any config key, e.g. --set train.steps=50\n"
         "                         --set model.recompute=full --set optimizer.lr=1e-3 (repeatable)\n\n"
         "Data parallelism: run under mpirun with parallel.dp = number of ranks, e.g.\n"
@@ -246,7 +248,7 @@ int RunExport(const Args& args) {
   if (!config.ok()) return Fail("export", config.status(), ExitPhase::kConfig);
   std::vector<std::string> inputs = WeightsInputs(parsed->Get("--init-from"));
   inputs.push_back(parsed->positional[0]);  // the config
-  if (Status s = CheckOutputPath(parsed->Get("--out"), inputs); !s.ok()) {
+  if (Status s = CheckExportOutput(parsed->Get("--out"), inputs); !s.ok()) {
     return Fail("export", s, ExitPhase::kInput);
   }
   (void)cpu::SetThreadsForConfig(config->train.threads);

@@ -6,6 +6,7 @@
 
 #include "checkpoint/commit.h"
 #include "checkpoint/file_names.h"
+#include "models/hf_export.h"
 
 namespace tessera {
 namespace {
@@ -49,6 +50,11 @@ Status CheckOutputPath(const std::string& out, const std::vector<std::string>& i
     if (dir == dir.parent_path()) break;
   }
   return Status::Ok();
+}
+
+Status CheckExportOutput(const std::string& out, const std::vector<std::string>& inputs) {
+  RETURN_IF_ERROR(CheckOutputPath(out, inputs));
+  return CheckExportTarget(out);
 }
 
 std::vector<std::string> WeightsInputs(const std::string& path) {

@@ -24,6 +24,11 @@ namespace tessera {
 // step_<N>) or a checkpoint directory (one holding manifest.json). Missing inputs are ignored.
 Status CheckOutputPath(const std::string& out, const std::vector<std::string>& inputs);
 
+// CheckOutputPath for an export's --out, and a model directory there (any `out` not ending in
+// .safetensors) must not exist or be empty (CheckExportTarget, hf_export.h): all refused
+// before anything is read, as bad input.
+Status CheckExportOutput(const std::string& out, const std::vector<std::string>& inputs);
+
 // The files a weights path stands for (init_from / --init-from): the path itself, and for a
 // directory or an index, the safetensors files and index beside it.
 std::vector<std::string> WeightsInputs(const std::string& path);

@@ -396,6 +396,17 @@ TEST_F(Integrity, ExportsRefuseTheirOwnInputsAndCheckpointRoots) {
   EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
   r = Tessera("ckpt export " + root_ + " --out " + (dir_ / "w.safetensors"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A model directory where a file is, or a directory that holds something: bad input too.
+  WriteFile(dir_ / "a_file", "x");
+  r = Tessera("export " + Repo("configs/tiny.yaml") + " --init-from " + weights + " --out " + (dir_ / "a_file"));
+  EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
+  EXPECT_TRUE(Contains(r.output, "exists and is not a directory")) << r.output;
+  r = Tessera("ckpt export " + root_ + " --out " + (dir_ / "run"));
+  EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
+  EXPECT_TRUE(Contains(r.output, "exists and is not empty")) << r.output;
+  r = Tessera("data tokenize --input " + (dir_ / "run") + " --out " + (dir_ / "tokens"));
+  EXPECT_EQ(r.exit_code, kExitBadInput) << r.output;
+  EXPECT_TRUE(Contains(r.output, "not a regular file")) << r.output;
   // A run's init_from that is the very file the run replaces at its start.
   r = Tessera("train " + Repo("configs/tiny.yaml") + " --set train.steps=1 --set train.out_dir=" +
               (dir_ / "run") + " --set init_from=" + weights);
