@@ -98,6 +98,28 @@ Result<std::vector<int64_t>> CommittedSteps(const std::string& root, FileSystem&
   return steps;
 }
 
+std::vector<std::string> UnusableCheckpointNames(const std::string& root,
+                                                 const std::vector<int64_t>& committed,
+                                                 FileSystem& fs) {
+  std::vector<std::string> out;
+  auto names = fs.ListDir(root);
+  if (!names.ok()) return out;
+  for (const std::string& name : *names) {
+    const int64_t aside_step = ParseSuffixedStepDirName(name, kCorruptSuffix);
+    const bool aside = aside_step >= 0;
+    const int64_t step = aside ? aside_step : ParseStepDirName(name);
+    if (step < 0) continue;
+    auto kind = fs.Kind(Join(root, name));
+    const bool dir = kind.ok() && *kind == FileKind::kDirectory;
+    if (aside || !dir) {
+      out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
+    } else if (std::find(committed.begin(), committed.end(), step) == committed.end()) {
+      out.push_back(name + " (no " + std::string(kManifestFileName) + ")");
+    }
+  }
+  return out;
+}
+
 Status MakeDirsDurably(const std::string& dir, FileSystem& fs) {
   // Exists: nothing to do (the common case, one listing). Else the parents first, top down.
   Result<std::vector<std::string>> listed = fs.ListDir(dir);

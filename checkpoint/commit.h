@@ -36,6 +36,14 @@ namespace tessera {
 Result<std::vector<int64_t>> CommittedSteps(const std::string& root,
                                             FileSystem& fs = DefaultFileSystem());
 
+// Names under `root` that look like checkpoints but are not committed ones (`committed`:
+// CommittedSteps): a step_<N> without manifest (the protocol never leaves one: damage),
+// step_<N>.corrupt (set aside by an earlier resume), and files, links or FIFOs named like a
+// checkpoint, each with why ("step_00000100 (regular file)"). Empty when `root` is unreadable.
+std::vector<std::string> UnusableCheckpointNames(const std::string& root,
+                                                 const std::vector<int64_t>& committed,
+                                                 FileSystem& fs = DefaultFileSystem());
+
 // Creates `dir` and its missing parents durably: after each mkdir, the new directory's parent
 // is fsynced, since a directory entry survives a power loss only once its directory is synced
 // (without it, a root created by this run could vanish with every checkpoint committed in it).

@@ -278,6 +278,17 @@ int RunLs(const ParsedArgs& p) {
   if (flagged) std::printf("; %d flagged", flagged);
   std::printf("\n");
   if (!catalog_note.empty()) std::printf("%s\n", catalog_note.c_str());
+  // What a resume passes over, and saves in flight or cut short, as a resume would see them.
+  for (const std::string& name : UnusableCheckpointNames(root, *on_disk)) {
+    std::printf("not a checkpoint, a resume passes over it: %s\n", name.c_str());
+  }
+  if (auto names = DefaultFileSystem().ListDir(root); names.ok()) {
+    for (const std::string& name : *names) {
+      if (ParseSuffixedStepDirName(name, kStagingSuffix) < 0) continue;
+      std::printf("being written, or cut short: %s (a save not committed; the next run's start "
+                  "sweeps an interrupted one)\n", name.c_str());
+    }
+  }
   if (p.Has("--events") && catalog.ok()) {
     // The run's history: saves, commits, resumes, corruption, and under `tessera launch` the
     // supervisor's launches, failures and restarts (kinds "supervisor_*").

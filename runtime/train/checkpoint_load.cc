@@ -82,32 +82,9 @@ Status Checkpointer::StrictEnvironment(const std::vector<EnvironmentDifference>&
                          "printed and the checkpoint loads");
 }
 
-namespace {
-
-}  // namespace
-
-// Names under the root that look like checkpoints but are not committed ones: a step_<N>
-// without manifest (the protocol never leaves one: damage), step_<N>.corrupt (set aside by an
-// earlier resume) and files, links or FIFOs named like a checkpoint. Any of them means
-// checkpoints existed, so "none" must not become a fresh start.
+// Any unusable name means checkpoints existed, so "none" must not become a fresh start.
 std::vector<std::string> Checkpointer::UnusableDirs(const std::vector<int64_t>& committed) const {
-  std::vector<std::string> out;
-  auto names = fs_.ListDir(root_);
-  if (!names.ok()) return out;
-  for (const std::string& name : *names) {
-    const int64_t aside_step = ParseSuffixedStepDirName(name, kCorruptSuffix);
-    const bool aside = aside_step >= 0;
-    const int64_t step = aside ? aside_step : ParseStepDirName(name);
-    if (step < 0) continue;
-    auto kind = fs_.Kind(root_ + "/" + name);
-    const bool dir = kind.ok() && *kind == FileKind::kDirectory;
-    if (aside || !dir) {
-      out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
-    } else if (std::find(committed.begin(), committed.end(), step) == committed.end()) {
-      out.push_back(name + " (no " + std::string(kManifestFileName) + ")");
-    }
-  }
-  return out;
+  return UnusableCheckpointNames(root_, committed, fs_);
 }
 
 Result<std::optional<LoadedCheckpoint>> Checkpointer::LoadNewestUsable(const Candidates& c,

@@ -159,6 +159,15 @@ TEST_F(CkptCli, LsMergesCatalogAndDiskWhileARunHoldsTheCatalog) {
   EXPECT_NE(LineWith(r.output, "   300  ").find("committed"), std::string::npos) << r.output;
   EXPECT_EQ(LineWith(r.output, "   400  "), "") << r.output;
 
+  // What a resume would pass over or sweep is named, not left out.
+  WriteFile(root_ + "/step_00000600", "not a directory");
+  std::filesystem::create_directories(root_ + "/step_00000700.tmp");
+  r = Tessera("ckpt ls " + root_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(LineWith(r.output, "not a checkpoint").find("step_00000600 (a regular file)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(LineWith(r.output, "cut short").find("step_00000700.tmp"), std::string::npos) << r.output;
+
   r = Tessera("ckpt ls " + dir_ / "no_such_root");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.output.find("no_such_root"), std::string::npos) << r.output;
