@@ -114,6 +114,10 @@ std::vector<std::string> UnusableCheckpointNames(const std::string& root,
     if (aside || !dir) {
       out.push_back(name + (dir ? "" : " (" + std::string(kind.ok() ? FileKindName(*kind) : "?") + ")"));
     } else if (std::find(committed.begin(), committed.end(), step) == committed.end()) {
+      // Looked at again: a save may have committed since `committed` was listed (ckpt ls
+      // beside a running job).
+      auto manifest = fs.Kind(Join(Join(root, name), std::string(kManifestFileName)));
+      if (manifest.ok() && *manifest != FileKind::kMissing) continue;
       out.push_back(name + " (no " + std::string(kManifestFileName) + ")");
     }
   }

@@ -201,7 +201,8 @@ struct AttentionSaved {
   Tensor qk_rstd;    // (N*(NH+NKV))  qk_norm: their 1 / rms
   Tensor lora_qkv;   // (N, n*r)      finetune.lora: x A^T of the qkv adapters (fp32)
   Tensor lora_proj;  // (N, r)        of the attention output's adapter, summed over tp
-  Tensor att;        // (B, NH, T, T) softmax probabilities          [selective: recomputed]
+  Tensor att;        // (B, NH, T, T) softmax probabilities, or a device's row statistics
+                     //   (Backend::AttentionSavedFloats)           [selective: recomputed]
   Tensor att_out;    // (N, NH*HS)    heads concatenated, input of proj [selective: recomputed]
 };
 

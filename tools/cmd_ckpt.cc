@@ -403,9 +403,10 @@ int RunExportCkpt(const ParsedArgs& p) {
     shard_bytes = *size;
   }
   const std::string root = p.positional[0];
-  if (Status s = CheckExportOutput(p.Get("--out"), {root}); !s.ok()) {
-    return Fail("export", s, kExitBadInput);
-  }
+  // --adapter writes PEFT's two files into a directory that may hold others (a run's adapter/).
+  const Status target = p.Has("--adapter") ? CheckOutputPath(p.Get("--out"), {root})
+                                           : CheckExportOutput(p.Get("--out"), {root});
+  if (!target.ok()) return Fail("export", target, kExitBadInput);
   auto step = PickStep(root, p);
   if (!step.ok()) return Fail("export", step.status(), kExitBadInput);
   const std::string dir = root + "/" + StepDirName(*step);

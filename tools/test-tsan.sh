@@ -35,15 +35,16 @@ cmake --build build-tsan -j"$jobs" --target "${targets[@]}"
 # GCC 12's libtsan dies at the first dlopen after start-up if a called_from_lib library has
 # two executable segments (tools/dev/tsan.supp says why OpenBLAS has no such line): refuse one
 # here, by name, instead of letting every test that loads a library fail for no visible reason.
-for lib in $(sed -n 's/^called_from_lib://p' tools/dev/tsan.supp); do
-  for path in $(ldd build-tsan/tests/checkpointer_test | awk -v l="$lib" 'index($1, l) == 1 {print $3}'); do
+linked=$(ldd build-tsan/tests/checkpointer_test)
+while read -r lib; do
+  for path in $(awk -v l="$lib" 'index($1, l) == 1 && $3 ~ /^\// {print $3}' <<<"$linked"); do
     if [ "$(readelf -lW "$path" | grep -c 'LOAD.* R E ')" -gt 1 ]; then
       echo "tools/dev/tsan.supp: called_from_lib:$lib names $path, which has more than one" \
            "executable segment; GCC 12's libtsan dies at the next dlopen. Remove the line." >&2
       exit 1
     fi
   done
-done
+done < <(sed -n 's/^called_from_lib://p' tools/dev/tsan.supp)
 # OpenMP at one thread whatever the code asks (omp_set_num_threads, num_threads clauses):
 # libgomp's barriers are invisible to TSan, so a second OpenMP thread makes every parallel
 # region look racy (false positives; tools/dev/tsan.supp says why they are not suppressed).

@@ -400,8 +400,8 @@ Status CheckParallel(const YamlContext& ctx, const Config& c) {
   const ParallelConfig& par = c.parallel;
   if (c.train.device == ComputeDevice::kCuda && c.train.seq_len < 2) {
     return ctx.CrossFieldError({"train.device", "train.seq_len"},
-                               "train.device: cuda needs seq_len >= 2 (the GPU attention saves "
-                               "one statistic per query and the window beside them)");
+                               "train.device: cuda needs seq_len >= 2 (the GPU attention "
+                               "kernels are not tested at T = 1)");
   }
   if (c.train.device == ComputeDevice::kCuda && (par.tp > 1 || par.pp > 1 || par.ep > 1)) {
     return ctx.CrossFieldError({"train.device", par.tp > 1 ? "parallel.tp"

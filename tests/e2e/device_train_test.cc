@@ -90,6 +90,7 @@ TEST(DeviceTrain, MemoryJsonIsThePlansPrediction) {
   // probabilities, where a GPU's save row statistics (read once per process, so set before).
   setenv("TESSERA_DEVICE_ON_HOST", "1", 1);
   auto plan = PlanRankMemory(*config, 0);
+  unsetenv("TESSERA_DEVICE_ON_HOST");  // the later tests' child processes must not inherit it
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   for (const auto& [key, kind] : {std::pair{"parameters_bytes", MemoryKind::kParameters},
                                   std::pair{"gradients_bytes", MemoryKind::kGradients},

@@ -123,17 +123,16 @@ TEST(MeasuringBackend, ADeviceSavesRowStatisticsNotATxTBuffer) {
   EXPECT_EQ(MeasuringBackend(cpu).AttentionSavedFloats(2, 3, 5), 150);
 }
 
-// Sized for the same device, a model whose backend saves statistics reserves, per layer, the
-// T x T probabilities less the row statistics fewer activation bytes, and a smaller workspace
-// (the backward's scratch is row sums, not T x T; the workspace is reused layer by layer).
+// Sized for the same device, a model whose backend saves statistics holds no T x T buffer.
+// Without recompute: per layer, the T x T probabilities less the row statistics fewer
+// activation bytes, and a smaller workspace (the backward's scratch is row sums; the workspace
+// is reused layer by layer). Selective recompute, which recomputes attention in the workspace:
+// more than one T x T buffer fewer workspace bytes (the recomputed statistics and the scratch).
 TEST(MeasuringBackend, AModelSizedForDeviceStatisticsHoldsNoTxTBuffer) {
   const int64_t T = 64;
-  const ModelConfig config = [&] {
-    ModelConfig c = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
-    c.max_seq_len = T;
-    return c;
-  }();
-  auto reserved = [&](bool saves_probabilities) {
+  auto reserved = [&](RecomputePolicy policy, bool saves_probabilities) {
+    ModelConfig config = Tiny(ModelFamily::kLlama, policy);
+    config.max_seq_len = T;
     MeasuringBackend sizing = MeasuringBackend::Sizing(Device::kCuda, saves_probabilities);
     MeasuringStore store;
     ModelOptions mo;
@@ -146,17 +145,22 @@ TEST(MeasuringBackend, AModelSizedForDeviceStatisticsHoldsNoTxTBuffer) {
     return Reserved{memory.reserved(MemoryKind::kActivations),
                     memory.reserved(MemoryKind::kWorkspace)};
   };
-  const Reserved probabilities = reserved(true), statistics = reserved(false);
   auto bytes = [](int64_t floats) {
     const size_t a = Arena::kAlignment, b = static_cast<size_t>(floats) * sizeof(float);
     return (b + a - 1) / a * a;
   };
+  const ModelConfig config = Tiny(ModelFamily::kLlama, RecomputePolicy::kNone);
   const int64_t rows = kB * config.num_heads * T;
-  EXPECT_EQ(probabilities.act - statistics.act,
+  const Reserved none_p = reserved(RecomputePolicy::kNone, true);
+  const Reserved none_s = reserved(RecomputePolicy::kNone, false);
+  EXPECT_EQ(none_p.act - none_s.act,
             static_cast<size_t>(config.num_layers) * (bytes(rows * T) - bytes(rows + 1)));
   // The workspace peak is the attention backward's only while its T x T scratch dominates.
-  EXPECT_LT(statistics.ws, probabilities.ws);
-  EXPECT_LE(probabilities.ws - statistics.ws, bytes(rows * T) - bytes(rows));
+  EXPECT_LT(none_s.ws, none_p.ws);
+  EXPECT_LE(none_p.ws - none_s.ws, bytes(rows * T) - bytes(rows));
+  const Reserved selective_p = reserved(RecomputePolicy::kSelective, true);
+  const Reserved selective_s = reserved(RecomputePolicy::kSelective, false);
+  EXPECT_GT(selective_p.ws - selective_s.ws, bytes(rows * T) - bytes(rows));
 }
 
 // ---- the model runs every step on the backend it is given ----------------------------------

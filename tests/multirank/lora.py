@@ -164,6 +164,10 @@ for sets, what in (([], "merged"), (["--adapter"], "adapter")):
     check(p.returncode == 0 and open(mine, "rb").read() == open(theirs, "rb").read(),
           f"tessera ckpt export ({what}) of the final checkpoint: the run's {what} export bit for bit",
           failures)
+# PEFT's files go into a directory that may hold others (a run's adapter/): again, the same place.
+p = subprocess.run([runner.tessera, "ckpt", "export", ckpt, "--out", os.path.join(work, "ckpt_export_adapter"),
+                    "--adapter"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+check(p.returncode == 0, "tessera ckpt export --adapter into a directory that holds files", failures)
 
 # ---- dropout: the masks follow the micro-batch's place in the global batch ---------------------
 DROP = FROM + ["finetune.lora.dropout=0.1"]
