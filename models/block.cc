@@ -510,11 +510,9 @@ void DecoderBlock::Backward(StepContext& step, RecomputePolicy keep, float* d_re
   const float* qkv = store.Read(step, s->attn.qkv);
   Tensor att = s->attn.att, att_out = s->attn.att_out;
   if (keep == RecomputePolicy::kSelective) {
-    // Recomputed in fp32 whatever the activation dtype: the probabilities (B, NH, T, T), or a
-    // device's row statistics (Backend::AttentionSavedFloats).
-    att = step.backend->AttentionSavesProbabilities()
-              ? Alloc(ws, {d_.B, d_.NH, d_.T, d_.T})
-              : Alloc(ws, {step.backend->AttentionSavedFloats(d_.B, d_.NH, d_.T)});
+    // Recomputed in fp32 whatever the activation dtype: the backend's saved set (the T x T
+    // probabilities, or a device's row statistics).
+    att = Alloc(ws, {step.backend->AttentionSavedFloats(d_.B, d_.NH, d_.T)});
     att_out = Alloc(ws, {d_.N(), d_.attn_dim()});
     AttentionCore(step, att_out, att, qkv);
   }

@@ -52,6 +52,13 @@ std::string IndexJson(const std::vector<std::pair<std::string, std::string>>& we
   return w.str() + "\n";
 }
 
+// ExportHf's rule: a path ending in ".safetensors" is one file, any other a model directory.
+bool IsOneFile(const std::string& out) {
+  const std::string suffix = ".safetensors";
+  return out.size() > suffix.size() &&
+         out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string WithoutTrailingSlashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir;
@@ -135,17 +142,6 @@ Result<HfDirExport> ExportHfModelDir(const std::string& dir_arg, const ModelConf
   }
   return out;
 }
-
-namespace {
-
-// ExportHf's rule: a path ending in ".safetensors" is one file, any other a model directory.
-bool IsOneFile(const std::string& out) {
-  const std::string suffix = ".safetensors";
-  return out.size() > suffix.size() &&
-         out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 Status CheckExportTarget(const std::string& out) {
   return IsOneFile(out) ? Status::Ok() : CheckEmptyTarget(WithoutTrailingSlashes(out));
